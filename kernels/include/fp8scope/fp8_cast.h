@@ -1,0 +1,158 @@
+// Casts between fp32 and the formats of fp8_format.h, written once as templates on a format row
+// (the LLVM initFromIEEEAPInt<S> idea) and shared by the CPU and CUDA engines.
+//
+// Two paths, tested against each other and against cuda_fp8.h for every BF16 input:
+//  - encode()/decode(): bit-exact codes, integer arithmetic, the reference.
+//  - round_to_grid(): the value of the nearest-even grid point, two fp32 adds; what the statistics
+//    loops use because it vectorizes.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8scope/fp8_format.h"
+#include "fp8scope/host_device.h"
+
+namespace fp8scope {
+
+enum class Saturation : std::uint8_t {
+  kSatFinite,  // out of range and ±Inf become ±max (cvt.rn.satfinite, __NV_SATFINITE)
+  kNoSat,      // out of range becomes Inf (E5M2) or NaN (E4M3), as __NV_NOSAT
+};
+
+// What a cast did to one element, as flags (LLVM APFloat's opStatus): the statistics count these.
+enum CastFlag : std::uint8_t {
+  kCastInexact = 1,    // the value was rounded
+  kCastUnderflow = 2,  // a nonzero input became ±0
+  kCastOverflow = 4,   // the nearest-even result lies beyond ±max: the cast clipped it
+  kCastNaN = 8,        // the input was NaN
+  kCastInf = 16,       // the input was ±Inf
+};
+
+struct Fp8Cast {
+  std::uint8_t code;
+  std::uint8_t flags;
+};
+
+// fp32 -> FP8 code, round to nearest even. NaN becomes the row's canonical NaN without its sign, as
+// cuda_fp8.h does; a negative input that underflows keeps its sign (-0).
+template <const FloatFormat& F>
+FP8SCOPE_HD Fp8Cast encode(float x, Saturation sat) {
+  static_assert(F.has_sign, "encode() is for the signed FP8 data formats");
+  using C = FormatConstants<F>;
+  constexpr int kM = C::kMantissaBits;
+  const std::uint32_t u = float_bits(x);
+  const auto sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  const std::uint32_t a = u & 0x7FFFFFFFu;
+  const std::uint8_t overflow_code =
+      sat == Saturation::kSatFinite ? C::kMaxCode : (C::kHasInf ? C::kInfCode : C::kNanCode);
+
+  if (a > 0x7F800000u) return {C::kNanCode, kCastNaN};
+  if (a == 0x7F800000u) return {static_cast<std::uint8_t>(sign | overflow_code), kCastInf};
+  if (a == 0) return {sign, 0};
+
+  // a = significand * 2^(exponent_field - 150), with the implicit bit made explicit.
+  int exponent_field = static_cast<int>(a >> 23);
+  std::uint32_t significand = a & 0x7FFFFFu;
+  if (exponent_field == 0) {
+    exponent_field = 1;
+  } else {
+    significand |= 0x800000u;
+  }
+  const int leading = exponent_field - 127;  // exponent of bit 23 of the significand
+  const int top = leading < C::kMinExponent ? C::kMinExponent : leading;
+  const int dropped = 23 - kM + (top - leading);
+
+  std::uint32_t q = 0;
+  bool inexact = true;
+  if (dropped < 25) {  // else the input is below half the smallest subnormal: q stays 0
+    q = significand >> dropped;
+    const std::uint32_t rest = significand & ((1u << dropped) - 1u);
+    const std::uint32_t half = 1u << (dropped - 1);
+    inexact = rest != 0;
+    if (rest > half || (rest == half && (q & 1u))) ++q;
+  }
+
+  int exponent = top;
+  if (q >> (kM + 1)) {  // rounding carried into the next binade; q is exactly 2^(kM+1)
+    q >>= 1;
+    ++exponent;
+  }
+  const int magnitude = (q >> kM) ? ((exponent + C::kBias) << kM) | static_cast<int>(q & ((1u << kM) - 1u))
+                                  : static_cast<int>(q);  // subnormal: exponent field 0
+  std::uint8_t flags = inexact ? kCastInexact : 0;
+  if (q == 0) flags |= kCastUnderflow;
+  if (magnitude > C::kMaxCode) {
+    return {static_cast<std::uint8_t>(sign | overflow_code),
+            static_cast<std::uint8_t>(flags | kCastOverflow | kCastInexact)};
+  }
+  return {static_cast<std::uint8_t>(sign | magnitude), flags};
+}
+
+// FP8 code -> fp32, exact. NaN codes give a quiet NaN.
+template <const FloatFormat& F>
+FP8SCOPE_HD float decode(std::uint8_t code) {
+  static_assert(F.has_sign, "decode() is for the signed FP8 data formats; see decode_e8m0()");
+  using C = FormatConstants<F>;
+  constexpr int kM = C::kMantissaBits;
+  const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;
+  const int magnitude = code & 0x7F;
+  const int exponent_field = magnitude >> kM;
+  const int mantissa = magnitude & ((1 << kM) - 1);
+  if (magnitude > C::kMaxCode) {
+    if (C::kHasInf && magnitude == C::kInfCode) return bits_float(sign | 0x7F800000u);
+    return bits_float(0x7FC00000u);
+  }
+  if (exponent_field == 0) {  // subnormal or zero: mantissa * 2^(min exponent - kM), exact in fp32
+    const float unit = bits_float(static_cast<std::uint32_t>(127 + C::kMinExponent - kM) << 23);
+    return bits_float(float_bits(static_cast<float>(mantissa) * unit) | sign);
+  }
+  return bits_float(sign | (static_cast<std::uint32_t>(exponent_field - C::kBias + 127) << 23) |
+                    (static_cast<std::uint32_t>(mantissa) << (23 - kM)));
+}
+
+// |y| rounded to the nearest-even point of F's grid, the exponent range left open above so a value
+// past max rounds to a point beyond it and the caller sees the overflow. Adding c, a power of two
+// whose fp32 last place is the grid's spacing at |y|, makes the fp32 adder do the rounding.
+// Equals |decode(encode(y, kNoSat))| wherever that is finite.
+template <const FloatFormat& F>
+FP8SCOPE_HD float round_to_grid(float abs_y) {
+  using C = FormatConstants<F>;
+  constexpr std::uint32_t kLow = 127 + C::kMinExponent;       // subnormals share this spacing
+  constexpr std::uint32_t kHigh = 128 + C::kMaxExponent;      // past max: already an overflow
+  std::uint32_t e = float_bits(abs_y) >> 23;
+  e = e < kLow ? kLow : (e > kHigh ? kHigh : e);
+  const float c = bits_float((e + 23 - C::kMantissaBits) << 23);
+  return add_rn(add_rn(abs_y, c), -c);
+}
+
+// ---- E8M0 block scales (MXFP8) -------------------------------------------------------------------
+
+// TE's float_to_e8m0 (transformer_engine/common/util/ptx.cuh): the biased exponent of v rounded up,
+// saturating at 0xFE; NaN -> 0xFF, 0 -> 0. v is nonnegative (an amax times 1/fmax).
+FP8SCOPE_HD std::uint8_t e8m0_round_up(float v) {
+  if (v != v) return 0xFF;
+  const std::uint32_t u = float_bits(v);
+  if ((u & 0x7FFFFFFFu) == 0x7F800000u) return 0xFE;
+  if (v == 0.0f) return 0;
+  auto exponent = static_cast<std::uint8_t>(u >> 23);
+  const std::uint32_t mantissa = u & 0x7FFFFFu;
+  // An fp32 subnormal at or below 2^-127 rounds up to 2^-127 (code 0), not 2^-126.
+  if (mantissa > 0 && exponent != 0xFE && !(exponent == 0 && mantissa <= 0x400000u)) ++exponent;
+  return exponent;
+}
+
+// E8M0 code -> the scale_inv it encodes, 2^(e-127). 0xFF is NaN.
+FP8SCOPE_HD float decode_e8m0(std::uint8_t e) {
+  if (e == 0xFF) return bits_float(0x7FC00000u);
+  if (e == 0) return bits_float(0x00400000u);  // 2^-127, an fp32 subnormal
+  return bits_float(static_cast<std::uint32_t>(e) << 23);
+}
+
+// The factor TE multiplies the data by before the cast, 2^(127-e); TE uses 1 for e == 0
+// (transformer_engine/common/utils.cuh exp2f_rcp).
+FP8SCOPE_HD float e8m0_quantize_scale(std::uint8_t e) {
+  if (e == 0) return 1.0f;
+  return bits_float(static_cast<std::uint32_t>(254 - e) << 23);
+}
+
+}  // namespace fp8scope

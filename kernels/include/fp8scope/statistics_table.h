@@ -1,0 +1,28 @@
+// Every statistic fp8scope reports, one row each: its name, unit, help text and how it is derived
+// from the accumulators of stats.h. The CLI's JSON keys, the daemon's metric names and the
+// dashboards all come from this table, so a statistic is declared exactly once.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "fp8scope/stats.h"
+
+namespace fp8scope {
+
+struct Statistic {
+  const char* key;          // JSON key, and the metric name after "fp8scope_" unless `metric` says otherwise
+  const char* metric;       // Prometheus name without the prefix; nullptr: the same as key
+  const char* unit;         // "ratio" (0..1), "elements", "value" (the tensor's own unit), "dB", "log2", "1"
+  const char* help;
+  bool per_recipe;          // false: a property of the tensor alone
+  // NaN when undefined (e.g. the mean of a tensor with no finite element).
+  double (*compute)(const TensorMoments& m, const QuantStats& q);
+
+  const char* metric_name() const { return metric ? metric : key; }
+};
+
+std::span<const Statistic> statistics();
+const Statistic* find_statistic(std::string_view key);
+
+}  // namespace fp8scope

@@ -1,0 +1,71 @@
+// The narrow interface every statistics engine implements (CPU now, CUDA behind the same call), so
+// the daemon and the CLI never know which one ran.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "fp8scope/dtype.h"
+#include "fp8scope/recipe.h"
+#include "fp8scope/stats.h"
+#include "fp8scope/status.h"
+
+namespace fp8scope {
+
+// A tensor in memory the engine can read: rows x cols elements, row-major, cols contiguous. N-d
+// tensors are viewed with their last dimension as cols. scale_inv dequantizes FP8 codes.
+struct TensorView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  float scale_inv = 1.0f;
+
+  std::int64_t numel() const { return rows * cols; }
+};
+
+// How one quantization derives its scales; a recipe plus whatever state it needs, resolved.
+enum class ScaleMode : std::uint8_t {
+  kTensorFixed,    // one given scale (delayed scaling's, or one under study)
+  kTensorCurrent,  // one scale from this tensor's amax
+  kBlockE8M0,      // MXFP8: E8M0 scale per block from the block amax
+  kBlockCurrent,   // current scaling per block (1x128, 128x128)
+};
+
+struct QuantSpec {
+  ScaleMode mode = ScaleMode::kTensorCurrent;
+  Fp8Format format = Fp8Format::kE4M3;
+  int block_rows = 0;  // 1 or 128 for block modes
+  int block_cols = 0;  // power of two, 16..4096, for block modes
+  bool power_of_2 = false;
+  float epsilon = 0.0f;
+  float fixed_scale = 1.0f;  // kTensorFixed only
+};
+
+// The QuantSpec for a (valid) recipe cast to format. A fixed scale overrides per-tensor recipes;
+// delayed scaling needs one (from DelayedScalingState) and gets the error otherwise.
+Result<QuantSpec> quant_spec_for(const Recipe& recipe, Fp8Format format, std::optional<float> fixed_scale);
+
+inline constexpr int kMaxSpecsPerCall = 8;
+
+struct TensorAnalysis {
+  TensorMoments moments;
+  float te_amax = 0.0f;           // what TE's amax kernel would report: +Inf when any Inf is present
+  std::vector<QuantStats> quant;  // one per QuantSpec, in order
+};
+
+class StatsEngine {
+ public:
+  virtual ~StatsEngine() = default;
+  virtual const char* name() const = 0;
+  // Reads the tensor (twice: amax first, then the casts of every spec) and fills *out.
+  virtual Status analyze(const TensorView& tensor, std::span<const QuantSpec> specs, TensorAnalysis* out) = 0;
+};
+
+// Checks shared by the engines: a readable, nonempty tensor and specs they can run.
+Status check_analysis_request(const TensorView& tensor, std::span<const QuantSpec> specs);
+
+}  // namespace fp8scope

@@ -1,0 +1,28 @@
+#include "fp8scope/delayed_scaling.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fp8scope/scale_rules.h"
+
+namespace fp8scope {
+
+DelayedScalingState::DelayedScalingState(const Recipe& recipe, Fp8Format format)
+    : history_(static_cast<std::size_t>(std::max(recipe.amax_history_length, 1)), 0.0f),
+      algo_(recipe.amax_algo),
+      // TE computes fp8_max * std::pow(2.f, -margin) in fp32 (delayed_scaling.cu).
+      scaled_max_(format_max(format) * std::pow(2.0f, -recipe.margin)) {}
+
+void DelayedScalingState::update(float amax) {
+  history_[0] = amax;
+  float a = history_[0];
+  if (algo_ == AmaxAlgo::kMax) {
+    a = 0.0f;
+    for (float h : history_) a = std::fmax(a, h);  // fmaxf skips NaN, as TE's reduction does
+  }
+  scale_ = delayed_scale(a, scaled_max_, scale_);
+  std::rotate(history_.begin(), history_.begin() + 1, history_.end());
+  history_[0] = 0.0f;
+}
+
+}  // namespace fp8scope

@@ -1,0 +1,132 @@
+#include "fp8scope/recipe.h"
+
+#include <cmath>
+#include <string>
+
+namespace fp8scope {
+namespace {
+
+struct RecipeRow {
+  RecipeKind kind;
+  const char* name;
+};
+
+constexpr RecipeRow kRecipeNames[] = {
+    {RecipeKind::kTensorCurrent, "tensor_current"}, {RecipeKind::kTensorDelayed, "tensor_delayed"},
+    {RecipeKind::kMxfp8, "mxfp8"},                  {RecipeKind::kBlock1x128, "block_1x128"},
+    {RecipeKind::kBlock128x128, "block_128x128"},
+};
+
+struct OperandRow {
+  Operand op;
+  const char* name;
+};
+
+constexpr OperandRow kOperandNames[] = {{Operand::kX, "x"}, {Operand::kW, "w"}, {Operand::kDy, "dy"}};
+
+bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+const char* recipe_name(RecipeKind kind) {
+  for (const auto& row : kRecipeNames) {
+    if (row.kind == kind) return row.name;
+  }
+  return "invalid";
+}
+
+std::optional<RecipeKind> recipe_kind_from_name(std::string_view name) {
+  for (const auto& row : kRecipeNames) {
+    if (name == row.name) return row.kind;
+  }
+  return std::nullopt;
+}
+
+std::optional<Fp8Format> format_from_name(std::string_view name) {
+  if (name == format_name(Fp8Format::kE4M3)) return Fp8Format::kE4M3;
+  if (name == format_name(Fp8Format::kE5M2)) return Fp8Format::kE5M2;
+  return std::nullopt;
+}
+
+std::optional<Operand> operand_from_name(std::string_view name) {
+  for (const auto& row : kOperandNames) {
+    if (name == row.name) return row.op;
+  }
+  return std::nullopt;
+}
+
+const char* operand_name(Operand op) {
+  for (const auto& row : kOperandNames) {
+    if (row.op == op) return row.name;
+  }
+  return "invalid";
+}
+
+Recipe default_recipe(RecipeKind kind) {
+  Recipe r;
+  r.kind = kind;
+  switch (kind) {
+    case RecipeKind::kTensorCurrent:  // Float8CurrentScaling(fp8_format=HYBRID)
+    case RecipeKind::kTensorDelayed:  // DelayedScaling(margin=0, HYBRID, 1024, "max")
+      break;
+    case RecipeKind::kMxfp8:  // MXFP8BlockScaling(fp8_format=E4M3)
+      r.backward_format = Fp8Format::kE4M3;
+      r.block_rows = 1;
+      r.block_cols = 32;
+      break;
+    case RecipeKind::kBlock1x128:  // Float8BlockScaling(fp8_format=E4M3), 1-D blocks
+      r.backward_format = Fp8Format::kE4M3;
+      r.power_of_2_scales = true;
+      r.block_rows = 1;
+      r.block_cols = 128;
+      break;
+    case RecipeKind::kBlock128x128:  // Float8BlockScaling(fp8_format=E4M3), 2-D blocks
+      r.backward_format = Fp8Format::kE4M3;
+      r.power_of_2_scales = true;
+      r.block_rows = 128;
+      r.block_cols = 128;
+      break;
+  }
+  return r;
+}
+
+Status validate(const Recipe& r) {
+  const std::string name = recipe_name(r.kind);
+  if (name == "invalid") {
+    return Status::error("recipe: expected one of tensor_current, tensor_delayed, mxfp8, block_1x128, "
+                         "block_128x128, got kind " + std::to_string(static_cast<int>(r.kind)));
+  }
+  if (!std::isfinite(r.margin) || r.margin < 0.0f || r.margin > 64.0f) {
+    return Status::error(name + ": expected margin in [0, 64], got " + std::to_string(r.margin));
+  }
+  if (r.amax_history_length < 1 || r.amax_history_length > 1 << 20) {
+    return Status::error(name + ": expected amax_history_length in [1, 1048576], got " +
+                         std::to_string(r.amax_history_length));
+  }
+  if (r.amax_algo != AmaxAlgo::kMax && r.amax_algo != AmaxAlgo::kMostRecent) {
+    return Status::error(name + ": expected amax algorithm max or most_recent");
+  }
+  if (!std::isfinite(r.amax_epsilon) || r.amax_epsilon < 0.0f) {
+    return Status::error(name + ": expected amax_epsilon >= 0, got " + std::to_string(r.amax_epsilon));
+  }
+  const bool wants_blocks = r.kind == RecipeKind::kMxfp8 || r.kind == RecipeKind::kBlock1x128 ||
+                            r.kind == RecipeKind::kBlock128x128;
+  if (!wants_blocks) {
+    if (r.block_rows != 0 || r.block_cols != 0) {
+      return Status::error(name + ": expected no block shape for a per-tensor recipe, got " +
+                           std::to_string(r.block_rows) + "x" + std::to_string(r.block_cols));
+    }
+    return Status();
+  }
+  // The engines tile rows in 4096-column segments and 128-row panels; blocks must fit that grid.
+  if (r.block_rows != 1 && r.block_rows != 128) {
+    return Status::error(name + ": expected block rows 1 or 128, got " + std::to_string(r.block_rows));
+  }
+  if (!is_power_of_two(r.block_cols) || r.block_cols < 16 || r.block_cols > 4096) {
+    return Status::error(name + ": expected block columns a power of two in [16, 4096], got " +
+                         std::to_string(r.block_cols));
+  }
+  return Status();
+}
+
+}  // namespace fp8scope

@@ -1,0 +1,141 @@
+// The CPU engine against the element-by-element reference: counts and histograms exact, fp64 sums
+// within 1e-12 of the long double reference (relative to the sum of magnitudes), across dtypes,
+// distributions, odd shapes and every recipe, with one and several threads.
+#include "fp8scope/cpu_engine.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "reference_analysis.h"
+#include "tensor_generators.h"
+
+using namespace fp8scope;
+using testing::Distribution;
+
+namespace {
+
+struct Shape {
+  std::int64_t rows, cols;
+};
+
+std::vector<QuantSpec> all_specs(Fp8Format format) {
+  std::vector<QuantSpec> specs;
+  for (RecipeKind kind : kAllRecipeKinds) {
+    const std::optional<float> fixed =
+        kind == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;  // a stale delayed scale
+    specs.push_back(quant_spec_for(default_recipe(kind), format, fixed).value());
+  }
+  return specs;
+}
+
+void check_close(long double reference, double actual, long double magnitude, const char* what) {
+  INFO(what << ": reference " << static_cast<double>(reference) << " actual " << actual);
+  if (std::isinf(reference) || std::isnan(reference)) {
+    CHECK(static_cast<double>(reference) == actual);
+    return;
+  }
+  CHECK(std::fabs(static_cast<long double>(actual) - reference) <= 1e-12L * magnitude + 1e-300L);
+}
+
+void check_against_reference(const TensorView& t, std::span<const QuantSpec> specs, const TensorAnalysis& a) {
+  const std::vector<float> x = reference::load(t);
+  const reference::Moments m = reference::moments(x);
+  CHECK(a.moments.numel == m.numel);
+  CHECK(a.moments.finite == m.finite);
+  CHECK(a.moments.nonzero == m.nonzero);
+  CHECK(a.moments.nan == m.nan);
+  CHECK(a.moments.inf == m.inf);
+  CHECK(a.moments.amax == m.amax);
+  CHECK(a.moments.amin == m.amin);
+  check_close(m.sum, a.moments.sum, m.sum_abs, "sum");
+  check_close(m.sum_squares, a.moments.sum_squares, m.sum_squares, "sum_squares");
+  check_close(m.m2, a.moments.m2, m.sum_squares + m.m2, "m2");
+  const float te_amax = m.inf ? INFINITY : m.amax;
+  CHECK(a.te_amax == te_amax);
+  REQUIRE(a.quant.size() == specs.size());
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    INFO("spec " << k << " mode " << static_cast<int>(specs[k].mode));
+    const reference::Quant q = reference::quantize(x, t.rows, t.cols, specs[k], te_amax);
+    const QuantStats& got = a.quant[k];
+    CHECK(got.underflow == q.underflow);
+    CHECK(got.overflow == q.overflow);
+    CHECK(got.saturated == q.saturated);
+    CHECK(got.scale_min == q.scale_min);
+    CHECK(got.scale_max == q.scale_max);
+    check_close(q.squared_error, got.squared_error, q.squared_error, "squared_error");
+    check_close(q.dot, got.dot, q.dot_abs, "dot");
+    check_close(q.dequant_squares, got.dequant_squares, q.dequant_squares, "dequant_squares");
+    for (int b = 0; b < kHistogramBins; ++b) {
+      INFO("histogram bin " << b);
+      CHECK(got.histogram[b] == q.histogram[b]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CPU engine matches the reference", "[cpu_engine]") {
+  const DType dtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3);
+  const Distribution dist = GENERATE(Distribution::kNormal, Distribution::kHeavyTailed, Distribution::kOutlierChannels,
+                                     Distribution::kTiny, Distribution::kAllZero, Distribution::kWithNonFinite);
+  const Shape shape = GENERATE(Shape{1, 16}, Shape{5, 160}, Shape{217, 256}, Shape{130, 4100});
+  const Fp8Format format = GENERATE(Fp8Format::kE4M3, Fp8Format::kE5M2);
+  const int threads = GENERATE(1, 3);
+  DYNAMIC_SECTION(dtype_name(dtype) << " " << testing::distribution_name(dist) << " " << shape.rows << "x"
+                                    << shape.cols << " " << format_name(format) << " threads=" << threads) {
+    const std::vector<float> values = testing::generate(dist, shape.rows, shape.cols, 42);
+    const float scale_inv = dtype == DType::kE4M3 ? 0.125f : 1.0f;
+    const std::vector<std::uint8_t> bytes = testing::to_bytes(values, dtype, scale_inv);
+    const TensorView t{bytes.data(), dtype, shape.rows, shape.cols, scale_inv};
+    const std::vector<QuantSpec> specs = all_specs(format);
+    auto engine = make_cpu_engine(threads);
+    TensorAnalysis a;
+    REQUIRE(engine->analyze(t, specs, &a).ok());
+    check_against_reference(t, specs, a);
+  }
+}
+
+TEST_CASE("a large tensor is split across threads and units, and merges to the reference", "[cpu_engine]") {
+  const std::vector<float> values = testing::generate(Distribution::kOutlierChannels, 300, 9000, 7);
+  const TensorView t{values.data(), DType::kF32, 300, 9000, 1.0f};
+  const std::vector<QuantSpec> specs = all_specs(Fp8Format::kE4M3);
+  TensorAnalysis one, many;
+  REQUIRE(make_cpu_engine(1)->analyze(t, specs, &one).ok());
+  REQUIRE(make_cpu_engine(4)->analyze(t, specs, &many).ok());
+  check_against_reference(t, specs, many);
+  for (std::size_t k = 0; k < specs.size(); ++k) CHECK(one.quant[k].underflow == many.quant[k].underflow);
+}
+
+TEST_CASE("with current scaling the amax element never counts as overflow", "[cpu_engine]") {
+  // Search amax values where fp32(amax * fmax/amax) rounds above fmax: still no overflow.
+  auto engine = make_cpu_engine(1);
+  const QuantSpec spec = quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), Fp8Format::kE4M3, {}).value();
+  int above_max = 0;
+  for (std::uint32_t i = 0; i < 20000; ++i) {
+    const float amax = bits_float(0x3F800000u + i * 419u);
+    const float s = current_scale(amax, 448.0f, false, 0.0f);
+    above_max += amax * s > 448.0f;
+    const float data[2] = {amax, -amax * 0.25f};
+    TensorAnalysis a;
+    REQUIRE(engine->analyze(TensorView{data, DType::kF32, 1, 2, 1.0f}, {&spec, 1}, &a).ok());
+    REQUIRE(a.quant[0].overflow == 0);
+  }
+  CHECK(above_max > 0);  // the rounding case really occurred
+}
+
+TEST_CASE("bad requests are refused with a reason", "[cpu_engine]") {
+  auto engine = make_cpu_engine(1);
+  const float data[4] = {1, 2, 3, 4};
+  TensorAnalysis a;
+  const QuantSpec spec;
+  CHECK(engine->analyze(TensorView{data, DType::kF32, 0, 4, 1.0f}, {&spec, 1}, &a).message() ==
+        "expected a nonempty tensor, got 0 x 4 elements");
+  CHECK(!engine->analyze(TensorView{nullptr, DType::kF32, 1, 4, 1.0f}, {&spec, 1}, &a).ok());
+  QuantSpec bad_block;
+  bad_block.mode = ScaleMode::kBlockCurrent;
+  bad_block.block_rows = 64;
+  bad_block.block_cols = 64;
+  CHECK(!engine->analyze(TensorView{data, DType::kF32, 1, 4, 1.0f}, {&bad_block, 1}, &a).ok());
+  const std::vector<QuantSpec> too_many(kMaxSpecsPerCall + 1);
+  CHECK(!engine->analyze(TensorView{data, DType::kF32, 1, 4, 1.0f}, too_many, &a).ok());
+}

@@ -1,0 +1,55 @@
+// Recipes are data with TE's defaults; validation names the field and what it expected.
+#include "fp8scope/recipe.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fp8scope;
+
+TEST_CASE("every recipe has a name that parses back, and its default is valid", "[recipe]") {
+  for (RecipeKind kind : kAllRecipeKinds) {
+    INFO(recipe_name(kind));
+    CHECK(recipe_kind_from_name(recipe_name(kind)) == kind);
+    CHECK(validate(default_recipe(kind)).ok());
+  }
+  CHECK(!recipe_kind_from_name("nvfp4"));
+}
+
+TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
+  const Recipe delayed = default_recipe(RecipeKind::kTensorDelayed);
+  CHECK(delayed.amax_history_length == 1024);
+  CHECK(delayed.amax_algo == AmaxAlgo::kMax);
+  CHECK(delayed.margin == 0.0f);
+  CHECK(delayed.format_for(Operand::kX) == Fp8Format::kE4M3);  // HYBRID
+  CHECK(delayed.format_for(Operand::kDy) == Fp8Format::kE5M2);
+  const Recipe mx = default_recipe(RecipeKind::kMxfp8);
+  CHECK(mx.block_rows == 1);
+  CHECK(mx.block_cols == 32);
+  CHECK(mx.format_for(Operand::kDy) == Fp8Format::kE4M3);
+  const Recipe b2 = default_recipe(RecipeKind::kBlock128x128);
+  CHECK(b2.block_rows == 128);
+  CHECK(b2.power_of_2_scales);
+}
+
+TEST_CASE("validation errors say what was expected and what came", "[recipe]") {
+  Recipe r = default_recipe(RecipeKind::kTensorDelayed);
+  r.amax_history_length = 0;
+  CHECK(validate(r).message() == "tensor_delayed: expected amax_history_length in [1, 1048576], got 0");
+  r = default_recipe(RecipeKind::kTensorDelayed);
+  r.margin = -1.0f;
+  CHECK(validate(r).message().find("expected margin in [0, 64]") != std::string::npos);
+  r = default_recipe(RecipeKind::kMxfp8);
+  r.block_cols = 48;
+  CHECK(validate(r).message() == "mxfp8: expected block columns a power of two in [16, 4096], got 48");
+  r = default_recipe(RecipeKind::kTensorCurrent);
+  r.block_rows = 1;
+  r.block_cols = 32;
+  CHECK(!validate(r).ok());
+}
+
+TEST_CASE("formats and operands parse by name", "[recipe]") {
+  CHECK(format_from_name("e4m3") == Fp8Format::kE4M3);
+  CHECK(format_from_name("e5m2") == Fp8Format::kE5M2);
+  CHECK(!format_from_name("E4M3"));
+  CHECK(operand_from_name("dy") == Operand::kDy);
+  CHECK(std::string(operand_name(Operand::kW)) == "w");
+}

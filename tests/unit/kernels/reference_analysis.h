@@ -1,0 +1,126 @@
+// The slow, obvious reference the engines are checked against: one element at a time, the bit-exact
+// encode()/decode() path (itself checked against cuda_fp8.h), TE's scale rules, long double sums.
+// Shared by every engine test so the reference is written once.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "fp8scope/dtype.h"
+#include "fp8scope/fp8_cast.h"
+#include "fp8scope/scale_rules.h"
+#include "fp8scope/stats_engine.h"
+
+namespace fp8scope::reference {
+
+struct Moments {
+  std::uint64_t numel = 0, finite = 0, nonzero = 0, nan = 0, inf = 0;
+  float amax = 0.0f, amin = kFloatMax;
+  long double sum = 0, sum_abs = 0, sum_squares = 0, m2 = 0;
+};
+
+struct Quant {
+  std::uint64_t underflow = 0, overflow = 0, saturated = 0;
+  long double squared_error = 0, dot = 0, dot_abs = 0, dequant_squares = 0;
+  float scale_min = kFloatMax, scale_max = 0.0f;
+  std::uint64_t histogram[kHistogramBins] = {};
+};
+
+inline std::vector<float> load(const TensorView& t) {
+  std::vector<float> x(static_cast<std::size_t>(t.numel()));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = load_element(t.data, i, t.dtype, t.scale_inv);
+  return x;
+}
+
+inline Moments moments(const std::vector<float>& x) {
+  Moments m;
+  m.numel = x.size();
+  for (float v : x) {
+    if (std::isnan(v)) { ++m.nan; continue; }
+    if (std::isinf(v)) { ++m.inf; continue; }
+    ++m.finite;
+    m.sum += v;
+    m.sum_abs += std::fabs(v);
+    m.sum_squares += static_cast<long double>(v) * v;
+    m.amax = std::max(m.amax, std::fabs(v));
+    if (v != 0.0f) { ++m.nonzero; m.amin = std::min(m.amin, std::fabs(v)); }
+  }
+  const long double mean = m.finite ? m.sum / m.finite : 0;
+  for (float v : x) {
+    if (std::isfinite(v)) m.m2 += (v - mean) * (v - mean);
+  }
+  return m;
+}
+
+// TE's amax of a set of elements: Inf counts, NaN does not.
+inline float te_amax_of(const std::vector<float>& x, std::int64_t rows, std::int64_t cols, std::int64_t r0,
+                        std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+  float a = 0.0f;
+  for (std::int64_t r = r0; r < std::min(r1, rows); ++r)
+    for (std::int64_t c = c0; c < std::min(c1, cols); ++c) {
+      const float v = std::fabs(x[static_cast<std::size_t>(r * cols + c)]);
+      if (!std::isnan(v)) a = std::max(a, v);
+    }
+  return a;
+}
+
+struct Scales {
+  float scale, scale_inv;
+};
+
+inline Scales scales_from_amax(const QuantSpec& spec, float amax) {
+  const float fmax = format_max(spec.format);
+  if (spec.mode == ScaleMode::kBlockE8M0) {
+    const std::uint8_t e = e8m0_round_up(amax * (1.0f / fmax));
+    return {e8m0_quantize_scale(e), decode_e8m0(e)};
+  }
+  const float s = current_scale(amax, fmax, spec.power_of_2, spec.epsilon);
+  return {s, 1.0f / s};
+}
+
+template <const FloatFormat& F>
+void add_element(Quant& q, float x, Scales s) {
+  if (!std::isfinite(x)) return;
+  const float y = x * s.scale;
+  const Fp8Cast c = encode<F>(y, Saturation::kSatFinite);
+  const float xq = decode<F>(c.code) * s.scale_inv;
+  if (x != 0.0f && (c.code & 0x7F) == 0) ++q.underflow;  // U = nnz(x) - nnz(Q)
+  if (c.flags & kCastOverflow) ++q.overflow;
+  if ((c.code & 0x7F) == FormatConstants<F>::kMaxCode) ++q.saturated;
+  const long double d = static_cast<long double>(x) - xq;
+  q.squared_error += d * d;
+  q.dot += static_cast<long double>(x) * xq;
+  q.dot_abs += std::fabs(static_cast<long double>(x) * xq);
+  q.dequant_squares += static_cast<long double>(xq) * xq;
+  if (x != 0.0f) {
+    const float ay = std::fabs(y);
+    const int e = ay == 0.0f ? -1000 : (std::isinf(ay) ? 1000 : std::ilogb(ay));
+    q.histogram[std::clamp(e - kHistogramMinLog2, 0, kHistogramBins - 1)]++;
+  }
+}
+
+inline Quant quantize(const std::vector<float>& x, std::int64_t rows, std::int64_t cols, const QuantSpec& spec,
+                      float tensor_te_amax) {
+  Quant q;
+  const bool block = spec.mode == ScaleMode::kBlockE8M0 || spec.mode == ScaleMode::kBlockCurrent;
+  const std::int64_t br = block ? spec.block_rows : rows, bc = block ? spec.block_cols : cols;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += br)
+    for (std::int64_t c0 = 0; c0 < cols; c0 += bc) {
+      Scales s{1.0f, 1.0f};
+      if (spec.mode == ScaleMode::kTensorFixed) s = {spec.fixed_scale, 1.0f / spec.fixed_scale};
+      else if (spec.mode == ScaleMode::kTensorCurrent) s = scales_from_amax(spec, tensor_te_amax);
+      else s = scales_from_amax(spec, te_amax_of(x, rows, cols, r0, r0 + br, c0, c0 + bc));
+      q.scale_min = std::min(q.scale_min, s.scale);
+      q.scale_max = std::max(q.scale_max, s.scale);
+      for (std::int64_t r = r0; r < std::min(r0 + br, rows); ++r)
+        for (std::int64_t c = c0; c < std::min(c0 + bc, cols); ++c) {
+          const float v = x[static_cast<std::size_t>(r * cols + c)];
+          spec.format == Fp8Format::kE4M3 ? add_element<kE4M3>(q, v, s) : add_element<kE5M2>(q, v, s);
+        }
+    }
+  return q;
+}
+
+}  // namespace fp8scope::reference

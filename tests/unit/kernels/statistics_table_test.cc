@@ -1,0 +1,72 @@
+// The derived statistics: each row's formula on numbers worked by hand, and the table's own rules.
+#include "fp8scope/statistics_table.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <string>
+
+using namespace fp8scope;
+
+namespace {
+double value(const char* key, const TensorMoments& m, const QuantStats& q) { return find_statistic(key)->compute(m, q); }
+}  // namespace
+
+TEST_CASE("derived statistics from known accumulators", "[statistics_table]") {
+  TensorMoments m;
+  m.numel = 10;
+  m.finite = 9;
+  m.nonzero = 8;
+  m.nan = 1;
+  m.amax = 8.0f;
+  m.amin = 0.5f;
+  m.sum = 18.0;
+  m.sum_squares = 100.0;
+  m.m2 = 36.0;
+  QuantStats q;
+  q.underflow = 2;
+  q.overflow = 1;
+  q.saturated = 3;
+  q.squared_error = 1.0;
+  q.dot = 90.0;
+  q.dequant_squares = 81.0;
+  CHECK(value("underflow_ratio", m, q) == 0.2);
+  CHECK(value("underflow_nonzero_ratio", m, q) == 0.25);
+  CHECK(value("overflow_ratio", m, q) == 0.1);
+  CHECK(value("saturation_ratio", m, q) == Approx(0.3));
+  CHECK(value("nonfinite_ratio", m, q) == 0.1);
+  CHECK(value("zero_ratio", m, q) == 0.1);
+  CHECK(value("mse", m, q) == Approx(1.0 / 9.0));
+  CHECK(value("cosine", m, q) == Approx(90.0 / (10.0 * 9.0)));
+  CHECK(value("sqnr_db", m, q) == Approx(20.0));
+  CHECK(value("dynamic_range_log2", m, q) == 4.0);
+  CHECK(value("mean", m, q) == 2.0);
+  CHECK(value("std", m, q) == 2.0);
+}
+
+TEST_CASE("undefined statistics are NaN, lossless casts are +Inf dB", "[statistics_table]") {
+  TensorMoments m;
+  m.numel = 4;
+  m.finite = 4;
+  QuantStats q;
+  CHECK(std::isnan(value("amin", m, q)));
+  CHECK(std::isnan(value("dynamic_range_log2", m, q)));
+  CHECK(value("cosine", m, q) == 1.0);  // all zero, cast to all zero
+  CHECK(std::isinf(value("sqnr_db", m, q)));
+}
+
+TEST_CASE("names follow Prometheus conventions and are unique", "[statistics_table]") {
+  std::set<std::string> names;
+  const std::regex metric_name("[a-z][a-z0-9_]*");
+  const std::set<std::string> units = {"ratio", "elements", "value", "dB", "log2", "1"};
+  for (const Statistic& s : statistics()) {
+    INFO(s.key);
+    CHECK(names.insert(s.metric_name()).second);
+    CHECK(std::regex_match(std::string(s.metric_name()), metric_name));
+    CHECK(units.count(s.unit) == 1);
+    CHECK(std::strlen(s.help) > 10);
+    if (std::string(s.unit) == "ratio") CHECK(std::string(s.metric_name()).find("_ratio") != std::string::npos);
+  }
+}
