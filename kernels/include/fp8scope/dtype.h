@@ -67,15 +67,28 @@ FP8SCOPE_HD float half_to_float(std::uint16_t h) {
   return bits_float(sign | ((h & 0x7C00u) == 0x7C00u ? special : finite));
 }
 
+// The value of an 8- or 16-bit element from its bits. scale_inv applies to FP8 codes only.
+FP8SCOPE_HD float small_element_value(DType d, std::uint32_t bits, float scale_inv) {
+  switch (d) {
+    case DType::kBF16: return bf16_to_float(static_cast<std::uint16_t>(bits));
+    case DType::kF16: return half_to_float(static_cast<std::uint16_t>(bits));
+    case DType::kE4M3: return mul_rn(decode<kE4M3>(static_cast<std::uint8_t>(bits)), scale_inv);
+    case DType::kE5M2: return mul_rn(decode<kE5M2>(static_cast<std::uint8_t>(bits)), scale_inv);
+    case DType::kF32:
+    case DType::kF64: break;
+  }
+  return 0.0f;
+}
+
 // Element i of a buffer of type d as fp32. scale_inv applies to FP8 codes only.
 FP8SCOPE_HD float load_element(const void* data, std::size_t i, DType d, float scale_inv) {
   switch (d) {
     case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kBF16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::kF16: return half_to_float(static_cast<const std::uint16_t*>(data)[i]);
     case DType::kF64: return static_cast<float>(static_cast<const double*>(data)[i]);
-    case DType::kE4M3: return mul_rn(decode<kE4M3>(static_cast<const std::uint8_t*>(data)[i]), scale_inv);
-    case DType::kE5M2: return mul_rn(decode<kE5M2>(static_cast<const std::uint8_t*>(data)[i]), scale_inv);
+    case DType::kBF16:
+    case DType::kF16: return small_element_value(d, static_cast<const std::uint16_t*>(data)[i], scale_inv);
+    case DType::kE4M3:
+    case DType::kE5M2: return small_element_value(d, static_cast<const std::uint8_t*>(data)[i], scale_inv);
   }
   return 0.0f;
 }

@@ -11,6 +11,7 @@
 
 #include "fp8scope/fp8_format.h"
 #include "fp8scope/host_device.h"
+#include "fp8scope/lanes.h"
 
 namespace fp8scope {
 
@@ -113,46 +114,47 @@ FP8SCOPE_HD float decode(std::uint8_t code) {
 // |y| rounded to the nearest-even point of F's grid, the exponent range left open above so a value
 // past max rounds to a point beyond it and the caller sees the overflow. Adding c, a power of two
 // whose fp32 last place is the grid's spacing at |y|, makes the fp32 adder do the rounding.
-// Equals |decode(encode(y, kNoSat))| wherever that is finite.
-template <const FloatFormat& F>
-FP8SCOPE_HD float round_to_grid(float abs_y) {
+// Equals |decode(encode(y, kNoSat))| wherever that is finite. V is a lane type (lanes.h).
+template <const FloatFormat& F, class V>
+FP8SCOPE_HD V round_to_grid(V abs_y) {
   using C = FormatConstants<F>;
-  constexpr std::uint32_t kLow = 127 + C::kMinExponent;       // subnormals share this spacing
-  constexpr std::uint32_t kHigh = 128 + C::kMaxExponent;      // past max: already an overflow
-  std::uint32_t e = float_bits(abs_y) >> 23;
-  e = e < kLow ? kLow : (e > kHigh ? kHigh : e);
-  const float c = bits_float((e + 23 - C::kMantissaBits) << 23);
+  using L = Lanes<V>;
+  using Bits = typename L::Bits;
+  constexpr std::uint32_t kLow = 127 + C::kMinExponent;   // subnormals share this spacing
+  constexpr std::uint32_t kHigh = 128 + C::kMaxExponent;  // past max: already an overflow
+  Bits e = L::to_bits(abs_y) >> 23;
+  e = e < kLow ? splat<Bits>(kLow) : (e > kHigh ? splat<Bits>(kHigh) : e);
+  const V c = L::from_bits((e + (23 - C::kMantissaBits)) << 23);
   return add_rn(add_rn(abs_y, c), -c);
 }
 
 // ---- E8M0 block scales (MXFP8) -------------------------------------------------------------------
 
 // TE's float_to_e8m0 (transformer_engine/common/util/ptx.cuh): the biased exponent of v rounded up,
-// saturating at 0xFE; NaN -> 0xFF, 0 -> 0. v is nonnegative (an amax times 1/fmax).
+// saturating at 0xFE; NaN -> 0xFF, 0 -> 0. v is nonnegative (an amax times 1/fmax). Written
+// without early returns so the CPU engine's loop over a segment's blocks vectorizes.
 FP8SCOPE_HD std::uint8_t e8m0_round_up(float v) {
-  if (v != v) return 0xFF;
-  const std::uint32_t u = float_bits(v);
-  if ((u & 0x7FFFFFFFu) == 0x7F800000u) return 0xFE;
-  if (v == 0.0f) return 0;
-  auto exponent = static_cast<std::uint8_t>(u >> 23);
+  const std::uint32_t u = float_bits(v) & 0x7FFFFFFFu;
+  const std::uint32_t exponent = u >> 23;
   const std::uint32_t mantissa = u & 0x7FFFFFu;
   // An fp32 subnormal at or below 2^-127 rounds up to 2^-127 (code 0), not 2^-126.
-  if (mantissa > 0 && exponent != 0xFE && !(exponent == 0 && mantissa <= 0x400000u)) ++exponent;
-  return exponent;
+  const bool up = (mantissa > 0) & (exponent != 0xFE) & !((exponent == 0) & (mantissa <= 0x400000u));
+  std::uint32_t e = exponent + (up ? 1u : 0u);
+  e = u == 0x7F800000u ? 0xFEu : e;  // Inf saturates
+  e = u > 0x7F800000u ? 0xFFu : e;   // NaN
+  return static_cast<std::uint8_t>(e);
 }
 
 // E8M0 code -> the scale_inv it encodes, 2^(e-127). 0xFF is NaN.
 FP8SCOPE_HD float decode_e8m0(std::uint8_t e) {
-  if (e == 0xFF) return bits_float(0x7FC00000u);
-  if (e == 0) return bits_float(0x00400000u);  // 2^-127, an fp32 subnormal
-  return bits_float(static_cast<std::uint32_t>(e) << 23);
+  const std::uint32_t bits = e == 0xFF ? 0x7FC00000u : (e == 0 ? 0x00400000u : static_cast<std::uint32_t>(e) << 23);
+  return bits_float(bits);  // e == 0 is 2^-127, an fp32 subnormal
 }
 
 // The factor TE multiplies the data by before the cast, 2^(127-e); TE uses 1 for e == 0
 // (transformer_engine/common/utils.cuh exp2f_rcp).
 FP8SCOPE_HD float e8m0_quantize_scale(std::uint8_t e) {
-  if (e == 0) return 1.0f;
-  return bits_float(static_cast<std::uint32_t>(254 - e) << 23);
+  return e == 0 ? 1.0f : bits_float((static_cast<std::uint32_t>(254 - e) & 0xFFu) << 23);
 }
 
 }  // namespace fp8scope

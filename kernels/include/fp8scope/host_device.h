@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <cstring>
 
+// On the host the functions are always inlined: the CPU engine compiles them into several copies
+// for different ISA levels (AVX2, AVX-512, ...), and an out-of-line copy shared through the
+// linker could hand AVX-512 code to a CPU without it.
 #if defined(__CUDACC__)
 #define FP8SCOPE_HD __host__ __device__ __forceinline__
 #else
-#define FP8SCOPE_HD inline
+#define FP8SCOPE_HD inline __attribute__((always_inline))
 #endif
 
 namespace fp8scope {
@@ -31,7 +34,9 @@ FP8SCOPE_HD float bits_float(std::uint32_t u) {
 // Products and sums that must round on their own. The numerics contract rounds x*s to fp32 before
 // the cast and Q*(1/s) before the error; a fused multiply-add would skip those roundings. Host code
 // is compiled with -ffp-contract=off; on the device the _rn intrinsics are never contracted.
-FP8SCOPE_HD float mul_rn(float a, float b) {
+// V is float, or on the host a vector of floats (lanes.h).
+template <class V>
+FP8SCOPE_HD V mul_rn(V a, V b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
@@ -39,7 +44,8 @@ FP8SCOPE_HD float mul_rn(float a, float b) {
 #endif
 }
 
-FP8SCOPE_HD float add_rn(float a, float b) {
+template <class V>
+FP8SCOPE_HD V add_rn(V a, V b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else

@@ -17,12 +17,12 @@ FP8SCOPE_HD bool is_finite(float v) { return (float_bits(v) & 0x7F800000u) != 0x
 // a = max(amax, eps); s = 1 if a is 0, Inf or NaN, else RN(fmax / a); Inf -> FLT_MAX; optionally
 // rounded down to a power of two by clearing the mantissa bits.
 FP8SCOPE_HD float current_scale(float amax, float fmax, bool power_of_2, float epsilon) {
-  float a = amax < epsilon ? epsilon : amax;
-  if (a == 0.0f || !is_finite(a)) return 1.0f;
-  float s = fmax / a;
-  if (!is_finite(s)) s = (s != s) ? 1.0f : kFloatMax;
-  if (power_of_2) s = bits_float(float_bits(s) & 0xFF800000u);
-  return s;
+  const float a = amax < epsilon ? epsilon : amax;
+  const bool usable = (a != 0.0f) & is_finite(a);  // false for 0, Inf and NaN
+  float s = fmax / (usable ? a : 1.0f);
+  s = is_finite(s) ? s : kFloatMax;  // a finite positive a cannot give NaN
+  s = usable ? s : 1.0f;
+  return power_of_2 ? bits_float(float_bits(s) & 0xFF800000u) : s;
 }
 
 // Delayed scaling's update, TE transformer_engine/common/recipe/delayed_scaling.cu:

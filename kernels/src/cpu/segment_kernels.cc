@@ -1,22 +1,27 @@
-// Compiled once per ISA level; FP8SCOPE_ISA names the copy (see kernels/CMakeLists.txt).
+// Compiled once per ISA level; FP8SCOPE_ISA names the copy and FP8SCOPE_VECTOR_BYTES its vector
+// width (see kernels/CMakeLists.txt). The loops run the shared FP8 math (quantize_element.h) on
+// whole vectors; each ends with a scalar tail that runs the same math on single floats.
 #include "segment_kernels.h"
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "fp8scope/quantize_element.h"
 #include "fp8scope/scale_rules.h"
+#include "vector_sums.h"
 
 namespace fp8scope::cpu::FP8SCOPE_ISA {
 namespace {
 
-constexpr float kInf = __builtin_inff();
-constexpr std::uint8_t kNoBin = kHistogramBins;  // zero and non-finite elements are not binned
+constexpr std::uint32_t kNoBin = kHistogramBins;  // zero and non-finite elements are not binned
+constexpr std::uint32_t kAbsMask = 0x7FFFFFFFu;
+constexpr std::uint32_t kInfBits = 0x7F800000u;
+constexpr std::uint32_t kFloatMaxBits = 0x7F7FFFFFu;
 
 template <class T, class Convert>
 void convert_loop(const void* data, std::int64_t first, int n, float* out, Convert convert) {
   const T* src = static_cast<const T*>(data) + first;
-#pragma omp simd
   for (int i = 0; i < n; ++i) out[i] = convert(src[i]);
 }
 
@@ -33,8 +38,8 @@ struct Fp8Table {
 void to_float(const void* data, DType dtype, float scale_inv, std::int64_t first, int n, float* out) {
   switch (dtype) {
     case DType::kF32: std::memcpy(out, static_cast<const float*>(data) + first, sizeof(float) * n); return;
-    case DType::kBF16: convert_loop<std::uint16_t>(data, first, n, out, bf16_to_float); return;
-    case DType::kF16: convert_loop<std::uint16_t>(data, first, n, out, half_to_float); return;
+    case DType::kBF16: convert_loop<std::uint16_t>(data, first, n, out, [](std::uint16_t h) { return bf16_to_float(h); }); return;
+    case DType::kF16: convert_loop<std::uint16_t>(data, first, n, out, [](std::uint16_t h) { return half_to_float(h); }); return;
     case DType::kF64: convert_loop<double>(data, first, n, out, [](double v) { return static_cast<float>(v); }); return;
     case DType::kE4M3:
     case DType::kE5M2: {
@@ -47,44 +52,90 @@ void to_float(const void* data, DType dtype, float scale_inv, std::int64_t first
   }
 }
 
-void add_moments(const float* x, int n, TensorMoments* into) {
-  std::uint32_t nan = 0, inf = 0, finite = 0, nonzero = 0;
-  float amax = 0.0f, amin = kFloatMax;
-  double sum = 0.0, squares = 0.0;
-#pragma omp simd reduction(+ : nan, inf, finite, nonzero, sum, squares) reduction(max : amax) reduction(min : amin)
-  for (int i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    const bool is_nan = x[i] != x[i];
-    const bool ok = a < kInf;
-    nan += is_nan;
-    inf += a == kInf;
-    finite += ok;
-    nonzero += ok && a != 0.0f;
-    amax = std::fmax(amax, ok ? a : 0.0f);
-    amin = std::fmin(amin, (ok && a != 0.0f) ? a : kFloatMax);
-    const double v = ok ? x[i] : 0.0;
-    sum += v;
-    squares += v * v;
-  }
+// ---- Moments ------------------------------------------------------------------------------------
+
+struct MomentLanes {
+  I32V nan{}, inf{}, zero{};  // negative counts
+  U32V amax{};                // |x| bits: for non-negative floats integer order is float order
+  U32V amin = splat<U32V>(kFloatMaxBits);
+  F64V sum[2] = {}, squares[2] = {};
+};
+
+inline void add_moment_lanes(MomentLanes& m, F32V x) {
+  const U32V bits = Lanes<F32V>::to_bits(x) & kAbsMask;
+  const I32V finite = bits < kInfBits;
+  const I32V zero = bits == 0u;
+  m.nan += bits > kInfBits;
+  m.inf += bits == kInfBits;
+  m.zero += zero;
+  const U32V finite_bits = finite ? bits : U32V{};
+  m.amax = finite_bits > m.amax ? finite_bits : m.amax;
+  const U32V nonzero_bits = (finite & ~zero) ? bits : splat<U32V>(kFloatMaxBits);
+  m.amin = nonzero_bits < m.amin ? nonzero_bits : m.amin;
+  const F32V v = finite ? x : F32V{};
+  const F64V lo = widen_low(v), hi = widen_high(v);
+  m.sum[0] += lo;
+  m.sum[1] += hi;
+  m.squares[0] += lo * lo;
+  m.squares[1] += hi * hi;
+}
+
+void add_moments(const float* __restrict x, int n, TensorMoments* into) {
+  MomentLanes lanes;
+  int i = 0;
+  for (; i + kWidth <= n; i += kWidth) add_moment_lanes(lanes, load<F32V>(x + i));
   TensorMoments m;
   m.numel = static_cast<std::uint64_t>(n);
-  m.nan = nan;
-  m.inf = inf;
-  m.finite = finite;
-  m.nonzero = nonzero;
-  m.amax = amax;
-  m.amin = amin;
+  m.nan = count_lanes(lanes.nan);
+  m.inf = count_lanes(lanes.inf);
+  std::uint64_t zero = count_lanes(lanes.zero);
+  std::uint32_t amax_bits = 0, amin_bits = kFloatMaxBits;
+  for (int k = 0; k < kWidth; ++k) {
+    amax_bits = lanes.amax[k] > amax_bits ? lanes.amax[k] : amax_bits;
+    amin_bits = lanes.amin[k] < amin_bits ? lanes.amin[k] : amin_bits;
+  }
+  double sum = add_lanes(lanes.sum[0]) + add_lanes(lanes.sum[1]);
+  double squares = add_lanes(lanes.squares[0]) + add_lanes(lanes.squares[1]);
+  for (; i < n; ++i) {
+    const std::uint32_t bits = float_bits(x[i]) & kAbsMask;
+    m.nan += bits > kInfBits;
+    m.inf += bits == kInfBits;
+    if (bits >= kInfBits) continue;
+    zero += bits == 0;
+    amax_bits = bits > amax_bits ? bits : amax_bits;
+    if (bits != 0) amin_bits = bits < amin_bits ? bits : amin_bits;
+    sum += x[i];
+    squares += static_cast<double>(x[i]) * x[i];
+  }
+  m.finite = m.numel - m.nan - m.inf;
+  m.nonzero = m.finite - zero;
+  m.amax = bits_float(amax_bits);
+  m.amin = bits_float(amin_bits);
   m.sum = sum;
   m.sum_squares = squares;
-  if (finite > 0) {
-    const double mean = sum / finite;
-    double m2 = 0.0;
-#pragma omp simd reduction(+ : m2)
-    for (int i = 0; i < n; ++i) {
-      const double d = std::fabs(x[i]) < kInf ? x[i] - mean : 0.0;
-      m2 += d * d;
+  if (m.finite > 0) {
+    // Σ(x - mean)² = Σx² - (Σx)²/n loses at most one bit while (Σx)²/n <= Σx²/2; past that (a mean
+    // large against the spread) the segment takes a second pass around its own mean.
+    const double shift = sum * sum / static_cast<double>(m.finite);
+    if (shift <= 0.5 * squares) {
+      m.m2 = squares - shift;
+    } else {
+      const double mean = sum / static_cast<double>(m.finite);
+      F64V acc[2] = {};
+      int k = 0;
+      for (; k + kWidth <= n; k += kWidth) {
+        const F32V v = load<F32V>(x + k);
+        const F64V lo = widen_low(v) - mean, hi = widen_high(v) - mean;
+        // d - d is 0 exactly for a finite d and NaN for NaN or Inf: those lanes add nothing.
+        acc[0] += (lo - lo) == 0.0 ? lo * lo : F64V{};
+        acc[1] += (hi - hi) == 0.0 ? hi * hi : F64V{};
+      }
+      double m2 = add_lanes(acc[0]) + add_lanes(acc[1]);
+      for (; k < n; ++k) {
+        if ((float_bits(x[k]) & kAbsMask) < kInfBits) m2 += (x[k] - mean) * (x[k] - mean);
+      }
+      m.m2 = m2;
     }
-    m.m2 = m2;
   }
   merge(*into, m);
 }
@@ -102,10 +153,15 @@ void block_amax(const float* x, int n, int block, float* out) {
   }
 }
 
+// ---- Histogram ----------------------------------------------------------------------------------
+
 // Counts bins[0..n) into hist. A segment's values cluster in a few binades, so each bin in the
-// segment's range is counted with a vectorized compare-and-sum; a wide spread falls back to
-// scalar increments.
-void add_histogram(const std::uint8_t* bins, int n, std::uint64_t* hist) {
+// segment's range is counted with byte-wide vector compares, eight bins per read of the segment;
+// a spread wider than kMaxVectorBins falls back to scalar increments.
+constexpr int kMaxVectorBins = 32;
+constexpr int kBinsPerRead = 8;
+
+void add_histogram(const std::uint8_t* __restrict bins, int n, std::uint64_t* __restrict hist) {
   std::uint8_t lo = kNoBin, hi = 0;
 #pragma omp simd reduction(min : lo) reduction(max : hi)
   for (int i = 0; i < n; ++i) {
@@ -114,73 +170,166 @@ void add_histogram(const std::uint8_t* bins, int n, std::uint64_t* hist) {
     hi = (b != kNoBin && b > hi) ? b : hi;
   }
   if (lo == kNoBin) return;
-  if (hi - lo < 12) {
-    for (int b = lo; b <= hi; ++b) {
-      std::uint32_t count = 0;
-#pragma omp simd reduction(+ : count)
-      for (int i = 0; i < n; ++i) count += bins[i] == b;
-      hist[b] += count;
+  constexpr int kStep = static_cast<int>(sizeof(U8V));
+  const int full = n / kStep * kStep;
+  if (hi - lo < kMaxVectorBins) {
+    constexpr int kChunk = 255 * kStep;  // a byte counter takes at most 255 hits
+    for (int b = lo; b <= hi; b += kBinsPerRead) {
+      for (int first = 0; first < full; first += kChunk) {
+        const int end = first + kChunk < full ? first + kChunk : full;
+        U8V count[kBinsPerRead] = {};
+        for (int i = first; i < end; i += kStep) {
+          const U8V v = load<U8V>(bins + i);
+          for (int k = 0; k < kBinsPerRead; ++k) {
+            count[k] = (v == static_cast<std::uint8_t>(b + k)) ? count[k] + 1 : count[k];
+          }
+        }
+        for (int k = 0; k < kBinsPerRead && b + k <= hi; ++k) hist[b + k] += add_lanes(count[k]);
+      }
+    }
+  } else {
+    std::uint32_t local[kHistogramBins + 1] = {};
+    for (int i = 0; i < full; ++i) ++local[bins[i]];
+    for (int b = 0; b < kHistogramBins; ++b) hist[b] += local[b];
+  }
+  for (int i = full; i < n; ++i) {
+    if (bins[i] != kNoBin) ++hist[bins[i]];
+  }
+}
+
+// ---- Quantization -------------------------------------------------------------------------------
+
+struct QuantLanes {
+  I32V underflow{}, overflow{}, saturated{};  // negative counts
+  F64V squared_error[2] = {}, dot[2] = {}, dequant_squares[2] = {};
+};
+
+// kMaybeNonFinite: the segment may hold NaN or Inf, which every count and sum must skip; a segment
+// of finite values (the usual case) takes the path without those masks.
+template <const FloatFormat& F, bool kMaybeNonFinite>
+inline void quantize_lanes(QuantLanes& acc, F32V x, F32V scale, F32V scale_inv, std::uint8_t* bins) {
+  const QuantizedElement<F32V> e = quantize_element<F>(x, scale, scale_inv);
+  F32V xv = x, qv = e.dequantized;
+  I32V binned = x != 0.0f;
+  if constexpr (kMaybeNonFinite) {
+    const I32V finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;
+    acc.underflow += finite & e.underflow;
+    acc.overflow += finite & e.overflow;
+    acc.saturated += finite & e.saturated;
+    xv = finite ? x : F32V{};
+    qv = finite ? qv : F32V{};
+    binned &= finite;
+  } else {
+    acc.underflow += e.underflow;
+    acc.overflow += e.overflow;
+    acc.saturated += e.saturated;
+  }
+  const F64V x_lo = widen_low(xv), x_hi = widen_high(xv), q_lo = widen_low(qv), q_hi = widen_high(qv);
+  const F64V d_lo = x_lo - q_lo, d_hi = x_hi - q_hi;
+  acc.squared_error[0] += d_lo * d_lo;
+  acc.squared_error[1] += d_hi * d_hi;
+  acc.dot[0] += x_lo * q_lo;
+  acc.dot[1] += x_hi * q_hi;
+  acc.dequant_squares[0] += q_lo * q_lo;
+  acc.dequant_squares[1] += q_hi * q_hi;
+  const U32V bin = binned ? log2_bin(e.abs_scaled) : splat<U32V>(kNoBin);
+  store(bins, __builtin_convertvector(bin, U8W));
+}
+
+bool all_finite(const float* __restrict x, int n) {
+  std::uint32_t special = 0;  // an all-ones exponent anywhere means NaN or Inf
+#pragma omp simd reduction(| : special)
+  for (int i = 0; i < n; ++i) special |= ((float_bits(x[i]) & kInfBits) == kInfBits) ? 1u : 0u;
+  return special == 0;
+}
+
+void block_scales(const QuantSpec& spec, const float* __restrict amax, int nb, float* __restrict scale,
+                  float* __restrict scale_inv) {
+  const float fmax = format_max(spec.format);
+  if (spec.mode == ScaleMode::kBlockE8M0) {
+    const float reciprocal = 1.0f / fmax;  // TE's max_norm_rcp
+    for (int b = 0; b < nb; ++b) {
+      const std::uint8_t e = mxfp8_block_exponent(amax[b], reciprocal);
+      scale[b] = e8m0_quantize_scale(e);
+      scale_inv[b] = decode_e8m0(e);
     }
     return;
   }
-  std::uint32_t local[4][kHistogramBins + 1] = {};
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    ++local[0][bins[i]];
-    ++local[1][bins[i + 1]];
-    ++local[2][bins[i + 2]];
-    ++local[3][bins[i + 3]];
+  for (int b = 0; b < nb; ++b) {
+    scale[b] = current_scale(amax[b], fmax, spec.power_of_2, spec.epsilon);
+    scale_inv[b] = 1.0f / scale[b];
   }
-  for (; i < n; ++i) ++local[0][bins[i]];
-  for (int b = 0; b < kHistogramBins; ++b) hist[b] += local[0][b] + local[1][b] + local[2][b] + local[3][b];
 }
 
-template <const FloatFormat& F, bool kPerElement>
+template <const FloatFormat& F, bool kPerBlock>
 void quantize_loop(const float* __restrict x, int n, const float* __restrict scale,
-                   const float* __restrict scale_inv, QuantStats* into) {
-  std::uint8_t bins[kSegmentCols];
-  std::uint32_t under = 0, over = 0, saturated = 0;
-  double squared_error = 0.0, dot = 0.0, dequant_squares = 0.0;
-  const float s0 = scale[0], si0 = scale_inv[0];
-#pragma omp simd reduction(+ : under, over, saturated, squared_error, dot, dequant_squares)
-  for (int i = 0; i < n; ++i) {
-    const float xi = x[i];
-    const QuantizedElement e = quantize_element<F>(xi, kPerElement ? scale[i] : s0, kPerElement ? scale_inv[i] : si0);
-    const bool ok = std::fabs(xi) < kInf;
-    under += ok && e.underflow;
-    over += ok && e.overflow;
-    saturated += ok && e.saturated;
-    const double xd = ok ? xi : 0.0;
-    const double qd = ok ? e.dequantized : 0.0;
-    const double d = xd - qd;
-    squared_error += d * d;
-    dot += xd * qd;
-    dequant_squares += qd * qd;
-    bins[i] = (ok && xi != 0.0f) ? static_cast<std::uint8_t>(log2_bin(e.abs_scaled)) : kNoBin;
+                   const float* __restrict scale_inv, int block_cols, QuantStats* into) {
+  alignas(64) std::uint8_t bins[kSegmentCols];
+  QuantLanes acc[2];
+  const F32V s0 = splat<F32V>(scale[0]), si0 = splat<F32V>(scale_inv[0]);
+  int i = 0;
+  auto run = [&](auto maybe_non_finite) {
+    constexpr bool kMasked = decltype(maybe_non_finite)::value;
+    auto one = [&](QuantLanes& a, int at) {
+      quantize_lanes<F, kMasked>(a, load<F32V>(x + at), kPerBlock ? splat<F32V>(scale[at / block_cols]) : s0,
+                                 kPerBlock ? splat<F32V>(scale_inv[at / block_cols]) : si0, bins + at);
+    };
+    for (; i + 2 * kWidth <= n; i += 2 * kWidth) {  // two vectors in flight
+      one(acc[0], i);
+      one(acc[1], i + kWidth);
+    }
+    for (; i + kWidth <= n; i += kWidth) one(acc[0], i);
+  };
+  if (all_finite(x, n)) {
+    run(std::false_type{});
+  } else {
+    run(std::true_type{});
   }
-  into->underflow += under;
-  into->overflow += over;
-  into->saturated += saturated;
-  into->squared_error += squared_error;
-  into->dot += dot;
-  into->dequant_squares += dequant_squares;
-  add_histogram(bins, n, into->histogram);
+  QuantStats q;
+  for (const QuantLanes& a : acc) {
+    q.underflow += count_lanes(a.underflow);
+    q.overflow += count_lanes(a.overflow);
+    q.saturated += count_lanes(a.saturated);
+    q.squared_error += add_lanes(a.squared_error[0]) + add_lanes(a.squared_error[1]);
+    q.dot += add_lanes(a.dot[0]) + add_lanes(a.dot[1]);
+    q.dequant_squares += add_lanes(a.dequant_squares[0]) + add_lanes(a.dequant_squares[1]);
+  }
+  for (; i < n; ++i) {  // the same math, one float at a time
+    const float xi = x[i];
+    bins[i] = kNoBin;
+    if (!(std::fabs(xi) < __builtin_inff())) continue;
+    const int b = kPerBlock ? i / block_cols : 0;
+    const QuantizedElement<float> e = quantize_element<F>(xi, scale[b], scale_inv[b]);
+    q.underflow += e.underflow;
+    q.overflow += e.overflow;
+    q.saturated += e.saturated;
+    const double d = static_cast<double>(xi) - e.dequantized;
+    q.squared_error += d * d;
+    q.dot += static_cast<double>(xi) * e.dequantized;
+    q.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
+    if (xi != 0.0f) bins[i] = static_cast<std::uint8_t>(log2_bin(e.abs_scaled));
+  }
+  add_histogram(bins, n, q.histogram);
+  q.scale_min = into->scale_min;
+  q.scale_max = into->scale_max;
+  merge(*into, q);
 }
 
-void quantize(Fp8Format format, const float* x, int n, const float* scale, const float* scale_inv, bool per_element,
+void quantize(Fp8Format format, const float* x, int n, const float* scale, const float* scale_inv, int block_cols,
               QuantStats* into) {
+  const bool per_block = block_cols > 0;
   if (format == Fp8Format::kE4M3) {
-    per_element ? quantize_loop<kE4M3, true>(x, n, scale, scale_inv, into)
-                : quantize_loop<kE4M3, false>(x, n, scale, scale_inv, into);
+    per_block ? quantize_loop<kE4M3, true>(x, n, scale, scale_inv, block_cols, into)
+              : quantize_loop<kE4M3, false>(x, n, scale, scale_inv, block_cols, into);
   } else {
-    per_element ? quantize_loop<kE5M2, true>(x, n, scale, scale_inv, into)
-                : quantize_loop<kE5M2, false>(x, n, scale, scale_inv, into);
+    per_block ? quantize_loop<kE5M2, true>(x, n, scale, scale_inv, block_cols, into)
+              : quantize_loop<kE5M2, false>(x, n, scale, scale_inv, block_cols, into);
   }
 }
 
 }  // namespace
 
 extern const SegmentKernels kKernels;
-const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float, add_moments, block_amax, quantize};
+const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float, add_moments, block_amax, block_scales, quantize};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

@@ -5,30 +5,34 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "fp8scope/dtype.h"
 #include "fp8scope/fp8_format.h"
 #include "fp8scope/stats.h"
+#include "fp8scope/stats_engine.h"
 
 namespace fp8scope::cpu {
 
 inline constexpr int kSegmentCols = 4096;
 
 struct SegmentKernels {
-  const char* isa;
+  const char* isa;  // a short name: "x86-64-v4", "x86-64-v3", "baseline"
   // out[i] = fp32(element first + i), i < n.
   void (*to_float)(const void* data, DType dtype, float scale_inv, std::int64_t first, int n, float* out);
-  // Merges the moments of x[0..n) into *into (the segment's own mean for its M2, then Chan).
+  // Merges the moments of x[0..n) into *into.
   void (*add_moments)(const float* x, int n, TensorMoments* into);
   // out[b] = max |x| over block b of `block` elements, as TE computes it: Inf kept, NaN skipped.
   void (*block_amax)(const float* x, int n, int block, float* out);
-  // Quantizes x[0..n) with one scale (per_element false: scale[0], scale_inv[0]) or one per element,
-  // adding the outcome to *into; scale_min/max are the caller's.
+  // scale[b], scale_inv[b] from amax[b], b < nb, by the spec's rule (current scaling or E8M0).
+  void (*block_scales)(const QuantSpec& spec, const float* amax, int nb, float* scale, float* scale_inv);
+  // Quantizes x[0..n) with scale[i / block_cols] (block_cols 0: scale[0] for all), adding the
+  // outcome to *into; block_cols is a multiple of 16, so a vector never straddles two blocks.
   void (*quantize)(Fp8Format format, const float* x, int n, const float* scale, const float* scale_inv,
-                   bool per_element, QuantStats* into);
+                   int block_cols, QuantStats* into);
 };
 
-// The kernels for the best ISA this CPU supports.
-const SegmentKernels& best_segment_kernels();
+// The compiled copies this CPU can run, best first.
+std::vector<const SegmentKernels*> runnable_segment_kernels();
 
 }  // namespace fp8scope::cpu

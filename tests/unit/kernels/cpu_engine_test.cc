@@ -72,27 +72,59 @@ void check_against_reference(const TensorView& t, std::span<const QuantSpec> spe
   }
 }
 
+std::unique_ptr<StatsEngine> engine_with(int threads, const std::string& isa, CpuEngineOptions::Strategy strategy) {
+  CpuEngineOptions options;
+  options.threads = threads;
+  options.isa = isa;
+  options.strategy = strategy;
+  return std::move(make_cpu_engine(options)).value();
+}
+
+void check_case(DType dtype, Distribution dist, Shape shape, Fp8Format format, StatsEngine& engine) {
+  const std::vector<float> values = testing::generate(dist, shape.rows, shape.cols, 42);
+  const float scale_inv = dtype == DType::kE4M3 ? 0.125f : 1.0f;
+  const std::vector<std::uint8_t> bytes = testing::to_bytes(values, dtype, scale_inv);
+  const TensorView t{bytes.data(), dtype, shape.rows, shape.cols, scale_inv};
+  const std::vector<QuantSpec> specs = all_specs(format);
+  TensorAnalysis a;
+  REQUIRE(engine.analyze(t, specs, &a).ok());
+  check_against_reference(t, specs, a);
+}
+
 }  // namespace
 
-TEST_CASE("CPU engine matches the reference", "[cpu_engine]") {
+TEST_CASE("CPU engine matches the reference, element by element and by value counts", "[cpu_engine]") {
   const DType dtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3);
   const Distribution dist = GENERATE(Distribution::kNormal, Distribution::kHeavyTailed, Distribution::kOutlierChannels,
                                      Distribution::kTiny, Distribution::kAllZero, Distribution::kWithNonFinite);
   const Shape shape = GENERATE(Shape{1, 16}, Shape{5, 160}, Shape{217, 256}, Shape{130, 4100});
   const Fp8Format format = GENERATE(Fp8Format::kE4M3, Fp8Format::kE5M2);
-  const int threads = GENERATE(1, 3);
+  const auto strategy = GENERATE(CpuEngineOptions::Strategy::kElementwise, CpuEngineOptions::Strategy::kValueCounts);
   DYNAMIC_SECTION(dtype_name(dtype) << " " << testing::distribution_name(dist) << " " << shape.rows << "x"
-                                    << shape.cols << " " << format_name(format) << " threads=" << threads) {
-    const std::vector<float> values = testing::generate(dist, shape.rows, shape.cols, 42);
-    const float scale_inv = dtype == DType::kE4M3 ? 0.125f : 1.0f;
-    const std::vector<std::uint8_t> bytes = testing::to_bytes(values, dtype, scale_inv);
-    const TensorView t{bytes.data(), dtype, shape.rows, shape.cols, scale_inv};
-    const std::vector<QuantSpec> specs = all_specs(format);
-    auto engine = make_cpu_engine(threads);
-    TensorAnalysis a;
-    REQUIRE(engine->analyze(t, specs, &a).ok());
-    check_against_reference(t, specs, a);
+                                    << shape.cols << " " << format_name(format) << " strategy "
+                                    << static_cast<int>(strategy)) {
+    auto engine = engine_with(3, "", strategy);
+    check_case(dtype, dist, shape, format, *engine);
   }
+}
+
+TEST_CASE("every ISA copy of the inner loops this CPU runs matches the reference", "[cpu_engine]") {
+  const std::string isa = GENERATE(from_range(cpu_isas()));
+  const Distribution dist = GENERATE(Distribution::kOutlierChannels, Distribution::kWithNonFinite, Distribution::kTiny);
+  const Shape shape = GENERATE(Shape{3, 77}, Shape{130, 4100});
+  DYNAMIC_SECTION(isa << " " << testing::distribution_name(dist) << " " << shape.rows << "x" << shape.cols) {
+    auto engine = engine_with(2, isa, CpuEngineOptions::Strategy::kElementwise);
+    check_case(DType::kBF16, dist, shape, Fp8Format::kE4M3, *engine);
+  }
+}
+
+TEST_CASE("an unknown ISA is refused with the list of runnable ones", "[cpu_engine]") {
+  CpuEngineOptions options;
+  options.isa = "riscv";
+  const auto engine = make_cpu_engine(options);
+  REQUIRE(!engine.ok());
+  CHECK(engine.message().find("expected an ISA this CPU runs (") != std::string::npos);
+  CHECK(engine.message().find("baseline") != std::string::npos);
 }
 
 TEST_CASE("a large tensor is split across threads and units, and merges to the reference", "[cpu_engine]") {

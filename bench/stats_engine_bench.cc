@@ -1,0 +1,129 @@
+// Statistics throughput on a BF16 tensor (256 MiB by default) for one recipe and for all five,
+// against memcpy of the same bytes in the same run. Targets: one recipe <= 3x memcpy; all five
+// <= 3.5x one recipe. The ratios are printed as counters ("x_memcpy", "x_one_recipe").
+//   stats_engine_bench [--fp8scope_mib=N] [google benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fp8scope/cpu_engine.h"
+
+using namespace fp8scope;
+
+namespace {
+
+std::size_t g_mib = 256;
+double g_memcpy_seconds = 0.0;
+double g_one_recipe_seconds = 0.0;
+
+// An LLM-activation-like BF16 tensor: unit normal values with a few outlier channels, from a fast
+// deterministic generator (Box-Muller over xorshift).
+const std::vector<std::uint16_t>& tensor() {
+  static const std::vector<std::uint16_t> data = [] {
+    std::vector<std::uint16_t> v(g_mib * 1024 * 1024 / 2);
+    std::uint64_t s = 0x9E3779B97F4A7C15ull;
+    auto uniform = [&] {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      return (static_cast<double>(s >> 11) + 0.5) * 0x1p-53;
+    };
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const double g = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+      const float f = static_cast<float>(g * ((i % 4096) % 331 == 7 ? 300.0 : 1.0));
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      v[i] = static_cast<std::uint16_t>(u >> 16);
+    }
+    return v;
+  }();
+  return data;
+}
+
+TensorView view() {
+  const auto& t = tensor();
+  const std::int64_t cols = 8192;
+  return TensorView{t.data(), DType::kBF16, static_cast<std::int64_t>(t.size()) / cols, cols, 1.0f};
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const auto& t = tensor();
+  std::vector<std::uint16_t> dst(t.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), t.data(), t.size() * 2);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size() * 2));
+  g_memcpy_seconds = 0.0;
+}
+
+void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds) {
+  auto engine = make_cpu_engine();
+  std::vector<QuantSpec> specs;
+  for (RecipeKind k : kinds) {
+    const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(100.0f) : std::nullopt;
+    specs.push_back(quant_spec_for(default_recipe(k), Fp8Format::kE4M3, fixed).value());
+  }
+  const TensorView t = view();
+  TensorAnalysis a;
+  for (auto _ : state) {
+    if (!engine->analyze(t, specs, &a).ok()) state.SkipWithError("analyze failed");
+    benchmark::DoNotOptimize(a.quant.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.numel() * 2));
+}
+
+void BM_OneRecipe(benchmark::State& state) { run_recipes(state, {static_cast<RecipeKind>(state.range(0))}); }
+void BM_AllRecipes(benchmark::State& state) {
+  run_recipes(state, std::vector<RecipeKind>(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds)));
+}
+
+// Reports each run's mean time as a ratio to the baselines measured earlier in the same process.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> out = runs;
+    for (Run& r : out) {
+      const double seconds = r.GetAdjustedRealTime() / 1e9;  // default unit: ns
+      const std::string name = r.benchmark_name();
+      if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
+      if (name.rfind("BM_OneRecipe", 0) == 0) g_one_recipe_seconds = seconds;
+      if (g_memcpy_seconds > 0 && name.rfind("BM_Memcpy", 0) != 0) r.counters["x_memcpy"] = seconds / g_memcpy_seconds;
+      if (g_one_recipe_seconds > 0 && name.rfind("BM_AllRecipes", 0) == 0) {
+        r.counters["x_one_recipe"] = seconds / g_one_recipe_seconds;
+      }
+    }
+    ConsoleReporter::ReportRuns(out);
+  }
+};
+
+}  // namespace
+
+BENCHMARK(BM_Memcpy)->UseRealTime();
+BENCHMARK(BM_OneRecipe)->UseRealTime()->DenseRange(1, 5)->ArgName("recipe");
+BENCHMARK(BM_AllRecipes)->UseRealTime();
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--fp8scope_mib=", 0) == 0) {
+      g_mib = std::strtoul(a.c_str() + 15, nullptr, 10);
+      if (g_mib == 0) g_mib = 1;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
