@@ -10,8 +10,7 @@ namespace fp8scope {
 DelayedScalingState::DelayedScalingState(const Recipe& recipe, Fp8Format format)
     : history_(static_cast<std::size_t>(std::max(recipe.amax_history_length, 1)), 0.0f),
       algo_(recipe.amax_algo),
-      // TE computes fp8_max * std::pow(2.f, -margin) in fp32 (delayed_scaling.cu).
-      scaled_max_(format_max(format) * std::pow(2.0f, -recipe.margin)) {}
+      scaled_max_(scaled_max(format_max(format), recipe.margin)) {}
 
 void DelayedScalingState::update(float amax) {
   history_[0] = amax;

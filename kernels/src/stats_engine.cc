@@ -1,6 +1,7 @@
 #include "fp8scope/stats_engine.h"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace fp8scope {
@@ -25,7 +26,9 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, Fp8Format format, std::op
   switch (recipe.kind) {
     case RecipeKind::kTensorCurrent: spec.mode = ScaleMode::kTensorCurrent; break;
     case RecipeKind::kTensorDelayed:
-      return Status::error("tensor_delayed: expected the scale from the amax history, got none");
+      spec.mode = ScaleMode::kTensorCurrent;
+      spec.margin = recipe.margin;
+      break;
     case RecipeKind::kMxfp8: spec.mode = ScaleMode::kBlockE8M0; break;
     case RecipeKind::kBlock1x128:
     case RecipeKind::kBlock128x128: spec.mode = ScaleMode::kBlockCurrent; break;
@@ -42,6 +45,10 @@ Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> sp
   if (dtype_info(t.dtype) == nullptr) {
     return Status::error("expected a known dtype, got code " + std::to_string(static_cast<int>(t.dtype)));
   }
+  if (reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(dtype_bytes(t.dtype)) != 0) {
+    return Status::error("expected " + std::string(dtype_name(t.dtype)) + " data aligned to " +
+                         std::to_string(dtype_bytes(t.dtype)) + " bytes");
+  }
   if (specs.size() > static_cast<std::size_t>(kMaxSpecsPerCall)) {
     return Status::error("expected at most " + std::to_string(kMaxSpecsPerCall) + " recipes per tensor, got " +
                          std::to_string(specs.size()));
@@ -52,6 +59,9 @@ Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> sp
                   (s.block_cols & (s.block_cols - 1)) != 0)) {
       return Status::error("expected a block of 1 or 128 rows by a power of two of 16..4096 columns, got " +
                            std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols));
+    }
+    if (!std::isfinite(s.margin) || s.margin < 0.0f) {
+      return Status::error("expected a finite margin >= 0, got " + std::to_string(s.margin));
     }
     if (s.mode == ScaleMode::kTensorFixed && !(std::isfinite(s.fixed_scale) && s.fixed_scale > 0.0f)) {
       return Status::error("expected a finite scale > 0, got " + std::to_string(s.fixed_scale));

@@ -2,6 +2,7 @@
 // CPU and CUDA engines. "scale" multiplies the data before the cast; scale_inv dequantizes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "fp8scope/fp8_cast.h"
@@ -24,6 +25,9 @@ FP8SCOPE_HD float current_scale(float amax, float fmax, bool power_of_2, float e
   s = usable ? s : 1.0f;
   return power_of_2 ? bits_float(float_bits(s) & 0xFF800000u) : s;
 }
+
+// fmax * 2^-margin in fp32, as TE's delayed scaling computes it (fp8_max * std::pow(2.f, -margin)).
+inline float scaled_max(float fmax, float margin) { return fmax * std::pow(2.0f, -margin); }
 
 // Delayed scaling's update, TE transformer_engine/common/recipe/delayed_scaling.cu:
 // s' = scaled_max / a when 0 < a < Inf, else the previous scale; Inf -> FLT_MAX.

@@ -42,11 +42,14 @@ struct QuantSpec {
   int block_cols = 0;  // power of two, 16..4096, for block modes
   bool power_of_2 = false;
   float epsilon = 0.0f;
+  float margin = 0.0f;       // current modes: scale = fmax * 2^-margin / amax
   float fixed_scale = 1.0f;  // kTensorFixed only
 };
 
-// The QuantSpec for a (valid) recipe cast to format. A fixed scale overrides per-tensor recipes;
-// delayed scaling needs one (from DelayedScalingState) and gets the error otherwise.
+// The QuantSpec for a (valid) recipe cast to format. A fixed scale overrides per-tensor recipes:
+// delayed scaling's comes from its amax history (DelayedScalingState). Without one, delayed
+// scaling is evaluated at its steady state, the scale its history would hold if this tensor's
+// amax repeated: fmax * 2^-margin / amax, TE's delayed rule applied to this amax.
 Result<QuantSpec> quant_spec_for(const Recipe& recipe, Fp8Format format, std::optional<float> fixed_scale);
 
 inline constexpr int kMaxSpecsPerCall = 8;

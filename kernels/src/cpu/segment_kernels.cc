@@ -255,8 +255,9 @@ void block_scales(const QuantSpec& spec, const float* __restrict amax, int nb, f
     }
     return;
   }
+  const float numerator = scaled_max(fmax, spec.margin);
   for (int b = 0; b < nb; ++b) {
-    scale[b] = current_scale(amax[b], fmax, spec.power_of_2, spec.epsilon);
+    scale[b] = current_scale(amax[b], numerator, spec.power_of_2, spec.epsilon);
     scale_inv[b] = 1.0f / scale[b];
   }
 }

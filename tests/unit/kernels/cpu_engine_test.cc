@@ -25,6 +25,9 @@ std::vector<QuantSpec> all_specs(Fp8Format format) {
         kind == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;  // a stale delayed scale
     specs.push_back(quant_spec_for(default_recipe(kind), format, fixed).value());
   }
+  Recipe steady = default_recipe(RecipeKind::kTensorDelayed);  // delayed scaling at its steady state
+  steady.margin = 2.0f;
+  specs.push_back(quant_spec_for(steady, format, std::nullopt).value());
   return specs;
 }
 
@@ -168,6 +171,9 @@ TEST_CASE("bad requests are refused with a reason", "[cpu_engine]") {
   bad_block.block_rows = 64;
   bad_block.block_cols = 64;
   CHECK(!engine->analyze(TensorView{data, DType::kF32, 1, 4, 1.0f}, {&bad_block, 1}, &a).ok());
+  alignas(4) const std::uint8_t bytes[12] = {};
+  CHECK(engine->analyze(TensorView{bytes + 1, DType::kF32, 1, 2, 1.0f}, {&spec, 1}, &a).message() ==
+        "expected f32 data aligned to 4 bytes");
   const std::vector<QuantSpec> too_many(kMaxSpecsPerCall + 1);
   CHECK(!engine->analyze(TensorView{data, DType::kF32, 1, 4, 1.0f}, too_many, &a).ok());
 }

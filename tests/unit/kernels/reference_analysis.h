@@ -76,7 +76,7 @@ inline Scales scales_from_amax(const QuantSpec& spec, float amax) {
     const std::uint8_t e = e8m0_round_up(amax * (1.0f / fmax));
     return {e8m0_quantize_scale(e), decode_e8m0(e)};
   }
-  const float s = current_scale(amax, fmax, spec.power_of_2, spec.epsilon);
+  const float s = current_scale(amax, scaled_max(fmax, spec.margin), spec.power_of_2, spec.epsilon);
   return {s, 1.0f / s};
 }
 

@@ -1,0 +1,137 @@
+#include "analyze_command.h"
+
+#include <cmath>
+
+#include "analysis_output.h"
+#include "fp8scope/cpu_engine.h"
+#include "fp8scope/recipe_analysis.h"
+#include "fp8scope/tensor_file.h"
+
+namespace fp8scope::cli {
+namespace {
+
+constexpr int kBadInput = 2;
+
+std::string recipe_list() {
+  std::string names;
+  for (RecipeKind k : kAllRecipeKinds) names += std::string(names.empty() ? "" : ", ") + recipe_name(k);
+  return names;
+}
+
+Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
+  const std::optional<Fp8Format> format = format_from_name(o.format);
+  if (!format) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
+  if (o.scale && !(std::isfinite(*o.scale) && *o.scale > 0.0)) {
+    return Status::error("--scale: expected a finite number > 0, got " + std::to_string(*o.scale));
+  }
+  std::vector<RecipeKind> kinds(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds));
+  if (!o.recipes.empty()) {
+    kinds.clear();
+    for (const std::string& name : o.recipes) {
+      const std::optional<RecipeKind> kind = recipe_kind_from_name(name);
+      if (!kind) return Status::error("--recipe: expected one of " + recipe_list() + ", got " + name);
+      kinds.push_back(*kind);
+    }
+  }
+  std::vector<RecipePlan> plans;
+  for (RecipeKind kind : kinds) {
+    RecipePlan p;
+    p.recipe = default_recipe(kind);
+    p.recipe.forward_format = p.recipe.backward_format = *format;
+    p.format = *format;
+    if (o.margin) p.recipe.margin = static_cast<float>(*o.margin);
+    if (o.scale && p.recipe.per_tensor()) p.scale = static_cast<float>(*o.scale);
+    if (Status s = validate(p.recipe); !s.ok()) return Status::error("--margin: " + s.message());
+    plans.push_back(p);
+  }
+  return plans;
+}
+
+Result<std::vector<const FileTensor*>> select(const TensorFile& file, const std::vector<std::string>& names) {
+  std::vector<const FileTensor*> chosen;
+  if (names.empty()) {
+    for (const FileTensor& t : file.tensors()) chosen.push_back(&t);
+  }
+  for (const std::string& name : names) {
+    const FileTensor* t = file.find(name);
+    if (t == nullptr) {
+      std::string known;
+      for (const FileTensor& k : file.tensors()) known += (known.empty() ? "" : ", ") + k.name;
+      return Status::error(file.path() + ": no tensor named '" + name + "' (the file has: " + known + ")");
+    }
+    chosen.push_back(t);
+  }
+  for (const FileTensor* t : chosen) {
+    if (t->dtype && t->numel() == 0) {
+      return Status::error(file.path() + ": tensor '" + t->name + "' is empty (shape " + shape_text(t->shape) + ")");
+    }
+  }
+  return chosen;
+}
+
+}  // namespace
+
+void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
+  CLI::App* cmd = app.add_subcommand("analyze", "What each FP8 recipe does to the tensors of a .npy or .safetensors file");
+  cmd->add_option("FILE", o.file, ".npy or .safetensors file")->required();
+  cmd->add_option("--tensor", o.tensors, "Analyze only this tensor (repeatable); default: every tensor");
+  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_list() + "; default: all");
+  cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2")->capture_default_str();
+  cmd->add_option("--scale", o.scale,
+                  "Scale for the per-tensor recipes (e.g. a delayed scale from an earlier step); default: "
+                  "current scaling, and delayed scaling at its steady state");
+  cmd->add_option("--margin", o.margin, "Delayed scaling margin: scale = fmax * 2^-margin / amax (default 0)");
+  cmd->add_option("--dtype", o.dtype,
+                  "Element type of .npy files NumPy cannot name: bf16 for '<V2'/'<u2', e4m3 or e5m2 for '|V1'/'|u1'");
+  cmd->add_flag("--json", o.json, "JSON Lines: one object per tensor and recipe");
+  cmd->add_option("--threads", o.threads, "CPU threads (default: all)");
+}
+
+int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
+  Result<std::vector<RecipePlan>> plans = plans_from(o);
+  if (!plans.ok()) {
+    err << "fp8scope analyze: " << plans.message() << "\n";
+    return kBadInput;
+  }
+  ReadOptions read;
+  if (!o.dtype.empty()) {
+    read.npy_raw_dtype = dtype_from_name(o.dtype);
+    const bool raw_type = read.npy_raw_dtype && (*read.npy_raw_dtype == DType::kBF16 ||
+                                                 *read.npy_raw_dtype == DType::kE4M3 || *read.npy_raw_dtype == DType::kE5M2);
+    if (!raw_type) {
+      err << "fp8scope analyze: --dtype: expected bf16, e4m3 or e5m2, got " << o.dtype << "\n";
+      return kBadInput;
+    }
+  }
+  Result<TensorFile> file = read_tensor_file(o.file, read);
+  if (!file.ok()) {
+    err << "fp8scope analyze: " << file.message() << "\n";
+    return kBadInput;
+  }
+  Result<std::vector<const FileTensor*>> chosen = select(file.value(), o.tensors);
+  if (!chosen.ok()) {
+    err << "fp8scope analyze: " << chosen.message() << "\n";
+    return kBadInput;
+  }
+  auto engine = make_cpu_engine(o.threads);
+  if (!o.json) out << o.file << "\n";
+  for (const FileTensor* t : chosen.value()) {
+    if (!t->dtype) {
+      o.json ? void(out << skipped_json(o.file, *t).dump() << "\n") : print_skipped(out, *t);
+      continue;
+    }
+    Result<TensorReport> report = analyze_recipes(*engine, t->view(), plans.value());
+    if (!report.ok()) {
+      err << "fp8scope analyze: " << o.file << ": tensor '" << t->name << "': " << report.message() << "\n";
+      return kBadInput;
+    }
+    if (o.json) {
+      for (const RecipeResult& r : report.value().recipes) out << recipe_json(o.file, *t, report.value(), r).dump() << "\n";
+    } else {
+      print_table(out, *t, report.value());
+    }
+  }
+  return 0;
+}
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,30 @@
+// `fp8scope analyze FILE`: what each FP8 recipe would do to the tensors of a .npy or .safetensors
+// file, without a daemon.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace fp8scope::cli {
+
+struct AnalyzeOptions {
+  std::string file;
+  std::vector<std::string> tensors;
+  std::vector<std::string> recipes;
+  std::string format = "e4m3";
+  std::optional<double> scale;
+  std::optional<double> margin;
+  std::string dtype;
+  bool json = false;
+  int threads = 0;
+};
+
+void add_analyze_command(CLI::App& app, AnalyzeOptions& options);
+
+// 0 on success, 2 for bad input (one line on err naming the file and the problem).
+int run_analyze(const AnalyzeOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,210 @@
+// `fp8scope analyze` through the real binary: JSON Lines equal to the golden files on small
+// inputs made here, every real file from the reference writers analyzed or listed as skipped, and
+// every kind of bad input answered with one line naming the file and exit code 2.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../support/process.h"
+#include "../support/temp_dir.h"
+
+using fp8scope::testing::le_bytes;
+using fp8scope::testing::npy_file;
+using fp8scope::testing::ProcessResult;
+using fp8scope::testing::run_process;
+using fp8scope::testing::safetensors_file;
+using fp8scope::testing::TempDir;
+using nlohmann::json;
+
+namespace {
+
+ProcessResult analyze(std::vector<std::string> args) {
+  args.insert(args.begin(), {FP8SCOPE_CLI, "analyze"});
+  return run_process(args);
+}
+
+std::vector<json> lines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+// Numbers within 1e-9 relative (sums may round differently on another ISA); everything else exact.
+void check_same(const json& expected, const json& actual, const std::string& where) {
+  INFO(where);
+  if (expected.is_number_float() || actual.is_number_float()) {
+    REQUIRE(actual.is_number());
+    const double e = expected.get<double>(), a = actual.get<double>();
+    CHECK(std::fabs(a - e) <= 1e-9 * std::fabs(e) + 1e-300);
+  } else if (expected.is_object()) {
+    REQUIRE(actual.is_object());
+    for (const auto& [key, value] : actual.items()) {
+      if (key != "file") CHECK(expected.contains(key));
+    }
+    for (const auto& [key, value] : expected.items()) {
+      if (key == "seconds" || key == "file") continue;
+      REQUIRE(actual.contains(key));
+      check_same(value, actual[key], where + "." + key);
+    }
+  } else if (expected.is_array()) {
+    REQUIRE(actual.is_array());
+    REQUIRE(expected.size() == actual.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) check_same(expected[i], actual[i], where + "[" + std::to_string(i) + "]");
+  } else {
+    CHECK(expected == actual);
+  }
+}
+
+// Compares output with tests/golden/NAME; FP8SCOPE_UPDATE_GOLDEN=1 rewrites the file instead.
+void check_golden(const std::string& name, const std::string& output) {
+  const std::string path = std::string(FP8SCOPE_SOURCE_DIR) + "/tests/golden/" + name;
+  if (std::getenv("FP8SCOPE_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream golden_out(path);
+    for (json line : lines(output)) {
+      line.erase("file");  // a temporary path
+      golden_out << line.dump() << "\n";
+    }
+    WARN("rewrote " << path);
+  }
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::stringstream golden;
+  golden << in.rdbuf();
+  const std::vector<json> expected = lines(golden.str()), actual = lines(output);
+  REQUIRE(expected.size() == actual.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) check_same(expected[i], actual[i], name + ":" + std::to_string(i + 1));
+}
+
+std::string floats(const std::vector<float>& values) {
+  std::string s;
+  for (float v : values) s += le_bytes(v);
+  return s;
+}
+
+// An activation-like 8 x 64 tensor: smooth values with one outlier channel and two tiny ones.
+std::vector<float> activation() {
+  std::vector<float> v;
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 64; ++c) v.push_back(std::sin(0.37f * static_cast<float>(r * 64 + c)) * (c == 5 ? 900.0f : 1.0f) *
+                                             (c == 9 ? 1e-6f : 1.0f));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("analyze --json matches the golden files", "[cli][analyze]") {
+  TempDir dir;
+  SECTION("an f32 activation with an outlier channel, all recipes") {
+    const std::string path = dir.write("activation.npy", npy_file("<f4", false, "(8, 64)", floats(activation())));
+    const ProcessResult r = analyze({path, "--json"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.empty());
+    check_golden("analyze_activation.jsonl", r.out);
+  }
+  SECTION("a safetensors file with NaN, Inf, zeros and an integer tensor, E5M2 with a stale scale") {
+    std::vector<float> g = activation();
+    g[3] = NAN;
+    g[70] = INFINITY;
+    for (int i = 100; i < 140; ++i) g[static_cast<std::size_t>(i)] = 0.0f;
+    const std::string header =
+        R"({"grad": {"dtype": "F32", "shape": [8, 64], "data_offsets": [0, 2048]},)"
+        R"( "step": {"dtype": "I64", "shape": [], "data_offsets": [2048, 2056]}})";
+    const std::string path =
+        dir.write("grads.safetensors", safetensors_file(header, floats(g) + le_bytes(std::int64_t{12})));
+    const ProcessResult r = analyze({path, "--json", "--format", "e5m2", "--scale", "600", "--recipe", "tensor_current",
+                                     "--recipe", "tensor_delayed", "--recipe", "mxfp8"});
+    REQUIRE(r.exit_code == 0);
+    check_golden("analyze_grads_e5m2.jsonl", r.out);
+    const std::vector<json> out = lines(r.out);
+    CHECK(out.back()["skipped"] == "integer tensor");
+    CHECK(out.front()["overflow_ratio"].get<double>() > 0.0);  // scale 600 clips the outlier channel
+  }
+}
+
+TEST_CASE("every real file from the reference writers is analyzed or listed as skipped", "[cli][analyze]") {
+  const std::string dir = fp8scope::testing::shared_testdata();
+  if (dir.empty()) {
+    WARN("skipped: ../shared/testdata/real is not beside this checkout");
+    return;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".npy" && entry.path().extension() != ".safetensors") continue;
+    INFO(path);
+    const ProcessResult r = analyze({path, "--json"});
+    REQUIRE(r.exit_code == 0);
+    for (const json& line : lines(r.out)) {
+      if (line.contains("skipped")) {
+        CHECK(line["dtype"].get<std::string>().find_first_of("IUB") == 0);  // I64, U8, BOOL, ...
+      } else {
+        CHECK(line["numel"].get<std::int64_t>() > 0);
+        CHECK(line.contains("cosine"));
+      }
+    }
+    CHECK(analyze({path}).exit_code == 0);  // and the table
+  }
+  // The README's reference statistics.
+  const ProcessResult r = analyze({dir + "/st_burn_torch_multilayer_f32.safetensors", "--json", "--tensor", "fc1.weight",
+                                   "--recipe", "tensor_current"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(lines(r.out)[0]["amax"].get<double>() == Approx(0.0624892).epsilon(1e-6));
+  const ProcessResult nan_inf = analyze({dir + "/npy_npyio_f64_nan_inf.npy", "--json", "--recipe", "tensor_current"});
+  REQUIRE(nan_inf.exit_code == 0);
+  CHECK(lines(nan_inf.out)[0]["nonfinite"] == 3);
+  CHECK(lines(nan_inf.out)[0]["nan"] == 1);
+}
+
+TEST_CASE("bad input gets one clear line naming the file, and exit code 2", "[cli][analyze]") {
+  TempDir dir;
+  const std::string good = npy_file("<f4", false, "(2,)", floats({1, 2}));
+  struct Case {
+    std::string name, bytes, expect;
+    std::vector<std::string> extra;
+  };
+  const std::vector<Case> cases = {
+      {"missing.npy", "", "cannot open", {}},
+      {"truncated.npy", good.substr(0, good.size() - 2), "truncated", {}},
+      {"header.npy", std::string("\x93NUMPY\x01\x00\x30\x00", 10) + "{'descr': '<f4'", "truncated .npy header", {}},
+      {"bytes.safetensors", safetensors_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})", floats({1, 2})),
+       "shape x dtype is 16 bytes", {}},
+      {"dtype.safetensors", safetensors_file(R"({"w": {"dtype": "F4", "shape": [1], "data_offsets": [0, 1]}})", "x"),
+       "unsupported dtype F4", {}},
+      {"tensor.npy", good, "no tensor named 'nope'", {"--tensor", "nope"}},
+      {"empty.npy", npy_file("<f4", false, "(0, 3)", ""), "is empty", {}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const std::string path = c.name == "missing.npy" ? dir.file(c.name) : dir.write(c.name, c.bytes);
+    std::vector<std::string> args = {path};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    const ProcessResult r = analyze(args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.signal == 0);
+    CHECK(r.out.empty());
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find(path) != std::string::npos);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+  }
+  const std::string path = dir.write("ok.npy", good);
+  CHECK(analyze({path, "--recipe", "int8"}).exit_code == 2);
+  CHECK(analyze({path, "--format", "e3m4"}).exit_code == 2);
+  CHECK(analyze({path, "--scale", "-1"}).exit_code == 2);
+  CHECK(analyze({path, "--dtype", "f32"}).exit_code == 2);
+}
+
+TEST_CASE("all-zero and non-finite tensors are analyzed, not rejected", "[cli][analyze]") {
+  TempDir dir;
+  const ProcessResult zeros = analyze({dir.write("z.npy", npy_file("<f4", false, "(4,)", floats({0, 0, 0, 0}))), "--json"});
+  REQUIRE(zeros.exit_code == 0);
+  const json z = lines(zeros.out)[0];
+  CHECK(z["cosine"] == 1.0);
+  CHECK(z["amin"].is_null());
+  CHECK(z["sqnr_db"].is_null());  // lossless: +Inf, which JSON cannot say
+  const ProcessResult weird =
+      analyze({dir.write("w.npy", npy_file("<f4", false, "(3,)", floats({NAN, INFINITY, 1.0f}))), "--json"});
+  REQUIRE(weird.exit_code == 0);
+  CHECK(lines(weird.out)[0]["nonfinite"] == 2);
+}
