@@ -2,21 +2,34 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "admin_commands.h"
 #include "analyze_command.h"
+#include "push_command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"fp8scope: FP8 numerics for training jobs (https://example.invalid/fp8scope)"};
+  using namespace fp8scope::cli;
+  CLI::App app{"fp8scope: which layers and tensors FP8 hurts, and what to do about it"};
   app.require_subcommand(1);
-  fp8scope::cli::AnalyzeOptions analyze;
-  fp8scope::cli::add_analyze_command(app, analyze);
+  AnalyzeOptions analyze;
+  add_analyze_command(app, analyze);
+  AdminOptions admin;
+  const AdminCommands commands = add_admin_commands(app, admin);
+  PushOptions push;
+  add_push_command(app, push);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
-    return 2;  // usage errors are bad input
+    return kUsage;
   }
-  if (app.got_subcommand("analyze")) return fp8scope::cli::run_analyze(analyze, std::cout, std::cerr);
-  return 2;
+  if (app.got_subcommand("analyze")) return run_analyze(analyze, std::cout, std::cerr);
+  if (app.got_subcommand("push")) return run_push(push, std::cout, std::cerr);
+  if (commands.status->parsed()) return run_status(admin, std::cout, std::cerr);
+  if (commands.tensors->parsed()) return run_tensors(admin, std::cout, std::cerr);
+  if (commands.policy_get->parsed()) return run_policy_get(admin, std::cout, std::cerr);
+  if (commands.policy_set->parsed()) return run_policy_set(admin, std::cout, std::cerr);
+  if (commands.history->parsed()) return run_history(admin, std::cout, std::cerr);
+  return kUsage;
 }

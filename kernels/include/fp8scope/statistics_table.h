@@ -16,6 +16,7 @@ struct Statistic {
   const char* unit;         // "ratio" (0..1), "elements", "value" (the tensor's own unit), "dB", "log2", "1"
   const char* help;
   bool per_recipe;          // false: a property of the tensor alone
+  bool lower_is_worse;      // how ranks combine into one series: the worst rank (min here, else max)
   // NaN when undefined (e.g. the mean of a tensor with no finite element).
   double (*compute)(const TensorMoments& m, const QuantStats& q);
 

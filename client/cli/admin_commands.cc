@@ -1,0 +1,310 @@
+#include "admin_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "fp8scope/statistics_table.h"
+#include "fp8scope/wire.h"
+
+namespace fp8scope::cli {
+namespace {
+
+std::string to_json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+// Runs one admin call with the shared connection handling; `call` returns the gRPC status.
+template <class Call>
+int with_admin(const AdminOptions& o, std::ostream& err, Call call) {
+  Result<ConnectionOptions> conn = resolve(o.connection);
+  if (!conn.ok()) {
+    err << "fp8scope: " << conn.message() << "\n";
+    return kUsage;
+  }
+  Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(conn.value());
+  if (!stub.ok()) {
+    err << "fp8scope: " << stub.message() << "\n";
+    return kUsage;
+  }
+  auto context = call_context(conn.value(), o.connection.timeout_seconds);
+  const grpc::Status s = call(*stub.value(), *context);
+  if (!s.ok()) {
+    err << "fp8scope: " << describe_rpc_error(s, conn.value()) << "\n";
+    return s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kUsage : kUnreachable;
+  }
+  return 0;
+}
+
+std::string number(double v, const char* format = "%.4g") {
+  if (std::isnan(v)) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+double stat(const v1::RecipeStats& r, const char* key) {
+  auto it = r.statistics().find(key);
+  return it == r.statistics().end() ? std::nan("") : it->second;
+}
+
+const v1::RecipeStats* recipe_of(const v1::TensorSummary& t, const std::string& recipe) {
+  for (const auto& r : t.recipes()) {
+    if (r.recipe() == recipe) return &r;
+  }
+  for (const auto& r : t.recipes()) {
+    if (r.recipe() == "observed") return &r;  // FP8 data: what was observed
+  }
+  return nullptr;
+}
+
+void print_policy(std::ostream& out, const v1::Policy& p) {
+  out << "version " << p.version() << "\n";
+  out << "layer_regex " << (p.layer_regex().empty() ? "(every layer)" : p.layer_regex()) << "\n";
+  out << "operands";
+  if (p.operands().empty()) out << " x w dy";
+  for (int op : p.operands()) out << " " << wire::operand_label(static_cast<v1::Operand>(op));
+  out << "\nevery_n_steps " << (p.every_n_steps() == 0 ? 1 : p.every_n_steps()) << "\n";
+  out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
+  out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
+  out << "recipes";
+  if (p.recipes().empty()) out << " (all five)";
+  for (int r : p.recipes()) {
+    if (auto k = wire::from_wire(static_cast<v1::Recipe>(r))) out << " " << recipe_name(*k);
+  }
+  out << "\n";
+}
+
+}  // namespace
+
+AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
+  AdminCommands c;
+  c.status = app.add_subcommand("status", "Daemon status: clients, samples, drops, queue, history");
+  add_connection_flags(c.status, o.connection);
+  c.status->add_flag("--json", o.json, "Print the status as JSON");
+
+  c.tensors = app.add_subcommand("tensors", "Latest statistics of every tensor, worst first");
+  add_connection_flags(c.tensors, o.connection);
+  c.tensors->add_option("--sort", o.sort, "underflow, overflow, mse or cosine (worst first)");
+  c.tensors->add_option("--top", o.top, "Show only the first N");
+  c.tensors->add_option("--recipe", o.recipe, "Recipe whose statistics are shown and sorted (default tensor_current)");
+  c.tensors->add_flag("--json", o.json, "JSON Lines, one tensor per line");
+
+  CLI::App* policy = app.add_subcommand("policy", "Show or change what training processes sample");
+  policy->require_subcommand(1);
+  c.policy_get = policy->add_subcommand("get", "Show the sampling policy");
+  add_connection_flags(c.policy_get, o.connection);
+  c.policy_get->add_flag("--json", o.json, "Print the policy as JSON");
+  c.policy_set = policy->add_subcommand("set", "Change the sampling policy (fields not given keep their value)");
+  add_connection_flags(c.policy_set, o.connection);
+  c.policy_set->add_option("--layer-regex", o.layer_regex, "Sample layers matching this ECMAScript regex ('' = all)");
+  c.policy_set->add_option("--operands", o.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
+  c.policy_set->add_option("--every", o.every, "Sample every N steps");
+  c.policy_set->add_option("--start-step", o.start_step, "First step to sample");
+  c.policy_set->add_option("--end-step", o.end_step, "Stop sampling at this step (0 = never)");
+  c.policy_set->add_option("--bytes-per-step", o.bytes_per_step, "Per-process byte budget per step (0 = no limit)");
+  c.policy_set->add_option("--recipe", o.recipes, "Recipes the daemon evaluates (repeatable; default all five)");
+  c.policy_set->add_flag("--reset", o.reset, "Start from the default policy instead of the current one");
+  c.policy_set->add_flag("--json", o.json, "Print the new policy as JSON");
+
+  c.history = app.add_subcommand("history", "Stored statistic records, oldest first");
+  add_connection_flags(c.history, o.connection);
+  c.history->add_option("--job", o.job, "Only this job");
+  c.history->add_option("--run", o.run, "Only this run");
+  c.history->add_option("--layer", o.layer, "Only layers matching this regex");
+  c.history->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown");
+  c.history->add_option("--operand", o.operand, "x, w or dy");
+  c.history->add_option("--recipe", o.recipe, "Recipe name, or observed");
+  c.history->add_option("--min-step", o.min_step, "First step");
+  c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)");
+  c.history->add_option("--limit", o.limit, "At most this many rows (default 100000)");
+  c.history->add_flag("--csv", o.csv, "CSV with every statistic as a column");
+  return c;
+}
+
+int run_status(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::DaemonStatus s;
+    const grpc::Status st = stub.GetStatus(&ctx, v1::GetStatusRequest(), &s);
+    if (!st.ok()) return st;
+    if (o.json) {
+      out << to_json(s) << "\n";
+      return st;
+    }
+    out << "fp8scoped " << s.daemon_version() << " at " << o.connection.options.endpoint << ", up "
+        << number(s.uptime_seconds(), "%.0f") << " s, backend " << s.backend() << "\n";
+    out << "clients " << s.clients() << "\nsamples received " << s.samples_received() << ", analyzed "
+        << s.samples_analyzed() << "\n";
+    out << "dropped";
+    if (s.samples_dropped().empty()) out << " 0";
+    for (const auto& [reason, n] : s.samples_dropped()) out << " " << reason << "=" << n;
+    out << "\nreceived " << s.received_bytes() << " bytes; queue " << s.queue_bytes() << " of "
+        << s.queue_budget_bytes() << " bytes\n";
+    out << "history " << s.records_stored() << " records in " << s.data_dir() << "\nseries " << s.series()
+        << " (suppressed " << s.series_suppressed() << ")\n";
+    return st;
+  });
+}
+
+int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::ListTensorsRequest req;
+    req.set_sort(o.sort);
+    req.set_top(o.top);
+    req.set_recipe(o.recipe);
+    v1::ListTensorsResponse resp;
+    const grpc::Status st = stub.ListTensors(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    if (o.json) {
+      for (const auto& t : resp.tensors()) out << to_json(t) << "\n";
+      return st;
+    }
+    const std::string recipe = o.recipe.empty() ? "tensor_current" : o.recipe;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-28s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "layer",
+                  "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse", "cosine", "scale",
+                  "current");
+    out << line;
+    for (const auto& t : resp.tensors()) {
+      const v1::RecipeStats* r = recipe_of(t, recipe);
+      if (r == nullptr) continue;
+      std::snprintf(line, sizeof line, "%-28s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
+                    t.key().layer().c_str(), wire::gemm_name(t.key().gemm()), wire::operand_label(t.key().operand()),
+                    t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
+                    number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
+                    number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),
+                    number(r->scale()).c_str(), number(t.scale_current()).c_str());
+      out << line;
+    }
+    return st;
+  });
+}
+
+int run_policy_get(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::Policy p;
+    const grpc::Status st = stub.GetPolicy(&ctx, v1::GetPolicyRequest(), &p);
+    if (st.ok()) o.json ? void(out << to_json(p) << "\n") : print_policy(out, p);
+    return st;
+  });
+}
+
+int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  v1::Policy change;
+  for (const std::string& op : o.operands) {
+    const auto parsed = operand_from_name(op);
+    if (!parsed) {
+      err << "fp8scope policy set: --operands: expected x, w or dy, got " << op << "\n";
+      return kUsage;
+    }
+    change.add_operands(wire::to_wire(*parsed));
+  }
+  for (const std::string& r : o.recipes) {
+    const auto kind = recipe_kind_from_name(r);
+    if (!kind) {
+      err << "fp8scope policy set: --recipe: unknown recipe " << r << "\n";
+      return kUsage;
+    }
+    change.add_recipes(wire::to_wire(*kind));
+  }
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::Policy p;
+    if (!o.reset) {
+      grpc::ClientContext get_ctx;
+      get_ctx.set_deadline(ctx.deadline());
+      authorize(get_ctx, resolve(o.connection).value());
+      const grpc::Status st = stub.GetPolicy(&get_ctx, v1::GetPolicyRequest(), &p);
+      if (!st.ok()) return st;
+    }
+    if (o.layer_regex) p.set_layer_regex(*o.layer_regex);
+    if (!o.operands.empty()) *p.mutable_operands() = change.operands();
+    if (!o.recipes.empty()) *p.mutable_recipes() = change.recipes();
+    if (o.every) p.set_every_n_steps(*o.every);
+    if (o.start_step) p.set_start_step(*o.start_step);
+    if (o.end_step) p.set_end_step(*o.end_step);
+    if (o.bytes_per_step) p.set_max_bytes_per_step(*o.bytes_per_step);
+    v1::SetPolicyRequest req;
+    *req.mutable_policy() = p;
+    v1::Policy result;
+    const grpc::Status st = stub.SetPolicy(&ctx, req, &result);
+    if (st.ok()) o.json ? void(out << to_json(result) << "\n") : print_policy(out, result);
+    return st;
+  });
+}
+
+int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  v1::HistoryQuery q;
+  q.set_job(o.job);
+  q.set_run(o.run);
+  q.set_layer_regex(o.layer);
+  if (!o.gemm.empty()) {
+    const auto g = wire::gemm_from_name(o.gemm);
+    if (!g) {
+      err << "fp8scope history: --gemm: expected fprop, dgrad, wgrad or unknown, got " << o.gemm << "\n";
+      return kUsage;
+    }
+    q.set_gemm(*g);
+  }
+  if (!o.operand.empty()) {
+    const auto op = operand_from_name(o.operand);
+    if (!op) {
+      err << "fp8scope history: --operand: expected x, w or dy, got " << o.operand << "\n";
+      return kUsage;
+    }
+    q.set_operand(wire::to_wire(*op));
+  }
+  q.set_recipe(o.recipe);
+  q.set_min_step(o.min_step);
+  q.set_max_step(o.max_step);
+  q.set_limit(o.limit);
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    auto reader = stub.QueryHistory(&ctx, q);
+    v1::HistoryBatch batch;
+    if (o.csv) {
+      out << "time,job,run,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_current";
+      for (const Statistic& s : statistics()) out << "," << s.key;
+      out << "\n";
+    } else {
+      char line[256];
+      std::snprintf(line, sizeof line, "%7s %-10s %-28s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run",
+                    "layer", "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
+      out << line;
+    }
+    while (reader->Read(&batch)) {
+      for (const v1::HistoryRow& r : batch.rows()) {
+        auto value = [&](const char* key) {
+          auto it = r.statistics().find(key);
+          return it == r.statistics().end() ? std::nan("") : it->second;
+        };
+        if (o.csv) {
+          out << number(r.time(), "%.3f") << "," << r.key().job() << "," << r.key().run() << "," << r.key().rank() << ","
+              << r.step() << "," << r.key().layer() << "," << wire::gemm_name(r.key().gemm()) << ","
+              << wire::operand_label(r.key().operand()) << "," << r.dtype() << "," << r.numel() << "," << r.recipe()
+              << "," << r.format() << "," << number(r.scale(), "%.9g") << "," << number(r.scale_current(), "%.9g");
+          for (const Statistic& s : statistics()) {
+            const double v = value(s.key);
+            out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
+          }
+          out << "\n";
+        } else {
+          char line[512];
+          std::snprintf(line, sizeof line, "%7llu %-10s %-28s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
+                        static_cast<unsigned long long>(r.step()), r.key().run().c_str(), r.key().layer().c_str(),
+                        wire::gemm_name(r.key().gemm()), wire::operand_label(r.key().operand()), r.key().rank(),
+                        r.recipe().c_str(), number(value("underflow_ratio")).c_str(),
+                        number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
+                        number(value("cosine"), "%.6f").c_str());
+          out << line;
+        }
+      }
+    }
+    return reader->Finish();
+  });
+}
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,49 @@
+// The commands that ask fp8scoped about its state: status, tensors, policy get|set, history.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "connection_flags.h"
+
+namespace fp8scope::cli {
+
+struct AdminOptions {
+  ConnectionFlags connection;
+  bool json = false;
+  // tensors
+  std::string sort, recipe;
+  std::uint32_t top = 0;
+  // policy set
+  std::optional<std::string> layer_regex;
+  std::vector<std::string> operands, recipes;
+  std::optional<std::uint64_t> every, start_step, end_step, bytes_per_step;
+  bool reset = false;
+  // history
+  std::string job, run, layer, gemm, operand;
+  std::uint64_t min_step = 0, max_step = 0;
+  std::uint32_t limit = 0;
+  bool csv = false;
+};
+
+struct AdminCommands {
+  CLI::App* status;
+  CLI::App* tensors;
+  CLI::App* policy_get;
+  CLI::App* policy_set;
+  CLI::App* history;
+};
+
+AdminCommands add_admin_commands(CLI::App& app, AdminOptions& options);
+
+int run_status(const AdminOptions& o, std::ostream& out, std::ostream& err);
+int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err);
+int run_policy_get(const AdminOptions& o, std::ostream& out, std::ostream& err);
+int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err);
+int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err);
+
+}  // namespace fp8scope::cli

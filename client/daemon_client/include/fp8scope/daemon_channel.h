@@ -1,0 +1,32 @@
+// How a client (the CLI, the shipper) reaches fp8scoped: the endpoint (unix:///path.sock or
+// HOST:PORT), TLS (a CA to trust, optionally a client certificate) and the bearer token.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "fp8scope/status.h"
+
+namespace fp8scope {
+
+inline constexpr const char* kDefaultEndpoint = "127.0.0.1:7767";
+
+struct ConnectionOptions {
+  std::string endpoint = kDefaultEndpoint;
+  std::string tls_ca;                 // PEM file: use TLS and trust this CA
+  std::string tls_cert, tls_key;      // PEM files: present this client certificate
+  std::string token;                  // bearer token (from --token-file or FP8SCOPE_TOKEN)
+  std::string tls_server_name;        // override the name checked in the server certificate
+};
+
+Result<std::shared_ptr<grpc::Channel>> open_channel(const ConnectionOptions& options);
+
+// Adds the bearer token (if any) to a call.
+void authorize(grpc::ClientContext& context, const ConnectionOptions& options);
+
+// One line for a failed RPC: "cannot reach fp8scoped at E: ..." for UNAVAILABLE, else the status.
+std::string describe_rpc_error(const grpc::Status& status, const ConnectionOptions& options);
+
+}  // namespace fp8scope

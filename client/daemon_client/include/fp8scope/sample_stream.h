@@ -1,0 +1,75 @@
+// The client side of the Ingest stream: Hello, then tensor samples in chunks under the daemon's
+// flow-control window, with every Ack and policy update delivered as it arrives. Used by
+// `fp8scope push` and by the shipper. Synchronous to the caller, with one reader thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+
+#include "fp8scope/daemon_channel.h"
+#include "fp8scope/status.h"
+#include "fp8scope/v1/fp8scope.grpc.pb.h"
+
+namespace fp8scope {
+
+class SampleStream {
+ public:
+  using PolicyListener = std::function<void(const v1::Policy&)>;
+
+  // Connects, sends hello, waits (up to connect_timeout) for the Welcome and the policy.
+  static Result<std::unique_ptr<SampleStream>> open(const ConnectionOptions& options, const v1::Hello& hello,
+                                                    double connect_timeout_seconds = 10.0,
+                                                    PolicyListener on_policy = nullptr);
+  ~SampleStream();
+
+  const v1::Welcome& welcome() const { return welcome_; }
+  v1::Policy policy() const;
+
+  // Sends one sample (chunks of at most welcome().max_chunk_bytes), waiting while more than the
+  // window is unacknowledged. Returns its sample id; an error if the stream broke.
+  Result<std::uint64_t> send(v1::TensorHeader header, std::span<const std::uint8_t> payload);
+  Status send_step(std::uint64_t step);
+  Status send_scalar(std::uint64_t step, const std::string& name, double value);
+  Status send_counters(const v1::ClientCounters& counters);
+
+  // Waits until every sample sent so far is acknowledged (or the timeout passes); returns the
+  // acks by sample id.
+  Result<std::map<std::uint64_t, v1::Ack>> wait_for_acks(double timeout_seconds);
+
+  // Half-closes and collects the final status.
+  Status close();
+
+ private:
+  SampleStream() = default;
+  Status write(const v1::ClientMessage& m);
+  void read_loop();
+
+  ConnectionOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Ingest::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::ServerMessage>> stream_;
+  std::thread reader_;
+  PolicyListener on_policy_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  v1::Welcome welcome_;
+  bool have_welcome_ = false, have_policy_ = false, broken_ = false, closed_ = false;
+  v1::Policy policy_;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t inflight_bytes_ = 0;
+  std::map<std::uint64_t, std::uint64_t> inflight_;  // sample id -> bytes
+  std::map<std::uint64_t, v1::Ack> acks_;
+  std::mutex write_mu_;
+};
+
+}  // namespace fp8scope

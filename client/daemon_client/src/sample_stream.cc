@@ -1,0 +1,173 @@
+#include "fp8scope/sample_stream.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace fp8scope {
+namespace {
+
+std::chrono::steady_clock::time_point after(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SampleStream>> SampleStream::open(const ConnectionOptions& options, const v1::Hello& hello,
+                                                         double connect_timeout_seconds, PolicyListener on_policy) {
+  std::unique_ptr<SampleStream> s(new SampleStream());
+  s->options_ = options;
+  s->on_policy_ = std::move(on_policy);
+  Result<std::shared_ptr<grpc::Channel>> channel = open_channel(options);
+  if (!channel.ok()) return channel.status();
+  s->channel_ = channel.value();
+  if (!s->channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                     std::chrono::milliseconds(static_cast<int>(connect_timeout_seconds * 1000)))) {
+    return Status::error("cannot reach fp8scoped at " + options.endpoint + ": no connection within " +
+                         std::to_string(static_cast<int>(connect_timeout_seconds)) + " s");
+  }
+  s->stub_ = v1::Ingest::NewStub(s->channel_);
+  authorize(s->context_, options);
+  s->stream_ = s->stub_->Stream(&s->context_);
+  v1::ClientMessage m;
+  *m.mutable_hello() = hello;
+  if (!s->stream_->Write(m)) {
+    const grpc::Status st = s->stream_->Finish();
+    return Status::error(describe_rpc_error(st, options));
+  }
+  s->reader_ = std::thread([p = s.get()] { p->read_loop(); });
+  std::unique_lock<std::mutex> lock(s->mu_);
+  const bool ready = s->changed_.wait_until(lock, after(connect_timeout_seconds),
+                                            [&] { return (s->have_welcome_ && s->have_policy_) || s->broken_; });
+  if (!ready || !s->have_welcome_) {
+    lock.unlock();
+    s->context_.TryCancel();
+    s->reader_.join();
+    const grpc::Status st = s->stream_->Finish();
+    return Status::error(st.ok() ? "fp8scoped at " + options.endpoint + " sent no Welcome" : describe_rpc_error(st, options));
+  }
+  return s;
+}
+
+SampleStream::~SampleStream() {
+  if (reader_.joinable()) {
+    context_.TryCancel();
+    reader_.join();
+  }
+}
+
+v1::Policy SampleStream::policy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_;
+}
+
+void SampleStream::read_loop() {
+  v1::ServerMessage m;
+  while (stream_->Read(&m)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (m.has_welcome()) {
+      welcome_ = m.welcome();
+      have_welcome_ = true;
+    } else if (m.has_policy()) {
+      policy_ = m.policy();
+      have_policy_ = true;
+      if (on_policy_) {
+        const v1::Policy p = policy_;
+        lock.unlock();
+        on_policy_(p);
+        lock.lock();
+      }
+    } else if (m.has_ack()) {
+      const auto it = inflight_.find(m.ack().sample_id());
+      if (it != inflight_.end()) {
+        inflight_bytes_ -= it->second;
+        inflight_.erase(it);
+      }
+      acks_[m.ack().sample_id()] = m.ack();
+    }
+    changed_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  broken_ = true;
+  changed_.notify_all();
+}
+
+Status SampleStream::write(const v1::ClientMessage& m) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (!stream_->Write(m)) return Status::error("the stream to fp8scoped at " + options_.endpoint + " broke");
+  return Status();
+}
+
+Result<std::uint64_t> SampleStream::send(v1::TensorHeader header, std::span<const std::uint8_t> payload) {
+  std::uint64_t id;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::uint64_t window = std::max<std::uint64_t>(welcome_.max_inflight_bytes(), 1);
+    changed_.wait(lock, [&] { return broken_ || inflight_bytes_ == 0 || inflight_bytes_ + payload.size() <= window; });
+    if (broken_) return Status::error("the stream to fp8scoped at " + options_.endpoint + " broke");
+    id = next_id_++;
+    inflight_[id] = payload.size();
+    inflight_bytes_ += payload.size();
+  }
+  header.set_payload_bytes(payload.size());
+  const std::size_t chunk = std::max<std::uint64_t>(welcome_.max_chunk_bytes(), 1);
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(chunk, payload.size() - offset);
+    v1::ClientMessage m;
+    v1::TensorChunk* c = m.mutable_chunk();
+    c->set_sample_id(id);
+    if (offset == 0) *c->mutable_header() = header;
+    c->set_offset(offset);
+    c->set_data(payload.data() + offset, n);
+    offset += n;
+    c->set_last(offset == payload.size());
+    if (Status s = write(m); !s.ok()) return s;
+  } while (offset < payload.size());
+  return id;
+}
+
+Status SampleStream::send_step(std::uint64_t step) {
+  v1::ClientMessage m;
+  m.mutable_step()->set_step(step);
+  return write(m);
+}
+
+Status SampleStream::send_scalar(std::uint64_t step, const std::string& name, double value) {
+  v1::ClientMessage m;
+  m.mutable_scalar()->set_step(step);
+  m.mutable_scalar()->set_name(name);
+  m.mutable_scalar()->set_value(value);
+  return write(m);
+}
+
+Status SampleStream::send_counters(const v1::ClientCounters& counters) {
+  v1::ClientMessage m;
+  *m.mutable_counters() = counters;
+  return write(m);
+}
+
+Result<std::map<std::uint64_t, v1::Ack>> SampleStream::wait_for_acks(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_until(lock, after(timeout_seconds), [&] { return inflight_.empty() || broken_; });
+  if (!inflight_.empty()) {
+    return Status::error(std::to_string(inflight_.size()) + " samples were not acknowledged by fp8scoped at " +
+                         options_.endpoint + (broken_ ? " (the stream broke)" : " in time"));
+  }
+  return acks_;
+}
+
+Status SampleStream::close() {
+  if (closed_) return Status();
+  closed_ = true;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    stream_->WritesDone();
+  }
+  reader_.join();
+  const grpc::Status st = stream_->Finish();
+  if (!st.ok() && st.error_code() != grpc::StatusCode::CANCELLED) return Status::error(describe_rpc_error(st, options_));
+  return Status();
+}
+
+}  // namespace fp8scope

@@ -1,0 +1,141 @@
+#include "admin_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+
+#include "fp8scope/statistics_table.h"
+#include "fp8scope/wire.h"
+
+namespace fp8scope::server {
+namespace {
+
+constexpr std::uint32_t kMaxHistoryRows = 200000;
+constexpr int kRowsPerBatch = 500;
+
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// Sends prepared batches one after another, then finishes.
+class BatchWriter final : public grpc::ServerWriteReactor<v1::HistoryBatch> {
+ public:
+  BatchWriter(std::deque<v1::HistoryBatch> batches, grpc::Status status)
+      : batches_(std::move(batches)), status_(std::move(status)) {
+    next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    batches_.pop_front();
+    next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void next() {
+    if (batches_.empty() || !status_.ok()) {
+      Finish(status_);
+    } else {
+      StartWrite(&batches_.front());
+    }
+  }
+  std::deque<v1::HistoryBatch> batches_;
+  grpc::Status status_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* context, const v1::GetStatusRequest*,
+                                                  v1::DaemonStatus* r) {
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
+  r->set_daemon_version(deps_.daemon_version);
+  r->set_uptime_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  r->set_backend(deps_.backend);
+  r->set_clients(static_cast<std::uint32_t>(deps_.health->clients()));
+  r->set_samples_received(deps_.health->samples_received());
+  r->set_samples_analyzed(deps_.health->samples_analyzed());
+  for (const auto& [reason, n] : deps_.health->dropped()) (*r->mutable_samples_dropped())[reason] = n;
+  r->set_received_bytes(deps_.health->received_bytes());
+  r->set_queue_bytes(deps_.budget->used());
+  r->set_queue_budget_bytes(deps_.budget->capacity());
+  r->set_records_stored(deps_.history->stored());
+  r->set_data_dir(deps_.data_dir);
+  r->set_series(deps_.series->series());
+  r->set_series_suppressed(deps_.series->suppressed());
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext* context,
+                                                    const v1::ListTensorsRequest* request,
+                                                    v1::ListTensorsResponse* response) {
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
+  auto listed = deps_.tensors->list(request->sort(), request->top(), request->recipe());
+  if (!listed.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, listed.message()});
+  for (auto& t : listed.value()) *response->add_tensors() = std::move(t);
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context, const v1::GetPolicyRequest*,
+                                                  v1::Policy* response) {
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
+  *response = deps_.policy->get();
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminService::SetPolicy(grpc::CallbackServerContext* context,
+                                                  const v1::SetPolicyRequest* request, v1::Policy* response) {
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
+  Result<v1::Policy> set = deps_.policy->set(request->policy());
+  if (!set.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, set.message()});
+  *response = set.value();
+  spdlog::info("policy version {} set by {}: {}", response->version(), context->peer(), response->ShortDebugString());
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::CallbackServerContext* context,
+                                                                       const v1::HistoryQuery* q) {
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new BatchWriter({}, a);
+  HistoryFilter f;
+  f.job = q->job();
+  f.run = q->run();
+  f.layer_regex = q->layer_regex();
+  if (q->gemm() != v1::GEMM_UNSPECIFIED) f.gemm = wire::gemm_name(q->gemm());
+  if (q->operand() != v1::OPERAND_UNSPECIFIED) f.operand = wire::operand_label(q->operand());
+  f.recipe = q->recipe();
+  f.min_step = q->min_step();
+  f.max_step = q->max_step();
+  f.limit = q->limit() == 0 || q->limit() > kMaxHistoryRows ? kMaxHistoryRows : q->limit();
+  std::deque<v1::HistoryBatch> batches;
+  const Status s = deps_.history->query(f, [&](const HistoryRecord& r) {
+    if (batches.empty() || batches.back().rows_size() >= kRowsPerBatch) batches.emplace_back();
+    v1::HistoryRow* row = batches.back().add_rows();
+    row->set_time(r.time);
+    v1::TensorKey* key = row->mutable_key();
+    key->set_job(r.job);
+    key->set_run(r.run);
+    key->set_rank(r.rank);
+    key->set_layer(r.layer);
+    key->set_gemm(wire::gemm_from_name(r.gemm).value_or(v1::GEMM_UNKNOWN));
+    if (auto op = operand_from_name(r.operand)) key->set_operand(wire::to_wire(*op));
+    row->set_step(r.step);
+    row->set_dtype(r.dtype);
+    row->set_numel(static_cast<std::uint64_t>(r.numel));
+    row->set_recipe(r.recipe);
+    row->set_format(r.format);
+    row->set_scale(r.scale);
+    row->set_scale_current(r.scale_current);
+    for (std::size_t k = 0; k < statistics().size() && k < r.statistics.size(); ++k) {
+      if (!std::isnan(r.statistics[k])) (*row->mutable_statistics())[statistics()[k].key] = r.statistics[k];
+    }
+    return true;
+  });
+  grpc::Status status = s.ok() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
+  return new BatchWriter(std::move(batches), status);
+}
+
+}  // namespace fp8scope::server

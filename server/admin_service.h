@@ -1,0 +1,52 @@
+// The Admin service: status, tensors, policy, history. Small unary handlers; history streams in
+// batches because it can be large.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "access.h"
+#include "byte_budget.h"
+#include "fp8scope/v1/fp8scope.grpc.pb.h"
+#include "health_metrics.h"
+#include "history_store.h"
+#include "policy_store.h"
+#include "tensor_series.h"
+#include "tensor_table.h"
+
+namespace fp8scope::server {
+
+struct AdminDeps {
+  PolicyStore* policy;
+  TensorTable* tensors;
+  HistoryStore* history;
+  HealthMetrics* health;
+  TensorSeries* series;
+  ByteBudget* budget;
+  const AccessCheck* access;
+  std::string daemon_version;
+  std::string backend;
+  std::string data_dir;
+};
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  explicit AdminService(AdminDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
+                                      v1::DaemonStatus* response) override;
+  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* context, const v1::ListTensorsRequest* request,
+                                        v1::ListTensorsResponse* response) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* context, const v1::GetPolicyRequest* request,
+                                      v1::Policy* response) override;
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* context, const v1::SetPolicyRequest* request,
+                                      v1::Policy* response) override;
+  grpc::ServerWriteReactor<v1::HistoryBatch>* QueryHistory(grpc::CallbackServerContext* context,
+                                                           const v1::HistoryQuery* request) override;
+
+ private:
+  AdminDeps deps_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace fp8scope::server

@@ -1,0 +1,228 @@
+#include "daemon.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "access.h"
+#include "admin_service.h"
+#include "analysis_pipeline.h"
+#include "byte_budget.h"
+#include "fp8scope/cpu_engine.h"
+#include "fp8scope/wire.h"
+#include "health_metrics.h"
+#include "history_store.h"
+#include "ingest_queue.h"
+#include "ingest_service.h"
+#include "policy_store.h"
+#include "server_security.h"
+#include "tensor_series.h"
+#include "tensor_table.h"
+
+namespace fp8scope::server {
+namespace {
+
+// /health: 200 with fp8scope_up 1 while the daemon serves (Kubernetes probes, compose health checks).
+class HealthEndpoint final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::MetricFamily f;
+    f.name = "fp8scope_up";
+    f.help = "1 while fp8scoped is serving.";
+    f.type = prometheus::MetricType::Gauge;
+    prometheus::ClientMetric m;
+    m.gauge.value = 1;
+    f.metric.push_back(m);
+    return {f};
+  }
+};
+
+Result<std::unique_ptr<StatsEngine>> make_engine(const DaemonConfig& c, std::string* backend) {
+  if (c.backend == "cuda") {
+    return Status::error("--backend cuda: this build has no CUDA engine (use --backend auto or cpu)");
+  }
+  if (c.backend == "auto") spdlog::info("backend auto: no CUDA engine in this build, using the CPU");
+  CpuEngineOptions options;
+  options.threads = c.engine_threads;
+  auto engine = make_cpu_engine(options);
+  if (!engine.ok()) return engine.status();
+  *backend = "cpu";
+  return std::move(engine).value();
+}
+
+std::string host_port(const std::string& address, int port) {
+  if (address.rfind("unix:", 0) == 0) return address;
+  return address.substr(0, address.rfind(':')) + ":" + std::to_string(port);
+}
+
+Status write_ready_file(const std::string& path, const std::string& grpc, const std::string& metrics) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"grpc", grpc}, {"metrics", metrics}, {"pid", getpid()}}.dump() << "\n";
+    if (!out) return Status::error("--ready-file " + path + ": cannot write");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::error("--ready-file " + path + ": " + ec.message());
+  return Status();
+}
+
+}  // namespace
+
+struct Daemon::Impl {
+  DaemonConfig config;
+  std::string backend;
+  std::string grpc_address, metrics_address;
+  AccessCheck access{""};
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<HealthEndpoint> health_endpoint = std::make_shared<HealthEndpoint>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<ByteBudget> budget;
+  std::unique_ptr<IngestQueue> queue;
+  std::unique_ptr<StatsEngine> engine;
+  PolicyStore policy;
+  std::unique_ptr<TensorSeries> series;
+  std::unique_ptr<HealthMetrics> health;
+  std::unique_ptr<HistoryStore> history;
+  std::unique_ptr<TensorTable> tensors;
+  std::unique_ptr<AnalysisPipeline> pipeline;
+  std::unique_ptr<IngestService> ingest;
+  std::unique_ptr<AdminService> admin;
+  std::unique_ptr<grpc::Server> server;
+  std::thread housekeeping;
+  std::mutex mu;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+
+  void housekeep() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; })) {
+      series->expire();
+      health->set_series(series->series(), series->suppressed());
+      health->set_records_stored(history->stored());
+      health->set_queue_bytes(budget->used());
+    }
+  }
+};
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Daemon::~Daemon() {
+  if (!impl_) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->stop_cv.notify_all();
+  if (impl_->housekeeping.joinable()) impl_->housekeeping.join();
+  if (impl_->server) impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+std::string Daemon::grpc_address() const { return impl_->grpc_address; }
+std::string Daemon::metrics_address() const { return impl_->metrics_address; }
+
+Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
+  if (Status s = validate(c); !s.ok()) return s;
+  auto d = std::make_unique<Impl>();
+  d->config = c;
+  if (!c.token_file.empty()) {
+    Result<std::string> token = read_token_file(c.token_file);
+    if (!token.ok()) return token.status();
+    d->access = AccessCheck(token.value());
+  }
+  Result<std::shared_ptr<grpc::ServerCredentials>> creds = server_credentials(c);
+  if (!creds.ok()) return creds.status();
+  Result<std::unique_ptr<StatsEngine>> engine = make_engine(c, &d->backend);
+  if (!engine.ok()) return engine.status();
+  d->engine = std::move(engine).value();
+  Result<std::unique_ptr<HistoryStore>> history = HistoryStore::open(c.data_dir);
+  if (!history.ok()) return history.status();
+  d->history = std::move(history).value();
+
+  try {
+    d->exposer = std::make_unique<prometheus::Exposer>(c.metrics);
+  } catch (const std::exception& e) {
+    return Status::error("--metrics " + c.metrics + ": cannot listen: " + e.what());
+  }
+  d->exposer->RegisterCollectable(d->registry, "/metrics");
+  d->exposer->RegisterCollectable(d->health_endpoint, "/health");
+  d->metrics_address = host_port(c.metrics, d->exposer->GetListeningPorts().front());
+
+  d->budget = std::make_unique<ByteBudget>(c.queue_budget_bytes);
+  d->queue = std::make_unique<IngestQueue>(c.analysis_workers);
+  SeriesOptions series_options;
+  series_options.max_series = c.max_series;
+  series_options.ttl = std::chrono::duration<double>(c.series_ttl_seconds);
+  series_options.per_rank = c.per_rank_metrics;
+  d->series = std::make_unique<TensorSeries>(*d->registry, series_options);
+  d->health = std::make_unique<HealthMetrics>(*d->registry, kDaemonVersion, d->backend, c.queue_budget_bytes);
+  d->health->set_records_stored(d->history->stored());
+  d->tensors = std::make_unique<TensorTable>(c.max_series);
+  d->pipeline = std::make_unique<AnalysisPipeline>(PipelineDeps{d->queue.get(), d->budget.get(), d->engine.get(),
+                                                                &d->policy, d->series.get(), d->health.get(),
+                                                                d->history.get(), d->tensors.get()});
+  d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
+                                                         d->history.get(), &d->access,
+                                                         AssemblerLimits{c.max_sample_bytes, wire::kMaxChunkBytes},
+                                                         c.max_inflight_bytes, kDaemonVersion});
+  d->admin = std::make_unique<AdminService>(AdminDeps{&d->policy, d->tensors.get(), d->history.get(), d->health.get(),
+                                                      d->series.get(), d->budget.get(), &d->access, kDaemonVersion,
+                                                      d->backend, c.data_dir});
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(c.listen, creds.value(), &port);
+  builder.RegisterService(d->ingest.get());
+  builder.RegisterService(d->admin.get());
+  // One chunk (4 MiB of data) plus its header; anything larger is refused by gRPC itself.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kMaxChunkBytes + (64 << 10)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  d->server = builder.BuildAndStart();
+  if (!d->server || (c.listen.rfind("unix:", 0) != 0 && port == 0)) {
+    return Status::error("--listen " + c.listen + ": cannot listen (address in use or not valid)");
+  }
+  d->grpc_address = host_port(c.listen, port);
+  d->pipeline->start();
+  d->housekeeping = std::thread([impl = d.get()] { impl->housekeep(); });
+  if (!c.ready_file.empty()) {
+    if (Status s = write_ready_file(c.ready_file, d->grpc_address, d->metrics_address); !s.ok()) return s;
+  }
+  spdlog::info("fp8scoped {} serving gRPC on {}, metrics on http://{}/metrics, backend {}, history {}", kDaemonVersion,
+               d->grpc_address, d->metrics_address, d->backend, d->history->path());
+  return std::unique_ptr<Daemon>(new Daemon(std::move(d)));
+}
+
+int Daemon::run_until(ShutdownSignal& signal) {
+  const int sig = signal.wait();
+  Impl& d = *impl_;
+  spdlog::info("signal {}: stopping; draining the queue for up to {} s", sig, d.config.drain_seconds);
+  const auto drain_deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(d.config.drain_seconds));
+  d.ingest->stop_accepting();
+  // Streams are long-lived: give them a moment to finish their current sample, then cancel them.
+  d.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const std::uint64_t dropped = d.pipeline->drain(drain_deadline);
+  const Status flushed = d.history->flush();
+  if (dropped > 0) spdlog::warn("drain deadline passed: {} queued samples were dropped", dropped);
+  if (!flushed.ok()) {
+    spdlog::error("history flush failed: {}", flushed.message());
+    return 1;
+  }
+  spdlog::info("stopped: {} samples analyzed, {} records in {}", d.health->samples_analyzed(), d.history->stored(),
+               d.history->path());
+  return 0;
+}
+
+}  // namespace fp8scope::server

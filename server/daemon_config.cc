@@ -1,0 +1,108 @@
+#include "daemon_config.h"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <sstream>
+
+namespace fp8scope::server {
+namespace {
+
+// Every option once: its name (flag --name, env FP8SCOPE_NAME with '-' as '_', JSON key), help,
+// and where it lands.
+template <class T>
+void add(CLI::App& app, const std::string& name, T& target, const std::string& help) {
+  std::string env = "FP8SCOPE_" + name;
+  for (char& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  app.add_option("--" + name, target, help)->envname(env)->capture_default_str();
+}
+
+void add_flag(CLI::App& app, const std::string& name, bool& target, const std::string& help) {
+  std::string env = "FP8SCOPE_" + name;
+  for (char& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  app.add_flag("--" + name, target, help)->envname(env);
+}
+
+}  // namespace
+
+bool is_loopback_address(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return true;
+  std::string host = address;
+  if (const auto colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
+  ParsedConfig parsed;
+  DaemonConfig& c = parsed.config;
+  CLI::App app{"fp8scoped: the fp8scope daemon. Receives tensor samples over gRPC, computes FP8 statistics, "
+               "exports Prometheus metrics and keeps history in SQLite."};
+  app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags and FP8SCOPE_* win)");
+  add(app, "listen", c.listen, "gRPC address: unix:///path.sock or HOST:PORT (port 0 picks a free port)");
+  add(app, "metrics", c.metrics, "Prometheus /metrics and /health address, HOST:PORT");
+  add(app, "data-dir", c.data_dir, "Directory of the SQLite history");
+  add(app, "backend", c.backend, "Statistics engine: auto (CUDA when a device exists, else CPU), cpu or cuda");
+  add(app, "device", c.device, "CUDA device index");
+  add(app, "analysis-workers", c.analysis_workers, "Samples analyzed concurrently");
+  add(app, "engine-threads", c.engine_threads, "CPU engine threads per analysis (0 = every core)");
+  add(app, "queue-budget-bytes", c.queue_budget_bytes, "Memory for payloads waiting for analysis; past it samples are dropped and counted");
+  add(app, "max-sample-bytes", c.max_sample_bytes, "Largest accepted sample payload");
+  add(app, "max-inflight-bytes", c.max_inflight_bytes, "Unacknowledged payload a stream may have in flight");
+  add(app, "max-series", c.max_series, "Tensor metric series before new ones are suppressed (and counted)");
+  add(app, "series-ttl-seconds", c.series_ttl_seconds, "Seconds without an update before a series expires");
+  add(app, "drain-seconds", c.drain_seconds, "On SIGTERM/SIGINT: seconds to finish queued samples before exiting");
+  add_flag(app, "per-rank-metrics", c.per_rank_metrics, "Label metrics with rank (default: the worst rank per series)");
+  add(app, "tls-cert", c.tls_cert, "PEM server certificate (enables TLS)");
+  add(app, "tls-key", c.tls_key, "PEM private key of --tls-cert");
+  add(app, "tls-client-ca", c.tls_client_ca, "PEM CA; when given, clients must present a certificate it signed");
+  add(app, "token-file", c.token_file, "File holding a bearer token every RPC must send (authorization: Bearer ...)");
+  add_flag(app, "insecure", c.insecure, "Allow listening on a non-loopback address without TLS or a token");
+  add(app, "ready-file", c.ready_file, "Write {grpc, metrics, pid} as JSON here once serving (for scripts and tests)");
+  add(app, "log-level", c.log_level, "trace, debug, info, warn, error");
+  app.add_flag("--print-metrics-table", c.print_metrics_table, "Print every exported metric as JSON and exit");
+  app.set_version_flag("--version", "fp8scoped 0.1.0");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::ostringstream out, err;
+    parsed.exit_code = app.exit(e, out, err);
+    parsed.exit_now = true;
+    std::cout << out.str();
+    return parsed;
+  } catch (const CLI::CallForVersion& e) {
+    std::ostringstream out, err;
+    parsed.exit_code = app.exit(e, out, err);
+    parsed.exit_now = true;
+    std::cout << out.str();
+    return parsed;
+  } catch (const CLI::ParseError& e) {
+    return Status::error(e.what());
+  }
+  if (auto* opt = app.get_config_ptr(); opt != nullptr && opt->count() > 0) c.config_file = opt->as<std::string>();
+  return parsed;
+}
+
+Status validate(const DaemonConfig& c) {
+  if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
+    return Status::error("--backend: expected auto, cpu or cuda, got " + c.backend);
+  }
+  if (c.analysis_workers < 1 || c.analysis_workers > 64) {
+    return Status::error("--analysis-workers: expected 1..64, got " + std::to_string(c.analysis_workers));
+  }
+  if (c.queue_budget_bytes < c.max_sample_bytes) {
+    return Status::error("--queue-budget-bytes (" + std::to_string(c.queue_budget_bytes) +
+                         ") must be at least --max-sample-bytes (" + std::to_string(c.max_sample_bytes) + ")");
+  }
+  if (c.max_inflight_bytes < (4u << 20)) return Status::error("--max-inflight-bytes: expected at least 4 MiB (one chunk)");
+  if (c.series_ttl_seconds <= 0 || c.drain_seconds < 0) return Status::error("--series-ttl-seconds and --drain-seconds must be positive");
+  if (c.tls_cert.empty() != c.tls_key.empty()) return Status::error("--tls-cert and --tls-key go together");
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) return Status::error("--tls-client-ca needs --tls-cert and --tls-key");
+  const bool protected_remote = !c.tls_cert.empty() || !c.token_file.empty();
+  if (!is_loopback_address(c.listen) && !protected_remote && !c.insecure) {
+    return Status::error("refusing to listen on " + c.listen +
+                         " without TLS or a token: pass --tls-cert/--tls-key or --token-file, or --insecure to accept the risk");
+  }
+  return Status();
+}
+
+}  // namespace fp8scope::server

@@ -1,0 +1,55 @@
+// Everything fp8scoped can be told, with its defaults. Each option is a flag, an FP8SCOPE_*
+// environment variable of the same name, and a key of the optional TOML --config file (flags win
+// over the environment, which wins over the file). Defaults bind loopback only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp8scope/status.h"
+
+namespace fp8scope::server {
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:7767";      // gRPC: unix:///path.sock or HOST:PORT (port 0 = pick one)
+  std::string metrics = "127.0.0.1:9767";     // Prometheus /metrics and /health: HOST:PORT
+  std::string data_dir = "fp8scope-data";     // SQLite history lives here
+  std::string backend = "auto";               // auto | cpu | cuda
+  int device = 0;                             // CUDA device for --backend cuda/auto
+  int analysis_workers = 2;                   // samples analyzed at once
+  int engine_threads = 0;                     // CPU engine threads; 0 = every core
+  std::uint64_t queue_budget_bytes = 1ull << 30;   // payload memory waiting for analysis
+  std::uint64_t max_sample_bytes = 512ull << 20;   // one sample's payload
+  std::uint64_t max_inflight_bytes = 64ull << 20;  // per stream, unacknowledged
+  std::uint64_t max_series = 20000;           // tensor metric series before new ones are suppressed
+  double series_ttl_seconds = 900;            // a series not updated for this long disappears
+  double drain_seconds = 20;                  // on SIGTERM: time to finish queued samples
+  bool per_rank_metrics = false;              // label metrics with rank instead of the worst rank
+  // Remote access, off unless asked for.
+  std::string tls_cert, tls_key, tls_client_ca;  // PEM files; a client CA makes client certs required
+  std::string token_file;                     // bearer token every RPC must carry
+  bool insecure = false;                      // allow a non-loopback listen without TLS or token
+  std::string ready_file;                     // written as JSON {"grpc": ..., "metrics": ..., "pid": ...} once serving
+  std::string log_level = "info";
+  bool print_metrics_table = false;           // print the metrics table as JSON and exit
+
+  std::string config_file;                    // where the above were read from, if anywhere
+};
+
+// Parses argv (and the environment and --config file). Returns the config, or an error that
+// main() prints. --help and --version print their text and set exit_now.
+struct ParsedConfig {
+  DaemonConfig config;
+  bool exit_now = false;  // --help / --version printed
+  int exit_code = 0;
+};
+Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv);
+
+// Checks that need no I/O: addresses, budgets, the remote-access rule.
+Status validate(const DaemonConfig& config);
+
+// True for unix sockets, localhost and 127.0.0.0/8 / ::1 listen addresses.
+bool is_loopback_address(const std::string& address);
+
+}  // namespace fp8scope::server

@@ -1,0 +1,73 @@
+#include "health_metrics.h"
+
+#include "metrics_table.h"
+
+namespace fp8scope::server {
+namespace {
+
+template <class Builder>
+auto& family(Builder builder, const char* name, prometheus::Registry& registry) {
+  return builder.Name(name).Help(find_metric(name)->help).Register(registry);
+}
+
+}  // namespace
+
+HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version, const std::string& backend,
+                             std::uint64_t queue_budget_bytes)
+    : samples_(family(prometheus::BuildCounter(), "fp8scope_samples_total", r).Add({})),
+      analyzed_(family(prometheus::BuildCounter(), "fp8scope_samples_analyzed_total", r).Add({})),
+      dropped_family_(family(prometheus::BuildCounter(), "fp8scope_samples_dropped_total", r)),
+      bytes_(family(prometheus::BuildCounter(), "fp8scope_received_bytes_total", r).Add({})),
+      queue_bytes_(family(prometheus::BuildGauge(), "fp8scope_queue_bytes", r).Add({})),
+      // Analysis latency from 100 us to ~100 s.
+      analysis_seconds_(family(prometheus::BuildHistogram(), "fp8scope_analysis_seconds", r)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1,
+                                                                             0.3, 1.0, 3.0, 10.0, 30.0, 100.0})),
+      clients_(family(prometheus::BuildGauge(), "fp8scope_clients", r).Add({})),
+      series_(family(prometheus::BuildGauge(), "fp8scope_series", r).Add({})),
+      suppressed_(family(prometheus::BuildCounter(), "fp8scope_series_suppressed_total", r).Add({})),
+      records_(family(prometheus::BuildCounter(), "fp8scope_records_stored_total", r).Add({})) {
+  family(prometheus::BuildGauge(), "fp8scope_queue_budget_bytes", r).Add({}).Set(static_cast<double>(queue_budget_bytes));
+  family(prometheus::BuildGauge(), "fp8scope_build_info", r).Add({{"version", version}, {"backend", backend}}).Set(1);
+}
+
+void HealthMetrics::sample_received() { samples_.Increment(); }
+
+void HealthMetrics::sample_dropped(const std::string& reason, std::uint64_t count) {
+  dropped_family_.Add({{"reason", reason}}).Increment(static_cast<double>(count));
+  std::lock_guard<std::mutex> lock(mu_);
+  dropped_[reason] += count;
+}
+
+void HealthMetrics::sample_analyzed(double seconds) {
+  analyzed_.Increment();
+  analysis_seconds_.Observe(seconds);
+}
+
+void HealthMetrics::bytes_received(std::uint64_t bytes) { bytes_.Increment(static_cast<double>(bytes)); }
+void HealthMetrics::set_queue_bytes(std::uint64_t bytes) { queue_bytes_.Set(static_cast<double>(bytes)); }
+void HealthMetrics::client_connected() { clients_.Increment(); }
+void HealthMetrics::client_disconnected() { clients_.Decrement(); }
+
+void HealthMetrics::set_series(std::uint64_t series, std::uint64_t suppressed_total) {
+  series_.Set(static_cast<double>(series));
+  const double seen = suppressed_.Value();
+  if (static_cast<double>(suppressed_total) > seen) suppressed_.Increment(static_cast<double>(suppressed_total) - seen);
+}
+
+void HealthMetrics::set_records_stored(std::uint64_t total) {
+  const double seen = records_.Value();
+  if (static_cast<double>(total) > seen) records_.Increment(static_cast<double>(total) - seen);
+}
+
+std::uint64_t HealthMetrics::samples_received() const { return static_cast<std::uint64_t>(samples_.Value()); }
+std::uint64_t HealthMetrics::samples_analyzed() const { return static_cast<std::uint64_t>(analyzed_.Value()); }
+std::map<std::string, std::uint64_t> HealthMetrics::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+std::uint64_t HealthMetrics::received_bytes() const { return static_cast<std::uint64_t>(bytes_.Value()); }
+std::uint64_t HealthMetrics::clients() const { return static_cast<std::uint64_t>(clients_.Value()); }
+std::uint64_t HealthMetrics::records() const { return static_cast<std::uint64_t>(records_.Value()); }
+
+}  // namespace fp8scope::server

@@ -1,0 +1,55 @@
+// The daemon's own health as Prometheus metrics (the rows of metrics_table.cc without tensor
+// labels): throughput, drops by reason, queue, analysis latency, clients.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace fp8scope::server {
+
+class HealthMetrics {
+ public:
+  HealthMetrics(prometheus::Registry& registry, const std::string& version, const std::string& backend,
+                std::uint64_t queue_budget_bytes);
+
+  void sample_received();
+  void sample_dropped(const std::string& reason, std::uint64_t count = 1);
+  void sample_analyzed(double seconds);
+  void bytes_received(std::uint64_t bytes);
+  void set_queue_bytes(std::uint64_t bytes);
+  void client_connected();
+  void client_disconnected();
+  void set_series(std::uint64_t series, std::uint64_t suppressed_total);
+  void set_records_stored(std::uint64_t total);
+
+  // For the Admin status: the same numbers the metrics show.
+  std::uint64_t samples_received() const;
+  std::uint64_t samples_analyzed() const;
+  std::map<std::string, std::uint64_t> dropped() const;
+  std::uint64_t received_bytes() const;
+  std::uint64_t clients() const;
+  std::uint64_t records() const;
+
+ private:
+  prometheus::Counter& samples_;
+  prometheus::Counter& analyzed_;
+  prometheus::Family<prometheus::Counter>& dropped_family_;
+  prometheus::Counter& bytes_;
+  prometheus::Gauge& queue_bytes_;
+  prometheus::Histogram& analysis_seconds_;
+  prometheus::Gauge& clients_;
+  prometheus::Gauge& series_;
+  prometheus::Counter& suppressed_;
+  prometheus::Counter& records_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::uint64_t> dropped_;
+};
+
+}  // namespace fp8scope::server

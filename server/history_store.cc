@@ -1,0 +1,337 @@
+#include "history_store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <unordered_map>
+
+#include "fp8scope/statistics_table.h"
+#include "fp8scope/stats.h"
+
+namespace fp8scope::server {
+namespace {
+
+const char* kCreate = R"sql(
+PRAGMA journal_mode=WAL;
+PRAGMA synchronous=NORMAL;
+CREATE TABLE IF NOT EXISTS records (
+  id INTEGER PRIMARY KEY, time REAL NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL, rank INTEGER NOT NULL,
+  step INTEGER NOT NULL, layer TEXT NOT NULL, gemm TEXT NOT NULL, operand TEXT NOT NULL, dtype TEXT NOT NULL,
+  numel INTEGER NOT NULL, recipe TEXT NOT NULL, format TEXT NOT NULL, scale REAL, scale_max REAL,
+  scale_current REAL, histogram BLOB);
+CREATE INDEX IF NOT EXISTS records_by_run ON records(run, step);
+CREATE INDEX IF NOT EXISTS records_by_layer ON records(layer, gemm, operand);
+CREATE TABLE IF NOT EXISTS scalars (
+  time REAL NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  name TEXT NOT NULL, value REAL);
+CREATE INDEX IF NOT EXISTS scalars_by_run ON scalars(run, name, step);
+)sql";
+
+Status sql_error(sqlite3* db, const std::string& what) {
+  return Status::error(what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+Status exec(sqlite3* db, const std::string& sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string m = message ? message : "unknown error";
+    sqlite3_free(message);
+    return Status::error("sqlite: " + m);
+  }
+  return Status();
+}
+
+// REGEXP for layer filters, with the compiled patterns of one connection cached.
+void regexp(sqlite3_context* ctx, int, sqlite3_value** argv) {
+  auto* cache = static_cast<std::unordered_map<std::string, std::regex>*>(sqlite3_user_data(ctx));
+  const auto* pattern = reinterpret_cast<const char*>(sqlite3_value_text(argv[0]));
+  const auto* text = reinterpret_cast<const char*>(sqlite3_value_text(argv[1]));
+  if (pattern == nullptr || text == nullptr) return sqlite3_result_int(ctx, 0);
+  auto it = cache->find(pattern);
+  if (it == cache->end()) {
+    try {
+      it = cache->emplace(pattern, std::regex(pattern, std::regex::ECMAScript)).first;
+    } catch (const std::regex_error&) {
+      return sqlite3_result_error(ctx, "invalid regular expression", -1);
+    }
+  }
+  sqlite3_result_int(ctx, std::regex_search(text, it->second) ? 1 : 0);
+}
+
+Result<sqlite3*> open_db(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    Status s = sql_error(db, "cannot open " + path);
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_create_function_v2(db, "regexp", 2, SQLITE_UTF8, new std::unordered_map<std::string, std::regex>, regexp,
+                             nullptr, nullptr,
+                             [](void* p) { delete static_cast<std::unordered_map<std::string, std::regex>*>(p); });
+  return db;
+}
+
+std::string stat_column(const Statistic& s) { return std::string("stat_") + s.key; }
+
+}  // namespace
+
+Result<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) return Status::error("--data-dir " + data_dir + ": cannot create: " + ec.message());
+  const std::string path = data_dir + "/history.sqlite";
+  Result<sqlite3*> w = open_db(path);
+  if (!w.ok()) return w.status();
+  sqlite3* db = w.value();
+  if (Status s = exec(db, kCreate); !s.ok()) {
+    sqlite3_close(db);
+    return Status::error(path + ": " + s.message());
+  }
+  // One column per statistic; a store from an older daemon gains the new ones.
+  for (const Statistic& s : statistics()) {
+    const std::string column = stat_column(s);
+    sqlite3_stmt* probe = nullptr;
+    const std::string sql = "SELECT 1 FROM pragma_table_info('records') WHERE name = '" + column + "'";
+    sqlite3_prepare_v2(db, sql.c_str(), -1, &probe, nullptr);
+    const bool present = sqlite3_step(probe) == SQLITE_ROW;
+    sqlite3_finalize(probe);
+    if (!present) {
+      if (Status st = exec(db, "ALTER TABLE records ADD COLUMN " + column + " REAL"); !st.ok()) {
+        sqlite3_close(db);
+        return Status::error(path + ": " + st.message());
+      }
+    }
+  }
+  Result<sqlite3*> r = open_db(path);
+  if (!r.ok()) {
+    sqlite3_close(db);
+    return r.status();
+  }
+  return std::unique_ptr<HistoryStore>(new HistoryStore(path, db, r.value()));
+}
+
+HistoryStore::HistoryStore(std::string path, sqlite3* write_db, sqlite3* read_db)
+    : path_(std::move(path)), write_db_(write_db), read_db_(read_db) {
+  sqlite3_stmt* count = nullptr;
+  sqlite3_prepare_v2(read_db_, "SELECT COUNT(*) FROM records", -1, &count, nullptr);
+  if (sqlite3_step(count) == SQLITE_ROW) records_ = static_cast<std::uint64_t>(sqlite3_column_int64(count, 0));
+  sqlite3_finalize(count);
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+HistoryStore::~HistoryStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+  sqlite3_close(read_db_);
+  sqlite3_close(write_db_);
+}
+
+void HistoryStore::add(HistoryRecord record) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.emplace_back(std::move(record));
+    ++enqueued_;
+  }
+  wake_.notify_one();
+}
+
+void HistoryStore::add(ScalarRecord record) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.emplace_back(std::move(record));
+    ++enqueued_;
+  }
+  wake_.notify_one();
+}
+
+Status HistoryStore::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const std::uint64_t target = enqueued_;
+  wake_.notify_one();
+  committed_.wait(lock, [&] { return written_ >= target; });
+  return last_error_.empty() ? Status() : Status::error(last_error_);
+}
+
+std::uint64_t HistoryStore::stored() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+void HistoryStore::writer_loop() {
+  for (;;) {
+    std::vector<std::variant<HistoryRecord, ScalarRecord>> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_ || pending_.size() >= 512; });
+      if (pending_.empty() && stopping_) return;
+      while (!pending_.empty() && batch.size() < 4096) {
+        batch.push_back(std::move(pending_.front()));
+        pending_.pop_front();
+      }
+    }
+    if (batch.empty()) continue;
+    const Status s = write_batch(batch);
+    std::lock_guard<std::mutex> lock(mu_);
+    written_ += batch.size();
+    if (!s.ok()) last_error_ = s.message();
+    committed_.notify_all();
+  }
+}
+
+Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarRecord>>& batch) {
+  std::string insert = "INSERT INTO records (time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, "
+                       "format, scale, scale_max, scale_current, histogram";
+  std::string values = ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?";
+  for (const Statistic& s : statistics()) {
+    insert += ", " + stat_column(s);
+    values += ",?";
+  }
+  insert += values + ")";
+  sqlite3_stmt* rec = nullptr;
+  sqlite3_stmt* sc = nullptr;
+  if (sqlite3_prepare_v2(write_db_, insert.c_str(), -1, &rec, nullptr) != SQLITE_OK ||
+      sqlite3_prepare_v2(write_db_, "INSERT INTO scalars VALUES (?,?,?,?,?,?,?)", -1, &sc, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(rec);
+    return sql_error(write_db_, "prepare insert");
+  }
+  Status status = exec(write_db_, "BEGIN");
+  std::uint64_t records = 0;
+  for (auto& item : batch) {
+    if (!status.ok()) break;
+    if (auto* r = std::get_if<HistoryRecord>(&item)) {
+      int i = 1;
+      sqlite3_bind_double(rec, i++, r->time);
+      for (const std::string* t : {&r->job, &r->run}) sqlite3_bind_text(rec, i++, t->c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(rec, i++, r->rank);
+      sqlite3_bind_int64(rec, i++, static_cast<sqlite3_int64>(r->step));
+      for (const std::string* t : {&r->layer, &r->gemm, &r->operand, &r->dtype}) {
+        sqlite3_bind_text(rec, i++, t->c_str(), -1, SQLITE_TRANSIENT);
+      }
+      sqlite3_bind_int64(rec, i++, r->numel);
+      for (const std::string* t : {&r->recipe, &r->format}) sqlite3_bind_text(rec, i++, t->c_str(), -1, SQLITE_TRANSIENT);
+      for (double v : {r->scale, r->scale_max, r->scale_current}) sqlite3_bind_double(rec, i++, v);
+      sqlite3_bind_blob(rec, i++, r->histogram.data(), static_cast<int>(r->histogram.size() * sizeof(std::uint64_t)),
+                        SQLITE_TRANSIENT);
+      for (std::size_t k = 0; k < statistics().size(); ++k) {
+        const double v = k < r->statistics.size() ? r->statistics[k] : std::nan("");
+        std::isnan(v) ? sqlite3_bind_null(rec, i++) : sqlite3_bind_double(rec, i++, v);
+      }
+      if (sqlite3_step(rec) != SQLITE_DONE) status = sql_error(write_db_, "insert record");
+      sqlite3_reset(rec);
+      ++records;
+    } else {
+      const auto& s = std::get<ScalarRecord>(item);
+      sqlite3_bind_double(sc, 1, s.time);
+      sqlite3_bind_text(sc, 2, s.job.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(sc, 3, s.run.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(sc, 4, s.rank);
+      sqlite3_bind_int64(sc, 5, static_cast<sqlite3_int64>(s.step));
+      sqlite3_bind_text(sc, 6, s.name.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_double(sc, 7, s.value);
+      if (sqlite3_step(sc) != SQLITE_DONE) status = sql_error(write_db_, "insert scalar");
+      sqlite3_reset(sc);
+    }
+  }
+  if (status.ok()) status = exec(write_db_, "COMMIT");
+  if (!status.ok()) {
+    (void)exec(write_db_, "ROLLBACK");
+    records = 0;
+  }
+  sqlite3_finalize(rec);
+  sqlite3_finalize(sc);
+  std::lock_guard<std::mutex> lock(mu_);
+  records_ += records;
+  return status;
+}
+
+Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(const HistoryRecord&)>& each) const {
+  std::string sql = "SELECT time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
+                    "scale_max, scale_current, histogram";
+  for (const Statistic& s : statistics()) sql += ", " + stat_column(s);
+  sql += " FROM records WHERE step >= ?1 AND (?2 = 0 OR step <= ?2) AND (?3 = '' OR job = ?3) AND (?4 = '' OR run = ?4)"
+         " AND (?5 = '' OR layer REGEXP ?5) AND (?6 = '' OR gemm = ?6) AND (?7 = '' OR operand = ?7)"
+         " AND (?8 = '' OR recipe = ?8) ORDER BY id LIMIT ?9";
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(read_db_, sql.c_str(), -1, &q, nullptr) != SQLITE_OK) return sql_error(read_db_, "query");
+  sqlite3_bind_int64(q, 1, static_cast<sqlite3_int64>(f.min_step));
+  sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(f.max_step));
+  int i = 3;
+  for (const std::string* t : {&f.job, &f.run, &f.layer_regex, &f.gemm, &f.operand, &f.recipe}) {
+    sqlite3_bind_text(q, i++, t->c_str(), -1, SQLITE_TRANSIENT);
+  }
+  sqlite3_bind_int64(q, 9, f.limit == 0 ? 100000 : f.limit);
+  auto text = [&](int col) {
+    const auto* t = reinterpret_cast<const char*>(sqlite3_column_text(q, col));
+    return std::string(t ? t : "");
+  };
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    HistoryRecord r;
+    r.time = sqlite3_column_double(q, 0);
+    r.job = text(1);
+    r.run = text(2);
+    r.rank = static_cast<std::uint32_t>(sqlite3_column_int64(q, 3));
+    r.step = static_cast<std::uint64_t>(sqlite3_column_int64(q, 4));
+    r.layer = text(5);
+    r.gemm = text(6);
+    r.operand = text(7);
+    r.dtype = text(8);
+    r.numel = sqlite3_column_int64(q, 9);
+    r.recipe = text(10);
+    r.format = text(11);
+    r.scale = sqlite3_column_double(q, 12);
+    r.scale_max = sqlite3_column_double(q, 13);
+    r.scale_current = sqlite3_column_double(q, 14);
+    const auto* blob = static_cast<const std::uint64_t*>(sqlite3_column_blob(q, 15));
+    r.histogram.assign(blob, blob + sqlite3_column_bytes(q, 15) / static_cast<int>(sizeof(std::uint64_t)));
+    for (std::size_t k = 0; k < statistics().size(); ++k) {
+      const int col = 16 + static_cast<int>(k);
+      r.statistics.push_back(sqlite3_column_type(q, col) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(q, col));
+    }
+    if (!each(r)) break;
+  }
+  Status s = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? Status() : sql_error(read_db_, "query");
+  sqlite3_finalize(q);
+  return s;
+}
+
+Status HistoryStore::query_scalars(const std::string& run, const std::string& name,
+                                   const std::function<bool(const ScalarRecord&)>& each) const {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(read_db_,
+                         "SELECT time, job, run, rank, step, name, value FROM scalars WHERE (?1 = '' OR run = ?1) "
+                         "AND (?2 = '' OR name = ?2) ORDER BY step, rank",
+                         -1, &q, nullptr) != SQLITE_OK) {
+    return sql_error(read_db_, "query scalars");
+  }
+  sqlite3_bind_text(q, 1, run.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 2, name.c_str(), -1, SQLITE_TRANSIENT);
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    ScalarRecord s;
+    s.time = sqlite3_column_double(q, 0);
+    s.job = reinterpret_cast<const char*>(sqlite3_column_text(q, 1));
+    s.run = reinterpret_cast<const char*>(sqlite3_column_text(q, 2));
+    s.rank = static_cast<std::uint32_t>(sqlite3_column_int64(q, 3));
+    s.step = static_cast<std::uint64_t>(sqlite3_column_int64(q, 4));
+    s.name = reinterpret_cast<const char*>(sqlite3_column_text(q, 5));
+    s.value = sqlite3_column_double(q, 6);
+    if (!each(s)) break;
+  }
+  Status st = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? Status() : sql_error(read_db_, "query scalars");
+  sqlite3_finalize(q);
+  return st;
+}
+
+}  // namespace fp8scope::server

@@ -1,0 +1,90 @@
+// Every computed record, kept in SQLite (WAL) in the daemon's data dir for reports, baselines and
+// `fp8scope history`. Writes are queued and committed in batches by one writer thread, so the
+// analysis never waits on the disk; the columns of the statistics come from the statistics table,
+// and a store created by an older daemon gains the columns it lacks.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "fp8scope/status.h"
+
+struct sqlite3;
+
+namespace fp8scope::server {
+
+struct HistoryRecord {
+  double time = 0;  // seconds since the Unix epoch
+  std::string job, run;
+  std::uint32_t rank = 0;
+  std::uint64_t step = 0;
+  std::string layer, gemm, operand, dtype;
+  std::int64_t numel = 0;
+  std::string recipe, format;
+  double scale = 0, scale_max = 0, scale_current = 0;
+  std::vector<double> statistics;            // in statistics() order
+  std::vector<std::uint64_t> histogram;      // log2|x*s| bins (kHistogramBins)
+};
+
+struct ScalarRecord {
+  double time = 0;
+  std::string job, run;
+  std::uint32_t rank = 0;
+  std::uint64_t step = 0;
+  std::string name;
+  double value = 0;
+};
+
+struct HistoryFilter {
+  std::string job, run, layer_regex, gemm, operand, recipe;  // "" = any
+  std::uint64_t min_step = 0, max_step = 0;                  // max 0 = no bound
+  std::uint32_t limit = 100000;
+};
+
+class HistoryStore {
+ public:
+  static Result<std::unique_ptr<HistoryStore>> open(const std::string& data_dir);
+  ~HistoryStore();
+  HistoryStore(const HistoryStore&) = delete;
+  HistoryStore& operator=(const HistoryStore&) = delete;
+
+  void add(HistoryRecord record);
+  void add(ScalarRecord record);
+  // Returns once everything added so far is committed.
+  Status flush();
+
+  // Records matching the filter, oldest first; `each` returns false to stop.
+  Status query(const HistoryFilter& filter, const std::function<bool(const HistoryRecord&)>& each) const;
+  Status query_scalars(const std::string& run, const std::string& name,
+                       const std::function<bool(const ScalarRecord&)>& each) const;
+
+  std::uint64_t stored() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  HistoryStore(std::string path, sqlite3* write_db, sqlite3* read_db);
+  void writer_loop();
+  Status write_batch(std::vector<std::variant<HistoryRecord, ScalarRecord>>& batch);
+
+  std::string path_;
+  sqlite3* write_db_;
+  sqlite3* read_db_;
+  mutable std::mutex read_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_, committed_;
+  std::deque<std::variant<HistoryRecord, ScalarRecord>> pending_;
+  std::uint64_t enqueued_ = 0, written_ = 0, records_ = 0;
+  bool stopping_ = false;
+  std::string last_error_;
+  std::thread writer_;
+};
+
+}  // namespace fp8scope::server

@@ -1,0 +1,57 @@
+#include "ingest_queue.h"
+
+#include <functional>
+#include <string>
+
+namespace fp8scope::server {
+
+IngestQueue::IngestQueue(int shards) {
+  for (int i = 0; i < (shards < 1 ? 1 : shards); ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+std::size_t tensor_key_hash(const Sample& s) {
+  const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
+                          s.header.layer() + '\x1f' + std::to_string(s.header.gemm()) + '\x1f' +
+                          std::to_string(s.header.operand());
+  return std::hash<std::string>{}(key);
+}
+
+void IngestQueue::push(Sample sample) {
+  Shard& s = *shards_[tensor_key_hash(sample) % shards_.size()];
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.samples.push_back(std::move(sample));
+  }
+  s.ready.notify_one();
+}
+
+std::optional<Sample> IngestQueue::pop(int shard) {
+  Shard& s = *shards_[static_cast<std::size_t>(shard)];
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.ready.wait(lock, [&] { return s.closed || !s.samples.empty(); });
+  if (s.samples.empty()) return std::nullopt;
+  Sample out = std::move(s.samples.front());
+  s.samples.pop_front();
+  return out;
+}
+
+void IngestQueue::close() {
+  for (auto& s : shards_) {
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->closed = true;
+    }
+    s->ready.notify_all();
+  }
+}
+
+std::size_t IngestQueue::size() const {
+  std::size_t n = 0;
+  for (const auto& s : shards_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    n += s->samples.size();
+  }
+  return n;
+}
+
+}  // namespace fp8scope::server

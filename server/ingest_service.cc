@@ -1,0 +1,214 @@
+#include "ingest_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include "fp8scope/wire.h"
+#include "sample_validation.h"
+
+namespace fp8scope::server {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage> {
+ public:
+  StreamReactor(const IngestDeps& deps, grpc::CallbackServerContext* context, bool accepting)
+      : deps_(deps), peer_(context->peer()) {
+    grpc::Status access = deps_.access->check(*context);
+    if (!accepting) access = {grpc::StatusCode::UNAVAILABLE, "fp8scoped is shutting down"};
+    if (!access.ok()) {
+      Finish(access);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side (or the stream broke)
+      finish(grpc::Status::OK);
+      return;
+    }
+    const grpc::Status s = handle(in_);
+    if (!s.ok()) {
+      finish(s);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.pop_front();
+    if (!ok) {  // the stream broke: the pending read fails too and finishes it
+      out_.clear();
+      closed_ = true;
+    }
+    if (!out_.empty()) {
+      StartWrite(&out_.front());
+      return;
+    }
+    writing_ = false;
+    if (finish_requested_ && !finish_called_) {
+      finish_called_ = true;
+      Finish(*finish_requested_);
+    }
+  }
+
+  void OnDone() override {
+    if (policy_subscription_ != 0) deps_.policy->unsubscribe(policy_subscription_);
+    if (assembler_ && assembler_->abandon()) deps_.health->sample_dropped("client_gone_mid_sample");
+    if (client_) {
+      deps_.health->client_disconnected();
+      spdlog::info("client {} (job {}, run {}, rank {}) disconnected", peer_, client_->job, client_->run, client_->rank);
+    }
+    delete this;
+  }
+
+ private:
+  grpc::Status handle(const v1::ClientMessage& m) {
+    if (!client_ && !m.has_hello()) {
+      return {grpc::StatusCode::FAILED_PRECONDITION, "the first message of a stream must be Hello"};
+    }
+    switch (m.kind_case()) {
+      case v1::ClientMessage::kHello: return on_hello(m.hello());
+      case v1::ClientMessage::kChunk: on_chunk(m.chunk()); return grpc::Status::OK;
+      case v1::ClientMessage::kStep: {
+        deps_.history->add(ScalarRecord{now_seconds(), client_->job, client_->run, client_->rank, m.step().step(),
+                                        "step_started", now_seconds()});
+        return grpc::Status::OK;
+      }
+      case v1::ClientMessage::kScalar: {
+        if (!valid_label(m.scalar().name())) return grpc::Status::OK;  // counted nowhere: scalars are best effort
+        deps_.history->add(ScalarRecord{now_seconds(), client_->job, client_->run, client_->rank, m.scalar().step(),
+                                        m.scalar().name(), m.scalar().value()});
+        return grpc::Status::OK;
+      }
+      case v1::ClientMessage::kCounters: on_counters(m.counters()); return grpc::Status::OK;
+      case v1::ClientMessage::KIND_NOT_SET: break;
+    }
+    return {grpc::StatusCode::INVALID_ARGUMENT, "empty ClientMessage"};
+  }
+
+  grpc::Status on_hello(const v1::Hello& hello) {
+    if (client_) return {grpc::StatusCode::FAILED_PRECONDITION, "Hello sent twice"};
+    if (std::optional<Refusal> r = check_hello(hello)) {
+      spdlog::warn("client {} refused: {}", peer_, r->message);
+      return {grpc::StatusCode::FAILED_PRECONDITION, r->message};
+    }
+    auto info = std::make_shared<ClientInfo>();
+    info->job = hello.job();
+    info->run = hello.run();
+    info->host = hello.host();
+    info->peer = peer_;
+    info->rank = hello.rank();
+    info->world_size = hello.world_size();
+    info->pid = hello.pid();
+    client_ = info;
+    assembler_.emplace(info, deps_.limits, deps_.budget);
+    deps_.health->client_connected();
+    spdlog::info("client {} connected: job {}, run {}, rank {}/{}, host {}, pid {}", peer_, info->job, info->run,
+                 info->rank, info->world_size, info->host, info->pid);
+    v1::ServerMessage welcome;
+    v1::Welcome* w = welcome.mutable_welcome();
+    w->set_protocol_version(wire::kProtocolVersion);
+    w->set_daemon_version(deps_.daemon_version);
+    w->set_max_chunk_bytes(deps_.limits.max_chunk_bytes);
+    w->set_max_inflight_bytes(deps_.max_inflight_bytes);
+    w->set_max_sample_bytes(deps_.limits.max_sample_bytes);
+    send(std::move(welcome));
+    // The current policy now, and every change later; the listener is removed in OnDone.
+    policy_subscription_ = deps_.policy->subscribe([this](const v1::Policy& p) {
+      v1::ServerMessage m;
+      *m.mutable_policy() = p;
+      send(std::move(m));
+    });
+    v1::ServerMessage policy;
+    *policy.mutable_policy() = deps_.policy->get();
+    send(std::move(policy));
+    return grpc::Status::OK;
+  }
+
+  void on_chunk(const v1::TensorChunk& chunk) {
+    deps_.health->bytes_received(chunk.data().size());
+    for (AssemblerEvent& e : assembler_->add(chunk)) {
+      v1::ServerMessage ack;
+      ack.mutable_ack()->set_sample_id(e.sample_id);
+      if (e.kind == AssemblerEvent::Kind::kComplete) {
+        deps_.health->sample_received();
+        deps_.queue->push(std::move(*e.sample));
+        deps_.health->set_queue_bytes(deps_.budget->used());
+        ack.mutable_ack()->set_outcome(v1::SAMPLE_OUTCOME_ACCEPTED);
+      } else {
+        deps_.health->sample_dropped(e.refusal.reason);
+        const bool dropped = e.kind == AssemblerEvent::Kind::kDropped;
+        ack.mutable_ack()->set_outcome(dropped ? v1::SAMPLE_OUTCOME_DROPPED : v1::SAMPLE_OUTCOME_REJECTED);
+        ack.mutable_ack()->set_reason(e.refusal.reason);
+        if (!dropped) spdlog::warn("client {} sample {} rejected: {}", peer_, e.sample_id, e.refusal.message);
+      }
+      send(std::move(ack));
+    }
+  }
+
+  // The client reports cumulative counts; the metrics get the increase since its last report.
+  void on_counters(const v1::ClientCounters& c) {
+    for (const auto& [reason, total] : c.dropped()) {
+      if (!valid_label(reason) || reason.size() > 64) continue;
+      std::uint64_t& seen = client_dropped_[reason];
+      if (total > seen && client_dropped_.size() <= 32) deps_.health->sample_dropped("client_" + reason, total - seen);
+      seen = std::max(seen, total);
+    }
+  }
+
+  void send(v1::ServerMessage m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    out_.push_back(std::move(m));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+
+  // Finishes once: after the queued writes when one is in flight.
+  void finish(const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finish_called_ || finish_requested_) return;
+    closed_ = true;
+    if (writing_) {
+      finish_requested_ = s;
+    } else {
+      finish_called_ = true;
+      Finish(s);
+    }
+  }
+
+  const IngestDeps& deps_;
+  const std::string peer_;
+  v1::ClientMessage in_;
+  std::shared_ptr<const ClientInfo> client_;
+  std::optional<SampleAssembler> assembler_;
+  std::map<std::string, std::uint64_t> client_dropped_;
+  int policy_subscription_ = 0;
+  std::mutex mu_;
+  std::deque<v1::ServerMessage> out_;
+  bool writing_ = false;
+  bool closed_ = false;  // no more sends
+  bool finish_called_ = false;
+  std::optional<grpc::Status> finish_requested_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* IngestService::Stream(
+    grpc::CallbackServerContext* context) {
+  return new StreamReactor(deps_, context, accepting_.load());
+}
+
+}  // namespace fp8scope::server

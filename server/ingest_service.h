@@ -1,0 +1,46 @@
+// The Ingest service: one reactor per training process's Stream, owning that stream's state
+// (client identity, the sample being reassembled, outgoing messages). It answers Hello with a
+// Welcome and the policy, pushes every later policy change, acknowledges each sample, and never
+// blocks the stream on analysis: complete samples go to the ingest queue.
+#pragma once
+
+#include <atomic>
+
+#include "access.h"
+#include "byte_budget.h"
+#include "fp8scope/v1/fp8scope.grpc.pb.h"
+#include "health_metrics.h"
+#include "history_store.h"
+#include "ingest_queue.h"
+#include "policy_store.h"
+#include "sample_assembler.h"
+
+namespace fp8scope::server {
+
+struct IngestDeps {
+  PolicyStore* policy;
+  ByteBudget* budget;
+  IngestQueue* queue;
+  HealthMetrics* health;
+  HistoryStore* history;
+  const AccessCheck* access;
+  AssemblerLimits limits;
+  std::uint64_t max_inflight_bytes;
+  std::string daemon_version;
+};
+
+class IngestService final : public v1::Ingest::CallbackService {
+ public:
+  explicit IngestService(IngestDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* Stream(grpc::CallbackServerContext* context) override;
+
+  // Refuse new streams (shutdown has begun).
+  void stop_accepting() { accepting_ = false; }
+
+ private:
+  IngestDeps deps_;
+  std::atomic<bool> accepting_{true};
+};
+
+}  // namespace fp8scope::server

@@ -1,0 +1,78 @@
+#include "metrics_table.h"
+
+#include <nlohmann/json.hpp>
+
+namespace fp8scope::server {
+namespace {
+
+std::vector<MetricDef> build() {
+  std::vector<MetricDef> t;
+  for (const Statistic& s : statistics()) {
+    const std::string key = s.key;
+    if (key == "numel" || key == "nan" || key == "inf") continue;  // counts of one sample, not a level
+    t.push_back({std::string("fp8scope_") + s.metric_name(), MetricKind::kGauge, s.help, s.unit,
+                 s.per_recipe ? kRecipeLabels : kTensorLabels, &s, s.lower_is_worse});
+  }
+  auto gauge = [&](std::string name, std::string help, std::string unit, std::vector<std::string> labels) {
+    t.push_back({std::move(name), MetricKind::kGauge, std::move(help), std::move(unit), std::move(labels)});
+  };
+  auto counter = [&](std::string name, std::string help, std::string unit, std::vector<std::string> labels) {
+    t.push_back({std::move(name), MetricKind::kCounter, std::move(help), std::move(unit), std::move(labels)});
+  };
+  gauge("fp8scope_scale",
+        "Scale the recipe applied (delayed scaling: from its amax history; observed: 1/scale_inv of FP8 data).", "1",
+        kRecipeLabels);
+  gauge("fp8scope_scale_current", "Scale current scaling would choose for the latest sample (fmax / amax).", "1",
+        {"job", "layer", "gemm", "operand", "format"});
+  gauge("fp8scope_last_step", "Training step of the latest analyzed sample.", "steps", kTensorLabels);
+  counter("fp8scope_samples_total", "Samples received complete and queued for analysis.", "samples", {});
+  counter("fp8scope_samples_analyzed_total", "Samples analyzed.", "samples", {});
+  counter("fp8scope_samples_dropped_total",
+          "Samples not analyzed, by reason (daemon side: queue_full, bad_shape, ...; client side: client_*).",
+          "samples", {"reason"});
+  counter("fp8scope_received_bytes_total", "Payload bytes received.", "bytes", {});
+  gauge("fp8scope_queue_bytes", "Payload bytes waiting for analysis.", "bytes", {});
+  gauge("fp8scope_queue_budget_bytes", "Memory budget for payloads waiting for analysis.", "bytes", {});
+  t.push_back({"fp8scope_analysis_seconds", MetricKind::kHistogram,
+               "Seconds from a sample's last chunk to the end of its analysis.", "seconds", {}});
+  gauge("fp8scope_clients", "Connected ingest streams (training processes).", "clients", {});
+  gauge("fp8scope_series", "Tensor metric series exported.", "series", {});
+  counter("fp8scope_series_suppressed_total", "Tensor series not created because --max-series was reached.", "series", {});
+  counter("fp8scope_records_stored_total", "Statistic records written to the SQLite history.", "records", {});
+  gauge("fp8scope_build_info", "Always 1; labels say the version and the statistics backend.", "1",
+        {"version", "backend"});
+  return t;
+}
+
+}  // namespace
+
+const std::vector<MetricDef>& metric_definitions() {
+  static const std::vector<MetricDef> table = build();
+  return table;
+}
+
+const MetricDef* find_metric(std::string_view name) {
+  for (const MetricDef& d : metric_definitions()) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+const char* kind_name(MetricKind kind) {
+  switch (kind) {
+    case MetricKind::kGauge: return "gauge";
+    case MetricKind::kCounter: return "counter";
+    case MetricKind::kHistogram: return "histogram";
+  }
+  return "?";
+}
+
+std::string metrics_table_json() {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const MetricDef& d : metric_definitions()) {
+    rows.push_back({{"name", d.name}, {"type", kind_name(d.kind)}, {"help", d.help}, {"unit", d.unit}, {"labels", d.labels}});
+  }
+  return rows.dump(2);
+}
+
+}  // namespace fp8scope::server

@@ -1,0 +1,33 @@
+// A tensor sample as the daemon handles it once all its chunks have arrived: who sent it, what it
+// is, and its payload, with the memory budget it holds until analysis is done.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "byte_budget.h"
+#include "fp8scope/dtype.h"
+#include "fp8scope/v1/fp8scope.pb.h"
+
+namespace fp8scope::server {
+
+// One connected training process, from its Hello.
+struct ClientInfo {
+  std::string job, run, host, peer;
+  std::uint32_t rank = 0, world_size = 0, pid = 0;
+};
+
+struct Sample {
+  std::shared_ptr<const ClientInfo> client;
+  v1::TensorHeader header;
+  DType dtype = DType::kF32;
+  std::int64_t rows = 0, cols = 0;  // the last dimension is cols
+  std::vector<std::uint8_t> payload;
+  BudgetLease lease;
+  std::chrono::steady_clock::time_point completed;
+};
+
+}  // namespace fp8scope::server

@@ -1,0 +1,99 @@
+#include "sample_assembler.h"
+
+#include <cstring>
+
+namespace fp8scope::server {
+
+AssemblerEvent SampleAssembler::refuse(AssemblerEvent::Kind kind, std::string reason, std::string message) {
+  AssemblerEvent e;
+  e.kind = kind;
+  e.sample_id = current_id_;
+  e.refusal = {std::move(reason), std::move(message)};
+  current_.reset();  // returns the reservation
+  skipping_ = current_id_;
+  return e;
+}
+
+std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk) {
+  std::vector<AssemblerEvent> events;
+  if (current_ && chunk.sample_id() != current_id_ && !(skipping_ && *skipping_ == chunk.sample_id())) {
+    events.push_back(refuse(AssemblerEvent::Kind::kRejected, "gap",
+                            "sample " + std::to_string(current_id_) + " was interrupted by sample " +
+                                std::to_string(chunk.sample_id()) + " after " + std::to_string(received_) + " bytes"));
+  }
+  if (std::optional<AssemblerEvent> e = add_one(chunk)) events.push_back(std::move(*e));
+  return events;
+}
+
+std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& chunk) {
+  const std::uint64_t id = chunk.sample_id();
+  if (skipping_ && *skipping_ == id) return std::nullopt;
+  if (!current_) {
+    current_id_ = id;
+    if (last_id_ && id <= *last_id_) {
+      return refuse(AssemblerEvent::Kind::kRejected, "bad_sample_id",
+                    "sample id " + std::to_string(id) + " is not above the previous one, " + std::to_string(*last_id_));
+    }
+    last_id_ = id;
+    skipping_.reset();
+    if (chunk.offset() != 0 || !chunk.has_header()) {
+      return refuse(AssemblerEvent::Kind::kRejected, "gap",
+                    "sample " + std::to_string(id) + " does not start with a header chunk at offset 0");
+    }
+    const HeaderCheck check = check_header(chunk.header(), limits_.max_sample_bytes);
+    if (!check.shape) return refuse(AssemblerEvent::Kind::kRejected, check.refusal.reason, check.refusal.message);
+    const std::uint64_t bytes = chunk.header().payload_bytes();
+    if (!budget_->try_reserve(bytes)) {
+      return refuse(AssemblerEvent::Kind::kDropped, "queue_full",
+                    "the daemon's queue memory budget is full (" + std::to_string(budget_->used()) + " of " +
+                        std::to_string(budget_->capacity()) + " bytes)");
+    }
+    current_.emplace();
+    current_->lease = BudgetLease(budget_, bytes);
+    current_->client = client_;
+    current_->header = chunk.header();
+    current_->dtype = check.shape->dtype;
+    current_->rows = check.shape->rows;
+    current_->cols = check.shape->cols;
+    current_->payload.resize(bytes);
+    received_ = 0;
+  }
+  if (chunk.data().size() > limits_.max_chunk_bytes) {
+    return refuse(AssemblerEvent::Kind::kRejected, "chunk_too_large",
+                  "chunk of " + std::to_string(chunk.data().size()) + " bytes exceeds " +
+                      std::to_string(limits_.max_chunk_bytes));
+  }
+  if (chunk.offset() != received_) {
+    return refuse(AssemblerEvent::Kind::kRejected, "gap",
+                  "sample " + std::to_string(id) + ": expected a chunk at offset " + std::to_string(received_) +
+                      ", got " + std::to_string(chunk.offset()));
+  }
+  if (chunk.data().size() > current_->payload.size() - received_) {
+    return refuse(AssemblerEvent::Kind::kRejected, "size_mismatch",
+                  "sample " + std::to_string(id) + ": chunks carry more than payload_bytes " +
+                      std::to_string(current_->payload.size()));
+  }
+  std::memcpy(current_->payload.data() + received_, chunk.data().data(), chunk.data().size());
+  received_ += chunk.data().size();
+  if (!chunk.last()) return std::nullopt;
+  if (received_ != current_->payload.size()) {
+    return refuse(AssemblerEvent::Kind::kRejected, "size_mismatch",
+                  "sample " + std::to_string(id) + " ended after " + std::to_string(received_) + " of " +
+                      std::to_string(current_->payload.size()) + " bytes");
+  }
+  AssemblerEvent e;
+  e.kind = AssemblerEvent::Kind::kComplete;
+  e.sample_id = id;
+  current_->completed = std::chrono::steady_clock::now();
+  e.sample = std::move(current_);
+  current_.reset();
+  return e;
+}
+
+std::optional<std::uint64_t> SampleAssembler::abandon() {
+  if (!current_) return std::nullopt;
+  current_.reset();
+  return current_id_;
+}
+
+}  // namespace fp8scope::server

@@ -1,0 +1,83 @@
+#include "tensor_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+
+namespace fp8scope::server {
+namespace {
+
+struct SortRule {
+  const char* name;
+  const char* statistic;
+  bool lower_is_worse;
+};
+
+constexpr SortRule kSorts[] = {{"underflow", "underflow_ratio", false},
+                               {"overflow", "overflow_ratio", false},
+                               {"mse", "mse", false},
+                               {"cosine", "cosine", true}};
+
+// The value a summary is sorted by; NaN when the recipe or statistic is missing.
+double sort_value(const v1::TensorSummary& s, const std::string& statistic, const std::string& recipe) {
+  for (const v1::RecipeStats& r : s.recipes()) {
+    if (r.recipe() != recipe) continue;
+    auto it = r.statistics().find(statistic);
+    return it == r.statistics().end() ? std::nan("") : it->second;
+  }
+  return std::nan("");
+}
+
+}  // namespace
+
+void TensorTable::update(const v1::TensorSummary& summary) {
+  const v1::TensorKey& k = summary.key();
+  Key key{k.job(), k.run(), k.rank(), k.layer(), k.gemm(), k.operand()};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.size() >= capacity_ && entries_.find(key) == entries_.end()) {
+    auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.time() < b.second.time(); });
+    entries_.erase(oldest);
+  }
+  entries_[key] = summary;
+}
+
+Result<std::vector<v1::TensorSummary>> TensorTable::list(const std::string& sort, std::uint32_t top,
+                                                          const std::string& recipe_in) const {
+  const SortRule* rule = nullptr;
+  for (const SortRule& r : kSorts) {
+    if (sort == r.name) rule = &r;
+  }
+  if (!sort.empty() && rule == nullptr) {
+    return Status::error("sort: expected underflow, overflow, mse or cosine, got " + sort);
+  }
+  const std::string recipe = recipe_in.empty() ? "tensor_current" : recipe_in;
+  std::vector<v1::TensorSummary> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, s] : entries_) out.push_back(s);
+  }
+  if (rule != nullptr) {
+    // FP8 tensors have no what-if recipes: they sort by what was observed.
+    auto value = [&](const v1::TensorSummary& s) {
+      double v = sort_value(s, rule->statistic, recipe);
+      if (std::isnan(v)) v = sort_value(s, rule->statistic, "observed");
+      return v;
+    };
+    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+      const double va = value(a), vb = value(b);
+      if (std::isnan(vb)) return !std::isnan(va);
+      if (std::isnan(va)) return false;
+      return rule->lower_is_worse ? va < vb : va > vb;
+    });
+  }
+  if (top != 0 && out.size() > top) out.resize(top);
+  return out;
+}
+
+std::size_t TensorTable::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace fp8scope::server
