@@ -13,3 +13,38 @@ echo; echo "== Small weight gradients: E4M3 underflows where E5M2 does not"
 "$fp8scope" analyze build/demo/gradients.npy --recipe tensor_current --recipe mxfp8 --format e5m2
 echo; echo "== A stale delayed-scaling scale (from a step when gradients were 10x smaller) clips"
 "$fp8scope" analyze build/demo/gradients.npy --recipe tensor_delayed --format e5m2 --scale 2e9
+
+echo; echo "== The daemon: a training job streams samples over four steps (gradients grow 4x a step)"
+data=build/demo/daemon-data
+rm -rf "$data" && mkdir -p "$data"
+build/server/fp8scoped --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --data-dir "$data" \
+  --ready-file "$data/ready.json" --log-level warn &
+daemon=$!
+trap 'kill "$daemon" 2>/dev/null' EXIT
+for _ in $(seq 100); do [ -s "$data/ready.json" ] && break; sleep 0.1; done
+read -r grpc metrics < <(/usr/bin/python3 -c "import json; r = json.load(open('$data/ready.json')); print(r['grpc'], r['metrics'])")
+for step in 1 2 3 4; do
+  /usr/bin/python3 scripts/make_demo_tensors.py build/demo "$step" > /dev/null
+  "$fp8scope" push build/demo/activations_bf16.npy --dtype bf16 --endpoint "$grpc" --job demo --run fp8 \
+    --layer blocks.0.attn.qkv --gemm fprop --operand x --step "$step"
+  "$fp8scope" push build/demo/gradients.npy --endpoint "$grpc" --job demo --run fp8 \
+    --layer blocks.0.mlp.fc1 --gemm wgrad --operand dy --step "$step"
+done
+for _ in $(seq 100); do  # the last samples are analyzed asynchronously
+  "$fp8scope" status --endpoint "$grpc" --json | grep -q '"samples_analyzed":"8"' && break
+  sleep 0.1
+done
+echo; echo "== fp8scope tensors --sort overflow --recipe tensor_delayed"
+"$fp8scope" tensors --endpoint "$grpc" --sort overflow --recipe tensor_delayed
+echo; echo "== /metrics excerpt"
+/usr/bin/python3 - "$metrics" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://{sys.argv[1]}/metrics").read().decode()
+for line in text.splitlines():
+    if line.startswith(("fp8scope_overflow_ratio", "fp8scope_scale{", "fp8scope_samples_total", "fp8scope_clients")):
+        if "recipe" not in line or "tensor_" in line:
+            print(line)
+PY
+echo; echo "== fp8scope status"
+"$fp8scope" status --endpoint "$grpc"
+kill -TERM "$daemon"; wait "$daemon"; trap - EXIT

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds fp8scope and runs every test: the Release build's full suite, then the unit and integration
-# tests again under AddressSanitizer + UndefinedBehaviorSanitizer. Installs missing packages first.
+# Builds fp8scope and runs every test: the Release build's full suite; the unit and integration
+# tests again under AddressSanitizer + UndefinedBehaviorSanitizer; then the ingest fuzzer for a
+# bounded time (FP8SCOPE_FUZZ_SECONDS, default 60). Installs missing packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,4 +13,11 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFP8SCOPE_S
 cmake --build build-asan -j2
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 --timeout 1800 -L "unit|integration"
+# The libFuzzer target for the daemon's input path, built with clang, for a bounded time.
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFP8SCOPE_FUZZ=ON \
+  -DFP8SCOPE_CUDA=OFF
+cmake --build build-fuzz -j2 --target ingest_fuzz
+mkdir -p build-fuzz/corpus
+build-fuzz/tests/fuzz/ingest_fuzz -max_total_time="${FP8SCOPE_FUZZ_SECONDS:-60}" -rss_limit_mb=4096 \
+  -print_final_stats=1 build-fuzz/corpus
 echo "test: all passed"

@@ -175,6 +175,7 @@ void AnalysisPipeline::process(Sample& s) {
     rs->set_format(format_name(o.format));
     rs->set_scale(o.scale.value_or(o.scale_min));
     rs->set_scale_max(o.scale_max);
+    rs->set_scale_current(current);
     HistoryRecord rec;
     rec.time = time;
     rec.job = s.client->job;
@@ -208,7 +209,6 @@ void AnalysisPipeline::process(Sample& s) {
     labels["format"] = format_name(format);
     set("fp8scope_scale_current", labels, current);
   }
-  if (!current_scale_by_format.empty()) summary.set_scale_current(current_scale_by_format.begin()->second);
   d_.tensors->update(summary);
   d_.health->sample_analyzed(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - s.completed).count());

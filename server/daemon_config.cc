@@ -37,7 +37,7 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   DaemonConfig& c = parsed.config;
   CLI::App app{"fp8scoped: the fp8scope daemon. Receives tensor samples over gRPC, computes FP8 statistics, "
                "exports Prometheus metrics and keeps history in SQLite."};
-  app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags and FP8SCOPE_* win)");
+  app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags win over it, it wins over FP8SCOPE_*)");
   add(app, "listen", c.listen, "gRPC address: unix:///path.sock or HOST:PORT (port 0 picks a free port)");
   add(app, "metrics", c.metrics, "Prometheus /metrics and /health address, HOST:PORT");
   add(app, "data-dir", c.data_dir, "Directory of the SQLite history");

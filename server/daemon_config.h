@@ -1,6 +1,6 @@
 // Everything fp8scoped can be told, with its defaults. Each option is a flag, an FP8SCOPE_*
 // environment variable of the same name, and a key of the optional TOML --config file (flags win
-// over the environment, which wins over the file). Defaults bind loopback only.
+// over the file, which wins over the environment). Defaults bind loopback only.
 #pragma once
 
 #include <cstdint>

@@ -4,11 +4,13 @@
 #include <iostream>
 
 #include "daemon.h"
+#include "memory_tuning.h"
 #include "metrics_table.h"
 
 int main(int argc, char** argv) {
   using namespace fp8scope::server;
   PosixShutdownSignal signals;  // before any thread starts
+  keep_freed_memory();
   auto parsed = parse_daemon_config(argc, argv);
   if (!parsed.ok()) {
     std::cerr << "fp8scoped: " << parsed.message() << "\n";

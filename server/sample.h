@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byte_budget.h"
@@ -13,6 +14,26 @@
 #include "fp8scope/v1/fp8scope.pb.h"
 
 namespace fp8scope::server {
+
+// Allocates without zero-filling: a payload is overwritten by its chunks right away, and zeroing
+// 16 MiB per sample costs as much as receiving it.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+using Payload = std::vector<std::uint8_t, UninitializedAllocator<std::uint8_t>>;
 
 // One connected training process, from its Hello.
 struct ClientInfo {
@@ -25,7 +46,7 @@ struct Sample {
   v1::TensorHeader header;
   DType dtype = DType::kF32;
   std::int64_t rows = 0, cols = 0;  // the last dimension is cols
-  std::vector<std::uint8_t> payload;
+  Payload payload;
   BudgetLease lease;
   std::chrono::steady_clock::time_point completed;
 };

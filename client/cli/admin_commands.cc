@@ -178,7 +178,7 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
                     t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
                     number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
                     number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),
-                    number(r->scale()).c_str(), number(t.scale_current()).c_str());
+                    number(r->scale()).c_str(), number(r->scale_current()).c_str());
       out << line;
     }
     return st;

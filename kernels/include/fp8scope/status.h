@@ -35,7 +35,7 @@ class [[nodiscard]] Result {
   bool ok() const { return std::holds_alternative<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T& value() & { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  T value() && { return std::get<T>(std::move(v_)); }  // by value: safe in a range-for over a temporary
   Status status() const { return ok() ? Status() : std::get<Status>(v_); }
   const std::string& message() const {
     static const std::string kEmpty;

@@ -1,0 +1,268 @@
+// Ingest throughput: 16 MiB BF16 tensors pushed through the Stream RPC to an in-process fp8scoped on
+// loopback, against a raw TCP loopback copy of the same bytes in the same run (target >= 0.5 of
+// raw; counter "x_raw_tcp"). Then analysis latency under load: p50/p99 from the daemon's own
+// fp8scope_analysis_seconds histogram while it analyzes a stream of samples.
+#include <arpa/inet.h>
+#include <benchmark/benchmark.h>
+#include <netinet/in.h>
+#include <prometheus/text_serializer.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "daemon.h"
+#include "memory_tuning.h"
+#include "health_metrics.h"
+#include "history_store.h"
+#include "ingest_queue.h"
+#include "ingest_service.h"
+#include "policy_store.h"
+#include "fp8scope/sample_stream.h"
+#include "fp8scope/wire.h"
+
+using namespace fp8scope;
+
+namespace {
+
+constexpr std::size_t kTensorBytes = 16u << 20;
+double g_raw_seconds = 0.0;
+
+const std::vector<std::uint8_t>& tensor() {
+  static const std::vector<std::uint8_t> t = [] {
+    std::vector<std::uint8_t> v(kTensorBytes);
+    std::uint32_t s = 12345;
+    for (std::size_t i = 0; i < v.size(); i += 2) {
+      s = s * 1664525u + 1013904223u;
+      const float f = (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) * 8.0f;
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      v[i] = static_cast<std::uint8_t>(u >> 16);
+      v[i + 1] = static_cast<std::uint8_t>(u >> 24);
+    }
+    return v;
+  }();
+  return t;
+}
+
+struct BenchDaemon {
+  std::string dir = (std::filesystem::temp_directory_path() / ("fp8scope-bench-" + std::to_string(getpid()))).string();
+  std::unique_ptr<server::Daemon> daemon;
+  explicit BenchDaemon(int workers) {
+    server::DaemonConfig c;
+    c.listen = "127.0.0.1:0";
+    c.metrics = "127.0.0.1:0";
+    c.data_dir = dir;
+    c.analysis_workers = workers;
+    c.queue_budget_bytes = 8ull << 30;
+    c.max_inflight_bytes = 256ull << 20;
+    daemon = std::move(server::Daemon::start(c)).value();
+  }
+  ~BenchDaemon() {
+    daemon.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+v1::Hello hello() {
+  v1::Hello h;
+  h.set_protocol_version(wire::kProtocolVersion);
+  h.set_job("bench");
+  h.set_run("bench");
+  return h;
+}
+
+v1::TensorHeader header(std::uint64_t step) {
+  v1::TensorHeader h;
+  h.set_step(step);
+  h.set_layer("bench.layer");
+  h.set_gemm(v1::GEMM_FPROP);
+  h.set_operand(v1::OPERAND_X);
+  h.set_dtype(v1::DTYPE_BF16);
+  h.add_shape(2048);
+  h.add_shape(static_cast<std::int64_t>(kTensorBytes / 2 / 2048));
+  return h;
+}
+
+// The baseline: the same bytes over a plain loopback TCP connection into a reader that discards them.
+void BM_RawTcpLoopback(benchmark::State& state) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  listen(listener, 1);
+  socklen_t len = sizeof addr;
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread reader([listener] {
+    const int fd = accept(listener, nullptr, nullptr);
+    std::vector<char> buf(1 << 20);
+    while (read(fd, buf.data(), buf.size()) > 0) {
+    }
+    close(fd);
+  });
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  const auto& t = tensor();
+  for (auto _ : state) {
+    std::size_t sent = 0;
+    while (sent < t.size()) sent += static_cast<std::size_t>(write(fd, t.data() + sent, t.size() - sent));
+  }
+  close(fd);
+  reader.join();
+  close(listener);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
+}
+
+// The daemon's real ingest path (gRPC server, IngestService, reassembly, budget, queue) with a
+// consumer that releases samples instead of analyzing them, so the figure is the ingest path's own
+// and not the CPU the analysis takes on the same two cores.
+struct IngestOnly {
+  std::string dir = (std::filesystem::temp_directory_path() / ("fp8scope-ingest-" + std::to_string(getpid()))).string();
+  prometheus::Registry registry;
+  server::ByteBudget budget{8ull << 30};
+  server::IngestQueue queue{1};
+  server::PolicyStore policy;
+  server::HealthMetrics health{registry, "bench", "none", budget.capacity()};
+  std::unique_ptr<server::HistoryStore> history = std::move(server::HistoryStore::open(dir)).value();
+  server::AccessCheck access{""};
+  server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), &access,
+                                                   server::AssemblerLimits{1ull << 30, wire::kMaxChunkBytes},
+                                                   256ull << 20, "bench"}};
+  std::unique_ptr<grpc::Server> server;
+  std::thread consumer;
+  std::string address;
+  IngestOnly() {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service);
+    b.SetMaxReceiveMessageSize(static_cast<int>(wire::kMaxChunkBytes + (64 << 10)));
+    server = b.BuildAndStart();
+    address = "127.0.0.1:" + std::to_string(port);
+    consumer = std::thread([this] {
+      while (auto s = queue.pop(0)) s->lease.reset();
+    });
+  }
+  ~IngestOnly() {
+    server->Shutdown(std::chrono::system_clock::now());
+    queue.close();
+    consumer.join();
+    history.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+void BM_IngestStream(benchmark::State& state) {
+  IngestOnly d;
+  ConnectionOptions o;
+  o.endpoint = d.address;
+  auto stream = SampleStream::open(o, hello());
+  if (!stream.ok()) {
+    state.SkipWithError(stream.message().c_str());
+    return;
+  }
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    if (!stream.value()->send(header(step++), tensor()).ok()) state.SkipWithError("send failed");
+  }
+  if (!stream.value()->wait_for_acks(600).ok()) state.SkipWithError("acks missing");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kTensorBytes));
+}
+
+// p50/p99 of fp8scope_analysis_seconds from the exposition, by linear interpolation in the buckets.
+void BM_AnalysisLatencyUnderLoad(benchmark::State& state) {
+  BenchDaemon d(2);
+  ConnectionOptions o;
+  o.endpoint = d.daemon->grpc_address();
+  auto stream = SampleStream::open(o, hello());
+  if (!stream.ok()) {
+    state.SkipWithError(stream.message().c_str());
+    return;
+  }
+  std::uint64_t step = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < 16; ++i) (void)stream.value()->send(header(step++), tensor());
+    (void)stream.value()->wait_for_acks(600);
+  }
+  // Let the queue drain, then read the histogram.
+  std::string text;
+  for (int tries = 0; tries < 600; ++tries) {
+    const std::string addr = d.daemon->metrics_address();
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    text.clear();
+    char buf[65536];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    close(fd);
+    if (text.find("fp8scope_analysis_seconds_count " + std::to_string(step)) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::vector<std::pair<double, double>> buckets;  // (le, cumulative count)
+  std::istringstream in(text);
+  double count = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("fp8scope_analysis_seconds_bucket{le=\"", 0) == 0) {
+      const auto q = line.find('"', 37);
+      const std::string le = line.substr(37, q - 37);
+      buckets.emplace_back(le == "+Inf" ? INFINITY : std::stod(le), std::stod(line.substr(line.rfind(' ') + 1)));
+    }
+    if (line.rfind("fp8scope_analysis_seconds_count ", 0) == 0) count = std::stod(line.substr(32));
+  }
+  auto quantile = [&](double q) {
+    const double target = q * count;
+    double prev_le = 0, prev_count = 0;
+    for (const auto& [le, c] : buckets) {
+      if (c >= target) {
+        if (std::isinf(le)) return prev_le;
+        return prev_le + (le - prev_le) * (target - prev_count) / std::max(c - prev_count, 1.0);
+      }
+      prev_le = le;
+      prev_count = c;
+    }
+    return prev_le;
+  };
+  state.counters["p50_seconds"] = quantile(0.5);
+  state.counters["p99_seconds"] = quantile(0.99);
+  state.counters["samples"] = count;
+}
+
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> out = runs;
+    for (Run& r : out) {
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
+      const double seconds = r.GetAdjustedRealTime() / 1e9;
+      if (r.benchmark_name().rfind("BM_RawTcpLoopback", 0) == 0) g_raw_seconds = seconds;
+      // Throughput ratio: raw time / ingest time (1.0 = as fast as a plain socket).
+      if (r.benchmark_name().rfind("BM_IngestStream", 0) == 0 && g_raw_seconds > 0) r.counters["x_raw_tcp"] = g_raw_seconds / seconds;
+    }
+    ConsoleReporter::ReportRuns(out);
+  }
+};
+
+}  // namespace
+
+BENCHMARK(BM_RawTcpLoopback)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IngestStream)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AnalysisLatencyUnderLoad)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(4);
+
+int main(int argc, char** argv) {
+  server::keep_freed_memory();  // as fp8scoped does
+  benchmark::Initialize(&argc, argv);
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

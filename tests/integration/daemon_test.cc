@@ -1,0 +1,413 @@
+// fp8scoped through its real binary: what `fp8scope push` sends shows up in /metrics with the
+// numbers `fp8scope analyze` prints, policies reach connected streams, history survives restarts,
+// SIGTERM drains, every kind of bad input is refused and counted while good clients carry on,
+// and 32 clients at once are all served.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <condition_variable>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "../support/daemon_fixture.h"
+#include "../support/temp_dir.h"
+#include "fp8scope/sample_stream.h"
+#include "fp8scope/wire.h"
+
+using namespace fp8scope;
+using namespace fp8scope::testing;
+using nlohmann::json;
+
+namespace {
+
+std::string floats(const std::vector<float>& values) {
+  std::string s;
+  for (float v : values) s += le_bytes(v);
+  return s;
+}
+
+// An activation-like tensor with an outlier channel and some tiny values.
+std::vector<float> activation(int rows, int cols, float seed) {
+  std::vector<float> v;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const float x = std::sin(seed + 0.37f * static_cast<float>(r * cols + c));
+      v.push_back(x * (c == 3 ? 500.0f : 1.0f) * (c == 7 ? 1e-5f : 1.0f));
+    }
+  return v;
+}
+
+v1::Hello hello(const std::string& run, std::uint32_t rank = 0) {
+  v1::Hello h;
+  h.set_protocol_version(wire::kProtocolVersion);
+  h.set_job("test");
+  h.set_run(run);
+  h.set_rank(rank);
+  h.set_world_size(64);
+  return h;
+}
+
+v1::TensorHeader header(const std::string& layer, std::uint64_t step, std::int64_t rows, std::int64_t cols) {
+  v1::TensorHeader h;
+  h.set_step(step);
+  h.set_layer(layer);
+  h.set_gemm(v1::GEMM_FPROP);
+  h.set_operand(v1::OPERAND_X);
+  h.set_dtype(v1::DTYPE_F32);
+  h.add_shape(rows);
+  h.add_shape(cols);
+  return h;
+}
+
+std::span<const std::uint8_t> bytes_of(const std::vector<float>& v) {
+  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(float)};
+}
+
+ConnectionOptions to(const DaemonProcess& d) {
+  ConnectionOptions o;
+  o.endpoint = d.grpc();
+  return o;
+}
+
+// Polls fn() until it is true or the deadline passes (readiness by retrying, not sleeping).
+template <class F>
+bool eventually(F fn, double seconds = 30.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fn()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return fn();
+}
+
+std::map<std::string, std::string> recipe_labels(const std::string& layer, const std::string& recipe,
+                                                 const std::string& format = "e4m3") {
+  return {{"job", "test"}, {"layer", layer}, {"gemm", "fprop"}, {"operand", "x"}, {"format", format}, {"recipe", recipe}};
+}
+
+}  // namespace
+
+TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze prints", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::string file = dir.write("act.npy", npy_file("<f4", false, "(16, 256)", floats(activation(16, 256, 1.0f))));
+  const ProcessResult push = cli({"push", file, "--endpoint", daemon.grpc(), "--layer", "blocks.0.attn.qkv",
+                                  "--operand", "x", "--gemm", "fprop", "--step", "1", "--run", "r1", "--job", "test"});
+  REQUIRE(push.exit_code == 0);
+  CHECK(push.out.find("accepted blocks.0.attn.qkv") != std::string::npos);
+  const ProcessResult analyze = cli({"analyze", file, "--json"});
+  REQUIRE(analyze.exit_code == 0);
+  // tensor_delayed on a first step runs at TE's initial scale, 1: compare with analyze --scale 1.
+  const ProcessResult delayed = cli({"analyze", file, "--json", "--recipe", "tensor_delayed", "--scale", "1"});
+  REQUIRE(delayed.exit_code == 0);
+  std::string metrics;
+  REQUIRE(eventually([&] {
+    metrics = http_get(daemon.metrics(), "/metrics");
+    return !std::isnan(metric_value(metrics, "fp8scope_mse", recipe_labels("blocks.0.attn.qkv", "block_128x128")));
+  }));
+  std::vector<json> expected;
+  std::istringstream lines(analyze.out + delayed.out);
+  for (std::string line; std::getline(lines, line);) {
+    json j = json::parse(line);
+    if (j["recipe"] == "tensor_delayed" && j["scale"] != 1.0) continue;  // analyze's steady state
+    expected.push_back(j);
+  }
+  REQUIRE(expected.size() == 5);
+  for (const json& e : expected) {
+    const std::string recipe = e["recipe"];
+    INFO(recipe);
+    for (const auto& [key, metric] : std::map<std::string, std::string>{{"underflow_ratio", "fp8scope_underflow_ratio"},
+                                                                         {"overflow_ratio", "fp8scope_overflow_ratio"},
+                                                                         {"mse", "fp8scope_mse"},
+                                                                         {"cosine", "fp8scope_cosine_similarity"},
+                                                                         {"sqnr_db", "fp8scope_sqnr_db"}}) {
+      INFO(key);
+      const double got = metric_value(metrics, metric, recipe_labels("blocks.0.attn.qkv", recipe));
+      CHECK(got == Approx(e[key].get<double>()).epsilon(1e-12).margin(1e-300));
+    }
+  }
+  const std::map<std::string, std::string> tensor = {{"job", "test"}, {"layer", "blocks.0.attn.qkv"}, {"gemm", "fprop"},
+                                                     {"operand", "x"}};
+  CHECK(metric_value(metrics, "fp8scope_amax", tensor) == expected[0]["amax"].get<double>());
+  CHECK(metric_value(metrics, "fp8scope_last_step", tensor) == 1.0);
+  CHECK(metric_value(metrics, "fp8scope_scale", recipe_labels("blocks.0.attn.qkv", "tensor_current")) ==
+        Approx(expected[0]["scale"].get<double>()));
+  CHECK(metric_value(metrics, "fp8scope_samples_total", {}) == 1.0);
+  // The CLI views.
+  const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc(), "--sort", "underflow", "--json"});
+  REQUIRE(tensors.exit_code == 0);
+  CHECK(json::parse(tensors.out)["key"]["layer"] == "blocks.0.attn.qkv");
+  const ProcessResult status = cli({"status", "--endpoint", daemon.grpc(), "--json"});
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["samples_analyzed"] == "1");  // uint64 is a JSON string in proto3 JSON
+}
+
+TEST_CASE("a policy change reaches a connected stream", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  std::mutex mu;
+  std::condition_variable cv;
+  v1::Policy seen;
+  auto stream = SampleStream::open(to(daemon), hello("policy"), 10.0, [&](const v1::Policy& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen = p;
+    cv.notify_all();
+  });
+  REQUIRE(stream.ok());
+  CHECK(stream.value()->policy().version() == 1);
+  const ProcessResult set = cli({"policy", "set", "--endpoint", daemon.grpc(), "--every", "5", "--layer-regex", "attn",
+                                 "--operands", "x,dy", "--recipe", "mxfp8"});
+  REQUIRE(set.exit_code == 0);
+  std::unique_lock<std::mutex> lock(mu);
+  REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return seen.version() == 2; }));
+  CHECK(seen.every_n_steps() == 5);
+  CHECK(seen.layer_regex() == "attn");
+  CHECK(seen.operands_size() == 2);
+  const ProcessResult get = cli({"policy", "get", "--endpoint", daemon.grpc()});
+  CHECK(get.out.find("recipes mxfp8") != std::string::npos);
+  CHECK(cli({"policy", "set", "--endpoint", daemon.grpc(), "--layer-regex", "(("}).exit_code == 2);
+}
+
+TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[daemon]") {
+  TempDir dir;
+  const std::string data = dir.file("data");
+  std::uint64_t accepted = 0;
+  {
+    DaemonProcess daemon(data, {"--analysis-workers", "1", "--engine-threads", "1", "--drain-seconds", "60"});
+    auto stream = SampleStream::open(to(daemon), hello("drain"));
+    REQUIRE(stream.ok());
+    const std::vector<float> big = activation(1024, 2048, 2.0f);  // 8 MiB each
+    for (int i = 0; i < 6; ++i) REQUIRE(stream.value()->send(header("big", static_cast<std::uint64_t>(i), 1024, 2048), bytes_of(big)).ok());
+    auto acks = stream.value()->wait_for_acks(60.0);
+    REQUIRE(acks.ok());
+    for (const auto& [id, ack] : acks.value()) accepted += ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED;
+    REQUIRE(stream.value()->close().ok());
+    CHECK(daemon.stop(SIGTERM) == 0);  // exits 0 after analyzing the queue
+    CHECK(daemon.log().find("stopped: " + std::to_string(accepted) + " samples analyzed") != std::string::npos);
+  }
+  CHECK(accepted == 6);
+  DaemonProcess again(data);
+  const ProcessResult history = cli({"history", "--endpoint", again.grpc(), "--run", "drain", "--csv"});
+  REQUIRE(history.exit_code == 0);
+  CHECK(std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 5);  // header + 6 samples x 5 recipes
+  CHECK(history.out.find("time,job,run,rank,step,layer,gemm,operand") == 0);
+}
+
+TEST_CASE("bad input is refused and counted; the daemon keeps serving and loses nothing accepted", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"), {"--max-series", "60"});
+  // A good sample first: it must still be there at the end.
+  auto good = SampleStream::open(to(daemon), hello("good"));
+  REQUIRE(good.ok());
+  const std::vector<float> small = activation(4, 32, 3.0f);
+  REQUIRE(good.value()->send(header("kept", 1, 4, 32), bytes_of(small)).ok());
+  REQUIRE(good.value()->wait_for_acks(30).ok());
+
+  auto channel = open_channel(to(daemon)).value();
+  auto stub = v1::Ingest::NewStub(channel);
+  SECTION("an unsupported protocol version gets a clear error") {
+    grpc::ClientContext ctx;
+    auto s = stub->Stream(&ctx);
+    v1::ClientMessage m;
+    *m.mutable_hello() = hello("old");
+    m.mutable_hello()->set_protocol_version(9);
+    s->Write(m);
+    s->WritesDone();
+    v1::ServerMessage reply;
+    while (s->Read(&reply)) {
+    }
+    const grpc::Status st = s->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(st.error_message().find("unsupported protocol version 9") != std::string::npos);
+  }
+  SECTION("a chunk before Hello, and an empty message") {
+    grpc::ClientContext ctx;
+    auto s = stub->Stream(&ctx);
+    v1::ClientMessage m;
+    m.mutable_chunk()->set_sample_id(1);
+    s->Write(m);
+    s->WritesDone();
+    v1::ServerMessage reply;
+    while (s->Read(&reply)) {
+    }
+    CHECK(s->Finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  SECTION("malformed samples: wrong size, unknown dtype, absurd shape, gaps, oversized messages") {
+    auto stream = SampleStream::open(to(daemon), hello("bad"));
+    REQUIRE(stream.ok());
+    v1::TensorHeader wrong = header("bad", 1, 4, 32);
+    wrong.add_shape(2);  // shape x dtype no longer matches the bytes sent
+    REQUIRE(stream.value()->send(wrong, bytes_of(small)).ok());
+    v1::TensorHeader dtype = header("bad", 1, 4, 32);
+    dtype.set_dtype(static_cast<v1::DType>(42));
+    REQUIRE(stream.value()->send(dtype, bytes_of(small)).ok());
+    v1::TensorHeader absurd = header("bad", 1, 4, 32);
+    absurd.set_shape(0, std::int64_t{1} << 40);
+    REQUIRE(stream.value()->send(absurd, bytes_of(small)).ok());
+    auto acks = stream.value()->wait_for_acks(30);
+    REQUIRE(acks.ok());
+    std::vector<std::string> reasons;
+    for (const auto& [id, ack] : acks.value()) {
+      CHECK(ack.outcome() == v1::SAMPLE_OUTCOME_REJECTED);
+      reasons.push_back(ack.reason());
+    }
+    CHECK(reasons == std::vector<std::string>{"size_mismatch", "bad_dtype", "size_mismatch"});
+    // A raw stream with a gap, then one message over the size limit.
+    grpc::ClientContext ctx;
+    auto s = stub->Stream(&ctx);
+    v1::ClientMessage m;
+    *m.mutable_hello() = hello("raw");
+    s->Write(m);
+    v1::ClientMessage c;
+    v1::TensorChunk* chunk = c.mutable_chunk();
+    chunk->set_sample_id(1);
+    *chunk->mutable_header() = header("gap", 1, 4, 32);
+    chunk->mutable_header()->set_payload_bytes(512);
+    chunk->set_data(std::string(256, 'x'));
+    s->Write(c);
+    chunk->clear_header();
+    chunk->set_offset(300);  // 256..300 never sent
+    chunk->set_last(true);
+    s->Write(c);
+    v1::ClientMessage huge;
+    huge.mutable_chunk()->set_sample_id(2);
+    huge.mutable_chunk()->set_data(std::string(6 << 20, 'y'));
+    s->Write(huge);
+    v1::ServerMessage reply;
+    bool gap_seen = false;
+    while (s->Read(&reply)) gap_seen |= reply.has_ack() && reply.ack().reason() == "gap";
+    CHECK(gap_seen);
+    CHECK(s->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    REQUIRE(eventually([&] {
+      const std::string metrics = http_get(daemon.metrics(), "/metrics");
+      return metric_value(metrics, "fp8scope_samples_dropped_total", {{"reason", "gap"}}) >= 1 &&
+             metric_value(metrics, "fp8scope_samples_dropped_total", {{"reason", "bad_dtype"}}) >= 1 &&
+             metric_value(metrics, "fp8scope_samples_dropped_total", {{"reason", "size_mismatch"}}) >= 2;
+    }));
+  }
+  SECTION("a client that vanishes in the middle of a tensor") {
+    grpc::ClientContext ctx;
+    auto s = stub->Stream(&ctx);
+    v1::ClientMessage m;
+    *m.mutable_hello() = hello("vanish");
+    s->Write(m);
+    v1::ServerMessage reply;
+    s->Read(&reply);  // Welcome: the daemon has the client
+    v1::ClientMessage c;
+    *c.mutable_chunk()->mutable_header() = header("half", 1, 4, 32);
+    c.mutable_chunk()->mutable_header()->set_payload_bytes(512);
+    c.mutable_chunk()->set_sample_id(1);
+    c.mutable_chunk()->set_data(std::string(256, 'x'));
+    s->Write(c);
+    ctx.TryCancel();
+    REQUIRE(eventually([&] {
+      return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total",
+                          {{"reason", "client_gone_mid_sample"}}) == 1;
+    }));
+  }
+  SECTION("garbage bytes on the port") {
+    const auto colon = daemon.grpc().rfind(':');
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(daemon.grpc().substr(colon + 1))));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    for (int i = 0; i < 5; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+      std::string junk(4096, '\0');
+      for (std::size_t k = 0; k < junk.size(); ++k) junk[k] = static_cast<char>((k * 2654435761u) >> 13);
+      (void)!write(fd, junk.data(), junk.size());
+      close(fd);
+    }
+  }
+  SECTION("thousands of distinct layer names are capped and counted") {
+    auto stream = SampleStream::open(to(daemon), hello("many"));
+    REQUIRE(stream.ok());
+    const std::vector<float> tiny = activation(1, 16, 4.0f);
+    for (int i = 0; i < 2000; ++i) {
+      REQUIRE(stream.value()->send(header("layer" + std::to_string(i), 1, 1, 16), bytes_of(tiny)).ok());
+    }
+    REQUIRE(stream.value()->wait_for_acks(60).ok());
+    REQUIRE(eventually([&] {
+      const std::string metrics = http_get(daemon.metrics(), "/metrics");
+      return metric_value(metrics, "fp8scope_samples_analyzed_total", {}) >= 2001 &&
+             metric_value(metrics, "fp8scope_series_suppressed_total", {}) > 0 &&
+             metric_value(metrics, "fp8scope_series", {}) <= 60;
+    }));
+  }
+  // Whatever happened above, the daemon still serves and kept what it had accepted.
+  const ProcessResult status = cli({"status", "--endpoint", daemon.grpc()});
+  CHECK(status.exit_code == 0);
+  CHECK(eventually([&] {
+    const ProcessResult h = cli({"history", "--endpoint", daemon.grpc(), "--run", "good", "--csv"});
+    return h.exit_code == 0 && std::count(h.out.begin(), h.out.end(), '\n') == 6;  // header + 5 recipes
+  }));
+  CHECK(daemon.running());
+}
+
+TEST_CASE("32 clients at once are all served", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  std::atomic<int> accepted{0}, failures{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 32; ++c) {
+    clients.emplace_back([&, c] {
+      auto stream = SampleStream::open(to(daemon), hello("many-clients", static_cast<std::uint32_t>(c)), 30.0);
+      if (!stream.ok()) {
+        ++failures;
+        return;
+      }
+      const std::vector<float> t = activation(8, 64, static_cast<float>(c));
+      for (int step = 0; step < 4; ++step) {
+        if (!stream.value()->send(header("blocks." + std::to_string(c % 4) + ".mlp", static_cast<std::uint64_t>(step), 8, 64), bytes_of(t)).ok()) ++failures;
+      }
+      auto acks = stream.value()->wait_for_acks(60);
+      if (!acks.ok()) {
+        ++failures;
+        return;
+      }
+      for (const auto& [id, ack] : acks.value()) accepted += ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED;
+      if (!stream.value()->close().ok()) ++failures;
+    });
+  }
+  for (auto& t : clients) t.join();
+  CHECK(failures == 0);
+  CHECK(accepted == 128);
+  CHECK(eventually([&] {
+    return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_analyzed_total", {}) == 128;
+  }));
+}
+
+TEST_CASE("an unreachable daemon gives one clear line and exit code 1", "[daemon]") {
+  for (const char* command : {"status", "tensors"}) {
+    const ProcessResult r = cli({command, "--endpoint", "127.0.0.1:1", "--timeout", "2"});
+    CHECK(r.exit_code == 1);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("cannot reach fp8scoped at 127.0.0.1:1") != std::string::npos);
+  }
+  TempDir dir;
+  const std::string file = dir.write("t.npy", npy_file("<f4", false, "(2,)", floats({1, 2})));
+  const ProcessResult push = cli({"push", file, "--endpoint", "127.0.0.1:1", "--layer", "l", "--operand", "x", "--timeout", "2"});
+  CHECK(push.exit_code == 1);
+  CHECK(push.err.find("cannot reach fp8scoped") != std::string::npos);
+}
+
+TEST_CASE("fp8scoped refuses to listen beyond loopback unprotected, and documents every option", "[daemon]") {
+  TempDir dir;
+  const ProcessResult refused = run_process({FP8SCOPE_DAEMON, "--listen", "0.0.0.0:0", "--data-dir", dir.file("d")});
+  CHECK(refused.exit_code == 1);
+  CHECK((refused.out + refused.err).find("refusing to listen on 0.0.0.0:0 without TLS or a token") != std::string::npos);
+  const ProcessResult help = run_process({FP8SCOPE_DAEMON, "--help"});
+  CHECK(help.exit_code == 0);
+  for (const char* option : {"--listen", "--metrics", "--data-dir", "--backend", "--config", "--tls-cert", "--token-file",
+                             "--insecure", "--drain-seconds", "--max-series"}) {
+    CHECK(help.out.find(option) != std::string::npos);
+  }
+}

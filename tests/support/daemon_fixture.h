@@ -1,0 +1,43 @@
+// The real fp8scoped for integration tests: started on free loopback ports with its own data dir,
+// found through its --ready-file (polled with a deadline, never a fixed sleep), stopped by signal.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "process.h"
+
+namespace fp8scope::testing {
+
+class DaemonProcess {
+ public:
+  // Starts fp8scoped with --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --data-dir data_dir plus
+  // extra_args; throws (fails the test) if it does not become ready within 30 s.
+  DaemonProcess(const std::string& data_dir, std::vector<std::string> extra_args = {});
+  ~DaemonProcess();
+
+  const std::string& grpc() const { return grpc_; }
+  const std::string& metrics() const { return metrics_; }
+  const std::string& log_path() const { return log_; }
+  std::string log() const;
+  // SIGTERM (or another signal) and the exit status, or -1000 if it did not exit in time.
+  int stop(int signal_number, double timeout_seconds = 60.0);
+  bool running() { return child_ && child_->running(); }
+
+ private:
+  std::string ready_file_, log_, grpc_, metrics_;
+  std::unique_ptr<ChildProcess> child_;
+};
+
+// GET http://host:port/path over loopback; returns the body ("" on failure).
+std::string http_get(const std::string& host_port, const std::string& path);
+
+// Prometheus text exposition: the value of the series with exactly these labels (NaN if absent).
+double metric_value(const std::string& exposition, const std::string& name, const std::map<std::string, std::string>& labels);
+
+// Runs the real `fp8scope` CLI.
+ProcessResult cli(std::vector<std::string> args, double timeout_seconds = 120.0);
+
+}  // namespace fp8scope::testing

@@ -1,0 +1,79 @@
+// The SQLite history: what was added is there after flush, filters work, and it survives reopening.
+#include "history_store.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "../../support/temp_dir.h"
+#include "fp8scope/statistics_table.h"
+
+using namespace fp8scope;
+using namespace fp8scope::server;
+
+namespace {
+HistoryRecord record(const std::string& run, const std::string& layer, std::uint64_t step, double underflow) {
+  HistoryRecord r;
+  r.time = 1.0e9 + static_cast<double>(step);
+  r.job = "job";
+  r.run = run;
+  r.step = step;
+  r.layer = layer;
+  r.gemm = "fprop";
+  r.operand = "x";
+  r.dtype = "bf16";
+  r.numel = 4096;
+  r.recipe = "tensor_current";
+  r.format = "e4m3";
+  r.scale = 2.0;
+  for (const Statistic& s : statistics()) {
+    r.statistics.push_back(std::string(s.key) == "underflow_ratio" ? underflow : std::nan(""));
+  }
+  r.histogram.assign(64, 1);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("records and scalars are stored, filtered and kept across reopening", "[history_store]") {
+  fp8scope::testing::TempDir dir;
+  {
+    auto store = HistoryStore::open(dir.path());
+    REQUIRE(store.ok());
+    for (std::uint64_t step = 0; step < 50; ++step) {
+      store.value()->add(record("fp8", step % 2 ? "blocks.1.attn" : "blocks.0.mlp", step, step / 100.0));
+      store.value()->add(ScalarRecord{0, "job", "fp8", 0, step, "loss", 3.0 - step * 0.01});
+    }
+    REQUIRE(store.value()->flush().ok());
+    CHECK(store.value()->stored() == 50);
+  }
+  auto store = HistoryStore::open(dir.path());
+  REQUIRE(store.ok());
+  CHECK(store.value()->stored() == 50);
+  HistoryFilter f;
+  f.layer_regex = "attn$";
+  f.min_step = 10;
+  f.max_step = 19;
+  std::vector<HistoryRecord> rows;
+  REQUIRE(store.value()->query(f, [&](const HistoryRecord& r) {
+    rows.push_back(r);
+    return true;
+  }).ok());
+  REQUIRE(rows.size() == 5);
+  CHECK(rows[0].step == 11);
+  CHECK(rows[0].layer == "blocks.1.attn");
+  CHECK(rows[0].histogram.size() == 64);
+  const auto idx = static_cast<std::size_t>(find_statistic("underflow_ratio") - statistics().data());
+  CHECK(rows[0].statistics[idx] == 0.11);
+  CHECK(std::isnan(rows[0].statistics[0]));
+  int losses = 0;
+  REQUIRE(store.value()->query_scalars("fp8", "loss", [&](const ScalarRecord&) { return ++losses < 1000; }).ok());
+  CHECK(losses == 50);
+  f = HistoryFilter();
+  f.layer_regex = "([bad";
+  CHECK(!store.value()->query(f, [](const HistoryRecord&) { return true; }).ok());
+}
+
+TEST_CASE("an unwritable data dir is an error naming it", "[history_store]") {
+  auto store = HistoryStore::open("/proc/fp8scope-cannot-be-here");
+  REQUIRE(!store.ok());
+  CHECK(store.message().find("/proc/fp8scope-cannot-be-here") != std::string::npos);
+}
