@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -60,7 +62,12 @@ struct BenchDaemon {
     c.analysis_workers = workers;
     c.queue_budget_bytes = 8ull << 30;
     c.max_inflight_bytes = 256ull << 20;
-    daemon = std::move(server::Daemon::start(c)).value();
+    auto started = server::Daemon::start(c);
+    if (!started.ok()) {
+      std::fprintf(stderr, "ingest_bench: %s\n", started.message().c_str());
+      std::exit(1);
+    }
+    daemon = std::move(started).value();
   }
   ~BenchDaemon() {
     daemon.reset();

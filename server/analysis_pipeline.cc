@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include <spdlog/spdlog.h>
+
+#include "fp8scope/gemm_check.h"
 #include "fp8scope/recipe_analysis.h"
 #include "fp8scope/scale_rules.h"
 #include "fp8scope/statistics_table.h"
@@ -210,8 +213,61 @@ void AnalysisPipeline::process(Sample& s) {
     set("fp8scope_scale_current", labels, current);
   }
   d_.tensors->update(summary);
+  if (!fp8_input) {
+    if (std::optional<GemmPair> pair = gemm_pairs_.offer(s)) check_gemm(*pair);
+  }
   d_.health->sample_analyzed(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - s.completed).count());
+}
+
+void AnalysisPipeline::check_gemm(const GemmPair& p) {
+  const TensorView x{p.x.data(), p.x_dtype, p.x_rows, p.x_cols, p.x_scale_inv};
+  const TensorView w{p.w.data(), p.w_dtype, p.w_rows, p.w_cols, p.w_scale_inv};
+  std::vector<GemmCheckResult> results;
+  std::lock_guard<std::mutex> lock(gemm_mu_);
+  if (d_.gemm != nullptr) {
+    auto gpu = d_.gemm->run(x, w);
+    if (gpu.ok()) {
+      results = gpu.value();
+    } else {
+      spdlog::debug("GEMM check of {} on the GPU: {}; emulating on the CPU", p.layer, gpu.message());
+    }
+  }
+  if (results.empty()) {
+    auto cpu = gemm_check_cpu(x, w, Fp8Format::kE4M3);
+    if (!cpu.ok()) {
+      spdlog::debug("GEMM check of {} skipped: {}", p.layer, cpu.message());
+      return;
+    }
+    results.push_back(cpu.value());
+  }
+  const double time = now_seconds();
+  for (const GemmCheckResult& r : results) {
+    const prometheus::Labels labels{{"job", p.client->job}, {"layer", p.layer}, {"accumulate", r.accumulate}};
+    d_.series->set(*find_metric("fp8scope_gemm_output_mse"), labels, p.client->rank, r.mse);
+    d_.series->set(*find_metric("fp8scope_gemm_output_cosine_similarity"), labels, p.client->rank, r.cosine);
+    d_.series->set(*find_metric("fp8scope_gemm_output_max_rel_error"), labels, p.client->rank, r.max_rel_error);
+    HistoryRecord rec;
+    rec.time = time;
+    rec.job = p.client->job;
+    rec.run = p.client->run;
+    rec.rank = p.client->rank;
+    rec.step = p.step;
+    rec.layer = p.layer;
+    rec.gemm = "fprop";
+    rec.operand = "y";
+    rec.dtype = "f32";
+    rec.numel = r.rows * r.n;
+    rec.recipe = "gemm_" + r.accumulate;
+    rec.format = "e4m3";
+    rec.scale = r.scale_x;
+    rec.scale_max = r.scale_w;
+    for (const Statistic& st : statistics()) {
+      const std::string key = st.key;
+      rec.statistics.push_back(key == "mse" ? r.mse : key == "cosine" ? r.cosine : std::nan(""));
+    }
+    d_.history->add(std::move(rec));
+  }
 }
 
 }  // namespace fp8scope::server

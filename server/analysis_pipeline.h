@@ -2,7 +2,8 @@
 // policy's recipes with the statistics engine (delayed scaling from the tensor's own amax history,
 // TE's update order), and publishes the result to the metrics, the tensor table and the history.
 // FP8 samples have no high-precision original: what their codes show is published as recipe
-// "observed" (saturation, scale in use vs current scaling).
+// "observed" (saturation, scale in use vs current scaling). When both operands of a forward GEMM
+// arrive for a step, the GEMM's FP8 output is compared with its high-precision output.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,8 @@
 
 #include "byte_budget.h"
 #include "fp8scope/delayed_scaling.h"
+#include "fp8scope/gpu_gemm_check.h"
+#include "gemm_pairing.h"
 #include "fp8scope/stats_engine.h"
 #include "health_metrics.h"
 #include "history_store.h"
@@ -35,6 +38,7 @@ struct PipelineDeps {
   HealthMetrics* health;
   HistoryStore* history;
   TensorTable* tensors;
+  GpuGemmCheck* gemm;  // null: GEMM checks run as the CPU emulation
 };
 
 class AnalysisPipeline {
@@ -52,9 +56,12 @@ class AnalysisPipeline {
 
  private:
   void worker(int shard);
+  void check_gemm(const GemmPair& pair);
   DelayedScalingState& delayed_state(const Sample& s, const Recipe& recipe, Fp8Format format);
 
   PipelineDeps d_;
+  GemmPairing gemm_pairs_;
+  std::mutex gemm_mu_;  // one GEMM check at a time
   std::vector<std::thread> workers_;
   std::atomic<bool> abandon_{false};
   std::atomic<std::uint64_t> abandoned_{0};

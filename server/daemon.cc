@@ -16,7 +16,7 @@
 #include "admin_service.h"
 #include "analysis_pipeline.h"
 #include "byte_budget.h"
-#include "fp8scope/cpu_engine.h"
+#include "engine_choice.h"
 #include "fp8scope/wire.h"
 #include "health_metrics.h"
 #include "history_store.h"
@@ -44,19 +44,6 @@ class HealthEndpoint final : public prometheus::Collectable {
     return {f};
   }
 };
-
-Result<std::unique_ptr<StatsEngine>> make_engine(const DaemonConfig& c, std::string* backend) {
-  if (c.backend == "cuda") {
-    return Status::error("--backend cuda: this build has no CUDA engine (use --backend auto or cpu)");
-  }
-  if (c.backend == "auto") spdlog::info("backend auto: no CUDA engine in this build, using the CPU");
-  CpuEngineOptions options;
-  options.threads = c.engine_threads;
-  auto engine = make_cpu_engine(options);
-  if (!engine.ok()) return engine.status();
-  *backend = "cpu";
-  return std::move(engine).value();
-}
 
 std::string host_port(const std::string& address, int port) {
   if (address.rfind("unix:", 0) == 0) return address;
@@ -89,6 +76,7 @@ struct Daemon::Impl {
   std::unique_ptr<ByteBudget> budget;
   std::unique_ptr<IngestQueue> queue;
   std::unique_ptr<StatsEngine> engine;
+  std::unique_ptr<GpuGemmCheck> gemm;
   PolicyStore policy;
   std::unique_ptr<TensorSeries> series;
   std::unique_ptr<HealthMetrics> health;
@@ -141,9 +129,11 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   }
   Result<std::shared_ptr<grpc::ServerCredentials>> creds = server_credentials(c);
   if (!creds.ok()) return creds.status();
-  Result<std::unique_ptr<StatsEngine>> engine = make_engine(c, &d->backend);
+  Result<EngineChoice> engine = choose_engine(c);
   if (!engine.ok()) return engine.status();
-  d->engine = std::move(engine).value();
+  d->backend = engine.value().backend;
+  d->engine = std::move(engine.value().engine);
+  d->gemm = std::move(engine.value().gemm);
   Result<std::unique_ptr<HistoryStore>> history = HistoryStore::open(c.data_dir);
   if (!history.ok()) return history.status();
   d->history = std::move(history).value();
@@ -169,7 +159,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->tensors = std::make_unique<TensorTable>(c.max_series);
   d->pipeline = std::make_unique<AnalysisPipeline>(PipelineDeps{d->queue.get(), d->budget.get(), d->engine.get(),
                                                                 &d->policy, d->series.get(), d->health.get(),
-                                                                d->history.get(), d->tensors.get()});
+                                                                d->history.get(), d->tensors.get(), d->gemm.get()});
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
                                                          d->history.get(), &d->access,
                                                          AssemblerLimits{c.max_sample_bytes, wire::kMaxChunkBytes},

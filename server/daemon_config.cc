@@ -43,6 +43,7 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   add(app, "data-dir", c.data_dir, "Directory of the SQLite history");
   add(app, "backend", c.backend, "Statistics engine: auto (CUDA when a device exists, else CPU), cpu or cuda");
   add(app, "device", c.device, "CUDA device index");
+  add(app, "gpu-memory-budget-bytes", c.gpu_memory_budget_bytes, "Device memory the CUDA engine may hold");
   add(app, "analysis-workers", c.analysis_workers, "Samples analyzed concurrently");
   add(app, "engine-threads", c.engine_threads, "CPU engine threads per analysis (0 = every core)");
   add(app, "queue-budget-bytes", c.queue_budget_bytes, "Memory for payloads waiting for analysis; past it samples are dropped and counted");

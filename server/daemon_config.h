@@ -17,6 +17,7 @@ struct DaemonConfig {
   std::string data_dir = "fp8scope-data";     // SQLite history lives here
   std::string backend = "auto";               // auto | cpu | cuda
   int device = 0;                             // CUDA device for --backend cuda/auto
+  std::uint64_t gpu_memory_budget_bytes = 8ull << 30;  // device memory the CUDA engine may hold
   int analysis_workers = 2;                   // samples analyzed at once
   int engine_threads = 0;                     // CPU engine threads; 0 = every core
   std::uint64_t queue_budget_bytes = 1ull << 30;   // payload memory waiting for analysis

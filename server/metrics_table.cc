@@ -25,6 +25,13 @@ std::vector<MetricDef> build() {
   gauge("fp8scope_scale_current", "Scale current scaling would choose for the latest sample (fmax / amax).", "1",
         {"job", "layer", "gemm", "operand", "format"});
   gauge("fp8scope_last_step", "Training step of the latest analyzed sample.", "steps", kTensorLabels);
+  // The forward GEMM's output in FP8 (E4M3, current per-tensor scales) against high precision.
+  const std::vector<std::string> gemm_labels = {"job", "layer", "accumulate"};
+  gauge("fp8scope_gemm_output_mse", "MSE of the FP8 GEMM's output against the BF16/fp32 GEMM's.", "value", gemm_labels);
+  gauge("fp8scope_gemm_output_cosine_similarity", "Cosine similarity of the FP8 and the high-precision GEMM outputs.",
+        "1", gemm_labels);
+  gauge("fp8scope_gemm_output_max_rel_error", "max |Y_fp8 - Y| / max |Y| of the forward GEMM's output.", "1",
+        gemm_labels);
   counter("fp8scope_samples_total", "Samples received complete and queued for analysis.", "samples", {});
   counter("fp8scope_samples_analyzed_total", "Samples analyzed.", "samples", {});
   counter("fp8scope_samples_dropped_total",

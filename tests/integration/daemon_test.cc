@@ -18,6 +18,7 @@
 
 #include "../support/daemon_fixture.h"
 #include "../support/temp_dir.h"
+#include "fp8scope/gemm_check.h"
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/wire.h"
 
@@ -410,4 +411,33 @@ TEST_CASE("fp8scoped refuses to listen beyond loopback unprotected, and document
                              "--insecure", "--drain-seconds", "--max-series"}) {
     CHECK(help.out.find(option) != std::string::npos);
   }
+}
+
+TEST_CASE("a forward GEMM's X and W give its FP8 output error", "[daemon][gemm]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"), {"--backend", "cpu"});
+  auto stream = SampleStream::open(to(daemon), hello("gemm"));
+  REQUIRE(stream.ok());
+  const std::vector<float> x = activation(32, 64, 5.0f), w = activation(48, 64, 6.0f);
+  v1::TensorHeader hx = header("blocks.1.mlp.fc1", 3, 32, 64);
+  v1::TensorHeader hw = header("blocks.1.mlp.fc1", 3, 48, 64);
+  hw.set_operand(v1::OPERAND_W);
+  REQUIRE(stream.value()->send(hx, bytes_of(x)).ok());
+  REQUIRE(stream.value()->send(hw, bytes_of(w)).ok());
+  REQUIRE(stream.value()->wait_for_acks(30).ok());
+  const std::map<std::string, std::string> labels = {{"job", "test"}, {"layer", "blocks.1.mlp.fc1"}, {"accumulate", "emulated"}};
+  std::string metrics;
+  REQUIRE(eventually([&] {
+    metrics = http_get(daemon.metrics(), "/metrics");
+    return !std::isnan(metric_value(metrics, "fp8scope_gemm_output_mse", labels));
+  }));
+  const double cosine = metric_value(metrics, "fp8scope_gemm_output_cosine_similarity", labels);
+  CHECK(cosine > 0.9);
+  CHECK(cosine <= 1.0);
+  CHECK(metric_value(metrics, "fp8scope_gemm_output_max_rel_error", labels) > 0.0);
+  // The same comparison from the library the daemon used: the numbers agree.
+  auto expected = gemm_check_cpu(TensorView{x.data(), DType::kF32, 32, 64, 1.0f}, TensorView{w.data(), DType::kF32, 48, 64, 1.0f},
+                                 Fp8Format::kE4M3);
+  REQUIRE(expected.ok());
+  CHECK(metric_value(metrics, "fp8scope_gemm_output_mse", labels) == Approx(expected.value().mse).epsilon(1e-12));
 }

@@ -1,0 +1,199 @@
+#include <cuda_fp8.h>
+
+#include "stats_kernels.cuh"
+
+namespace fp8scope::cuda {
+namespace {
+
+__device__ __forceinline__ bool finite(float v) { return (float_bits(v) & 0x7F800000u) != 0x7F800000u; }
+
+// Merges every thread's value of `item` into thread 0's, pairwise (a fixed tree, so the result
+// does not depend on timing).
+template <class T>
+__device__ void block_merge(T& item, T* shared) {
+  shared[threadIdx.x] = item;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) merge(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) item = shared[0];
+}
+
+}  // namespace
+
+__global__ void moments_kernel(const void* data, DType dtype, float scale_inv, std::int64_t n, TensorMoments* partial) {
+  __shared__ TensorMoments shared[kThreads];
+  TensorMoments m;
+  double mean = 0.0;  // Welford per thread; sum = mean * finite at the end
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = load_element(data, static_cast<std::size_t>(i), dtype, scale_inv);
+    ++m.numel;
+    if (x != x) {
+      ++m.nan;
+      continue;
+    }
+    const float a = fabsf(x);
+    if (!finite(x)) {
+      ++m.inf;
+      continue;
+    }
+    ++m.finite;
+    if (a != 0.0f) {
+      ++m.nonzero;
+      m.amin = min_f(m.amin, a);
+    }
+    m.amax = max_f(m.amax, a);
+    const double d = static_cast<double>(x) - mean;
+    mean += d / static_cast<double>(m.finite);
+    m.m2 += d * (static_cast<double>(x) - mean);
+    m.sum_squares += static_cast<double>(x) * x;
+  }
+  m.sum = mean * static_cast<double>(m.finite);
+  block_merge(m, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+__global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
+                                  int rows_per_block, int cols_per_block, std::int64_t blocks_per_row, float* amax) {
+  __shared__ float shared[kThreads];
+  const std::int64_t block = blockIdx.x;
+  const std::int64_t r0 = (block / blocks_per_row) * rows_per_block;
+  const std::int64_t c0 = (block % blocks_per_row) * cols_per_block;
+  const std::int64_t r1 = min(rows, r0 + rows_per_block), c1 = min(cols, c0 + cols_per_block);
+  const std::int64_t width = c1 - c0, count = (r1 - r0) * width;
+  float m = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const std::int64_t i = (r0 + j / width) * cols + c0 + j % width;
+    const float a = fabsf(load_element(data, static_cast<std::size_t>(i), dtype, scale_inv));
+    m = a > m ? a : m;  // NaN skipped, Inf kept: TE's amax
+  }
+  shared[threadIdx.x] = m;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] = max_f(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) amax[block] = shared[0];
+}
+
+__global__ void block_scales_kernel(QuantSpec spec, float numerator, const float* amax, std::int64_t blocks,
+                                    float* scale, float* scale_inv) {
+  const std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= blocks) return;
+  if (spec.mode == ScaleMode::kBlockE8M0) {
+    const std::uint8_t e = mxfp8_block_exponent(amax[b], 1.0f / fmax_of(spec.format));
+    scale[b] = e8m0_quantize_scale(e);
+    scale_inv[b] = decode_e8m0(e);
+  } else {
+    const float s = current_scale(amax[b], numerator, spec.power_of_2, spec.epsilon);
+    scale[b] = s;
+    scale_inv[b] = 1.0f / s;
+  }
+}
+
+namespace {
+
+struct Accumulators {
+  unsigned long long underflow = 0, overflow = 0, saturated = 0;
+  double squared_error = 0, dot = 0, dequant_squares = 0;
+};
+
+template <const FloatFormat& F>
+__device__ __forceinline__ void accumulate(Accumulators& a, unsigned int* histogram, float x, float s, float si) {
+  const QuantizedElement<float> e = quantize_element<F>(x, s, si);
+  a.underflow += e.underflow;
+  a.overflow += e.overflow;
+  a.saturated += e.saturated;
+  const double d = static_cast<double>(x) - e.dequantized;
+  a.squared_error += d * d;
+  a.dot += static_cast<double>(x) * e.dequantized;
+  a.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
+  if (x != 0.0f) atomicAdd(&histogram[log2_bin(e.abs_scaled)], 1u);
+}
+
+}  // namespace
+
+__global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
+                                SpecTable specs, QuantStats* partial) {
+  __shared__ unsigned int histogram[kMaxSpecsPerCall][kHistogramBins];
+  __shared__ Accumulators shared[kThreads];
+  for (int i = threadIdx.x; i < kMaxSpecsPerCall * kHistogramBins; i += blockDim.x) (&histogram[0][0])[i] = 0;
+  __syncthreads();
+  Accumulators acc[kMaxSpecsPerCall];
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = load_element(data, static_cast<std::size_t>(i), dtype, scale_inv);
+    if (!finite(x)) continue;  // NaN and Inf are counted by the moments, not cast
+    const std::int64_t r = i / cols, c = i % cols;
+#pragma unroll
+    for (int k = 0; k < kMaxSpecsPerCall; ++k) {
+      if (k >= specs.count) break;
+      const SpecScales& sp = specs.spec[k];
+      float s = sp.tensor_scale, si = sp.tensor_scale_inv;
+      if (sp.scale != nullptr) {
+        const std::int64_t b = (r / sp.spec.block_rows) * sp.blocks_per_row + c / sp.spec.block_cols;
+        s = sp.scale[b];
+        si = sp.scale_inv[b];
+      }
+      if (sp.spec.format == Fp8Format::kE4M3) {
+        accumulate<kE4M3>(acc[k], histogram[k], x, s, si);
+      } else {
+        accumulate<kE5M2>(acc[k], histogram[k], x, s, si);
+      }
+    }
+  }
+  for (int k = 0; k < specs.count; ++k) {
+    shared[threadIdx.x] = acc[k];
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+      if (threadIdx.x < stride) {
+        Accumulators& a = shared[threadIdx.x];
+        const Accumulators& b = shared[threadIdx.x + stride];
+        a.underflow += b.underflow;
+        a.overflow += b.overflow;
+        a.saturated += b.saturated;
+        a.squared_error += b.squared_error;
+        a.dot += b.dot;
+        a.dequant_squares += b.dequant_squares;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      QuantStats& q = partial[blockIdx.x * specs.count + k];
+      q = QuantStats{};
+      q.underflow = shared[0].underflow;
+      q.overflow = shared[0].overflow;
+      q.saturated = shared[0].saturated;
+      q.squared_error = shared[0].squared_error;
+      q.dot = shared[0].dot;
+      q.dequant_squares = shared[0].dequant_squares;
+      for (int b = 0; b < kHistogramBins; ++b) q.histogram[b] = histogram[k][b];
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void hardware_cast_agreement_kernel(const float* inputs, std::int64_t n, Fp8Format format,
+                                               unsigned long long* mismatches) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float y = inputs[i];
+  const __nv_fp8_interpretation_t kind = format == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  // cuda_fp8.h takes cvt.rn.satfinite here on sm_89+.
+  const __nv_fp8_storage_t hw = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, kind);
+  const std::uint8_t sw = format == Fp8Format::kE4M3 ? encode<kE4M3>(y, Saturation::kSatFinite).code
+                                                     : encode<kE5M2>(y, Saturation::kSatFinite).code;
+  bool agree = hw == sw;
+  if (finite(y)) {  // and the vectorizable value path against the hardware's decoded code
+    const float hw_value = __half2float(__half(__nv_cvt_fp8_to_halfraw(hw, kind)));
+    const float rounded = format == Fp8Format::kE4M3 ? round_to_grid<kE4M3>(fabsf(y)) : round_to_grid<kE5M2>(fabsf(y));
+    const float clipped = min_f(rounded, fmax_of(format));
+    agree = agree && float_bits(fabsf(hw_value)) == float_bits(clipped);
+  }
+  if (!agree) atomicAdd(mismatches, 1ull);
+}
+
+}  // namespace fp8scope::cuda

@@ -1,0 +1,59 @@
+// The CUDA kernels of the statistics engine. Every element-level decision comes from the shared
+// headers (dtype.h, quantize_element.h, scale_rules.h, stats.h), the same code the CPU engine runs.
+// Partial results are written per CUDA block and merged on the host in block order, so a result
+// does not depend on scheduling; sums differ from the CPU engine's only by summation order.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8scope/dtype.h"
+#include "fp8scope/quantize_element.h"
+#include "fp8scope/scale_rules.h"
+#include "fp8scope/stats.h"
+#include "fp8scope/stats_engine.h"
+
+namespace fp8scope::cuda {
+
+inline constexpr int kThreads = 256;
+
+// Where a spec's scales come from for element (row, col).
+struct SpecScales {
+  QuantSpec spec;
+  float tensor_scale = 1.0f, tensor_scale_inv = 1.0f;  // per-tensor modes
+  const float* scale = nullptr;                          // block modes: one per block
+  const float* scale_inv = nullptr;
+  std::int64_t blocks_per_row = 0;                       // blocks along a row
+};
+
+struct SpecTable {
+  SpecScales spec[kMaxSpecsPerCall];
+  int count = 0;
+};
+
+__device__ __forceinline__ float fmax_of(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? FormatConstants<kE4M3>::kMax : FormatConstants<kE5M2>::kMax;
+}
+
+// Pass 1: moments per CUDA block (Welford per thread, Chan's merge across threads).
+__global__ void moments_kernel(const void* data, DType dtype, float scale_inv, std::int64_t n, TensorMoments* partial);
+
+// The TE amax of each block of a spec: rows_per_block x cols_per_block elements, blocks laid out
+// row-major (blocks_per_row across). One CUDA block per data block.
+__global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
+                                  int rows_per_block, int cols_per_block, std::int64_t blocks_per_row, float* amax);
+
+// Block scales from block amaxes, by the spec's rule.
+__global__ void block_scales_kernel(QuantSpec spec, float numerator, const float* amax, std::int64_t blocks,
+                                    float* scale, float* scale_inv);
+
+// Pass 2: every spec's cast of every element, one read of the tensor; partial QuantStats per spec
+// per CUDA block (partial[block * count + spec]).
+__global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
+                                SpecTable specs, QuantStats* partial);
+
+// The cast through the hardware instruction (cvt.rn.satfinite on sm_89+) and through the shared
+// software path, for every input: mismatches counted (gpu-check runs it on every BF16 pattern).
+__global__ void hardware_cast_agreement_kernel(const float* inputs, std::int64_t n, Fp8Format format,
+                                               unsigned long long* mismatches);
+
+}  // namespace fp8scope::cuda

@@ -1,0 +1,48 @@
+// Forward GEMM operands pair up by job, run, rank, layer and step, once.
+#include "gemm_pairing.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fp8scope;
+using namespace fp8scope::server;
+
+namespace {
+Sample sample(const std::string& layer, std::uint64_t step, v1::Operand op, v1::Gemm gemm = v1::GEMM_FPROP) {
+  Sample s;
+  auto c = std::make_shared<ClientInfo>();
+  c->job = "j";
+  c->run = "r";
+  s.client = c;
+  s.header.set_layer(layer);
+  s.header.set_step(step);
+  s.header.set_operand(op);
+  s.header.set_gemm(gemm);
+  s.rows = 2;
+  s.cols = 4;
+  s.payload.assign(32, op == v1::OPERAND_X ? 1 : 2);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("X and W of the same step pair up once", "[gemm_pairing]") {
+  GemmPairing p;
+  CHECK(!p.offer(sample("l", 5, v1::OPERAND_X)));
+  CHECK(!p.offer(sample("l", 6, v1::OPERAND_W)));  // another step
+  auto pair = p.offer(sample("l", 5, v1::OPERAND_W));
+  REQUIRE(pair);
+  CHECK(pair->x[0] == 1);
+  CHECK(pair->w[0] == 2);
+  CHECK(pair->step == 5);
+  CHECK(!p.offer(sample("l", 5, v1::OPERAND_W)));  // handed out already
+  CHECK(!p.offer(sample("l", 7, v1::OPERAND_DY)));  // not an fprop operand
+  CHECK(!p.offer(sample("l", 7, v1::OPERAND_X, v1::GEMM_WGRAD)));
+}
+
+TEST_CASE("waiting operands are bounded, oldest first out", "[gemm_pairing]") {
+  GemmPairing p(2);
+  CHECK(!p.offer(sample("a", 1, v1::OPERAND_X)));
+  CHECK(!p.offer(sample("b", 1, v1::OPERAND_X)));
+  CHECK(!p.offer(sample("c", 1, v1::OPERAND_X)));  // evicts a
+  CHECK(!p.offer(sample("a", 1, v1::OPERAND_W)));
+  CHECK(p.offer(sample("c", 1, v1::OPERAND_W)));
+}
