@@ -1,5 +1,6 @@
 #include "analysis_pipeline.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
@@ -204,6 +205,19 @@ void AnalysisPipeline::process(Sample& s) {
       if (st.per_recipe && meaningful) set((std::string("fp8scope_") + st.metric_name()).c_str(), labels, v);
     }
     if (o.what_if) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
+    if (o.what_if && o.recipe == "tensor_current") {
+      // Current scaling maps amax to the format's max, so no bin above floor(log2 max) has mass:
+      // those series are left out.
+      const int top_bin = std::min(kHistogramBins - 1, std::ilogb(format_max(o.format)) - kHistogramMinLog2);
+      std::uint64_t binned = 0;
+      for (std::uint64_t c : o.stats.histogram) binned += c;
+      for (int b = 0; b <= top_bin; ++b) {
+        prometheus::Labels bin = labels;
+        bin["log2"] = std::to_string(kHistogramMinLog2 + b);
+        set("fp8scope_log2_magnitude_ratio", bin,
+            binned ? static_cast<double>(o.stats.histogram[b]) / static_cast<double>(binned) : 0.0);
+      }
+    }
     if (o.scale) set("fp8scope_scale", labels, *o.scale);
     d_.history->add(std::move(rec));
   }

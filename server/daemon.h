@@ -13,8 +13,6 @@
 
 namespace fp8scope::server {
 
-inline constexpr const char* kDaemonVersion = "0.1.0";
-
 class Daemon {
  public:
   static Result<std::unique_ptr<Daemon>> start(const DaemonConfig& config);

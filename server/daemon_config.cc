@@ -22,6 +22,28 @@ void add_flag(CLI::App& app, const std::string& name, bool& target, const std::s
   app.add_flag("--" + name, target, help)->envname(env);
 }
 
+// The effective configuration as a --config file, from CLI11's own writer (which quotes values as
+// its reader expects). Keys that nothing set stay commented out at their default, so the file
+// documents every default without pinning it.
+std::string render_config(const CLI::App& app) {
+  std::istringstream lines(app.config_to_str(true, true));
+  std::ostringstream out;
+  out << "# fp8scoped " << kDaemonVersion << " configuration, from `fp8scoped --print-config`. Commented keys\n"
+      << "# hold their defaults; flags win over this file, and this file wins over FP8SCOPE_* variables.\n";
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto eq = line.find('=');
+    if (line.empty() || line[0] == '#' || eq == std::string::npos) {
+      if (!line.empty() && line[0] == '#' && line.find("fp8scoped:") != std::string::npos) continue;  // app blurb
+      out << line << "\n";
+      continue;
+    }
+    const CLI::Option* opt = app.get_option_no_throw("--" + line.substr(0, eq));
+    out << (opt != nullptr && opt->count() == 0 ? "# " : "") << line << "\n";
+  }
+  return out.str();
+}
+
 }  // namespace
 
 bool is_loopback_address(const std::string& address) {
@@ -60,8 +82,15 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   add_flag(app, "insecure", c.insecure, "Allow listening on a non-loopback address without TLS or a token");
   add(app, "ready-file", c.ready_file, "Write {grpc, metrics, pid} as JSON here once serving (for scripts and tests)");
   add(app, "log-level", c.log_level, "trace, debug, info, warn, error");
-  app.add_flag("--print-metrics-table", c.print_metrics_table, "Print every exported metric as JSON and exit");
-  app.set_version_flag("--version", "fp8scoped 0.1.0");
+  app.add_flag("--print-metrics-table", c.print_metrics_table, "Print every exported metric as JSON and exit")
+      ->configurable(false);
+  bool print_config = false;
+  app.add_flag("--print-config", print_config,
+               "Print the effective configuration (defaults, then environment, file and flags) as a --config file and exit")
+      ->configurable(false);
+  // A misspelt key in a config file is an error, not a silently ignored line.
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_version_flag("--version", std::string("fp8scoped ") + kDaemonVersion);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -76,10 +105,18 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
     parsed.exit_now = true;
     std::cout << out.str();
     return parsed;
+  } catch (const CLI::ConfigError& e) {
+    const auto* file = app.get_config_ptr();
+    return Status::error("config file " + (file && file->count() ? file->as<std::string>() : std::string("?")) + ": " +
+                         e.what() + " (not a known key, or a bad value; fp8scoped --print-config lists every key)");
   } catch (const CLI::ParseError& e) {
     return Status::error(e.what());
   }
   if (auto* opt = app.get_config_ptr(); opt != nullptr && opt->count() > 0) c.config_file = opt->as<std::string>();
+  if (print_config) {
+    std::cout << render_config(app);
+    parsed.exit_now = true;
+  }
   return parsed;
 }
 

@@ -11,6 +11,8 @@
 
 namespace fp8scope::server {
 
+inline constexpr const char* kDaemonVersion = FP8SCOPE_VERSION;
+
 struct DaemonConfig {
   std::string listen = "127.0.0.1:7767";      // gRPC: unix:///path.sock or HOST:PORT (port 0 = pick one)
   std::string metrics = "127.0.0.1:9767";     // Prometheus /metrics and /health: HOST:PORT

@@ -28,6 +28,7 @@ HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version
       suppressed_(family(prometheus::BuildCounter(), "fp8scope_series_suppressed_total", r).Add({})),
       records_(family(prometheus::BuildCounter(), "fp8scope_records_stored_total", r).Add({})) {
   family(prometheus::BuildGauge(), "fp8scope_queue_budget_bytes", r).Add({}).Set(static_cast<double>(queue_budget_bytes));
+  for (const char* reason : kDaemonDropReasons) dropped_family_.Add({{"reason", reason}});
   family(prometheus::BuildGauge(), "fp8scope_build_info", r).Add({{"version", version}, {"backend", backend}}).Set(1);
 }
 

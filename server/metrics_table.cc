@@ -25,6 +25,13 @@ std::vector<MetricDef> build() {
   gauge("fp8scope_scale_current", "Scale current scaling would choose for the latest sample (fmax / amax).", "1",
         {"job", "layer", "gemm", "operand", "format"});
   gauge("fp8scope_last_step", "Training step of the latest analyzed sample.", "steps", kTensorLabels);
+  // The log2-magnitude histogram of the scaled tensor under current scaling, for heatmaps against
+  // the FP8 window: share of nonzero finite elements with floor(log2|x*s|) == log2 (the first bin
+  // also holds everything below, the last everything above).
+  std::vector<std::string> histogram_labels = kRecipeLabels;
+  histogram_labels.push_back("log2");
+  gauge("fp8scope_log2_magnitude_ratio", "Share of nonzero elements whose scaled magnitude has this floor(log2).",
+        "ratio", histogram_labels);
   // The forward GEMM's output in FP8 (E4M3, current per-tensor scales) against high precision.
   const std::vector<std::string> gemm_labels = {"job", "layer", "accumulate"};
   gauge("fp8scope_gemm_output_mse", "MSE of the FP8 GEMM's output against the BF16/fp32 GEMM's.", "value", gemm_labels);
@@ -77,7 +84,10 @@ const char* kind_name(MetricKind kind) {
 std::string metrics_table_json() {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const MetricDef& d : metric_definitions()) {
-    rows.push_back({{"name", d.name}, {"type", kind_name(d.kind)}, {"help", d.help}, {"unit", d.unit}, {"labels", d.labels}});
+    nlohmann::ordered_json row = {{"name", d.name}, {"type", kind_name(d.kind)}, {"help", d.help}, {"unit", d.unit},
+                                  {"labels", d.labels}};
+    if (d.statistic) row["worst_rank"] = d.lower_is_worse ? "min" : "max";
+    rows.push_back(std::move(row));
   }
   return rows.dump(2);
 }

@@ -32,7 +32,7 @@ const std::vector<MetricDef>& metric_definitions();
 const MetricDef* find_metric(std::string_view name);
 const char* kind_name(MetricKind kind);
 
-// The table as JSON: [{name, type, help, unit, labels}, ...].
+// The table as JSON: [{name, type, help, unit, labels, worst_rank (tensor statistics: max or min)}, ...].
 std::string metrics_table_json();
 
 }  // namespace fp8scope::server

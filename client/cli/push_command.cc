@@ -77,7 +77,7 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
   gethostname(host, sizeof host - 1);
   hello.set_host(host);
   hello.set_pid(static_cast<std::uint32_t>(getpid()));
-  (*hello.mutable_library_versions())["fp8scope"] = "0.1.0";
+  (*hello.mutable_library_versions())["fp8scope"] = FP8SCOPE_VERSION;
   auto stream = SampleStream::open(conn.value(), hello, o.connection.timeout_seconds);
   if (!stream.ok()) {
     err << "fp8scope push: " << stream.message() << "\n";

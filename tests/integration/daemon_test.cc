@@ -20,6 +20,7 @@
 #include "../support/temp_dir.h"
 #include "fp8scope/gemm_check.h"
 #include "fp8scope/sample_stream.h"
+#include "fp8scope/stats.h"
 #include "fp8scope/wire.h"
 
 using namespace fp8scope;
@@ -141,6 +142,18 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
   CHECK(metric_value(metrics, "fp8scope_scale", recipe_labels("blocks.0.attn.qkv", "tensor_current")) ==
         Approx(expected[0]["scale"].get<double>()));
   CHECK(metric_value(metrics, "fp8scope_samples_total", {}) == 1.0);
+  // The log2|x*s| histogram under current scaling: shares summing to 1, the amax element in
+  // E4M3's top binade (448 = 1.75 * 2^8), nothing exported above it.
+  auto bin = [&](int log2) {
+    auto labels = recipe_labels("blocks.0.attn.qkv", "tensor_current");
+    labels["log2"] = std::to_string(log2);
+    return metric_value(metrics, "fp8scope_log2_magnitude_ratio", labels);
+  };
+  double shares = 0.0;
+  for (int b = fp8scope::kHistogramMinLog2; b <= 8; ++b) shares += bin(b);
+  CHECK(shares == Approx(1.0).epsilon(1e-12));
+  CHECK(bin(8) > 0.0);
+  CHECK(std::isnan(bin(9)));
   // The CLI views.
   const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc(), "--sort", "underflow", "--json"});
   REQUIRE(tensors.exit_code == 0);
