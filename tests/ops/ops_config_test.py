@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""Offline checks of what operators deploy: the dashboards and reference docs are what their
+generators write; every series a dashboard or rule asks for is one the daemon exports, with
+labels it has; promtool accepts the rules (and their unit tests) and the Prometheus configs; the
+deploy files parse; every daemon command line they hold is one fp8scoped accepts; the systemd
+unit passes `systemd-analyze verify`.
+
+    tests/ops/ops_config_test.py --daemon build/server/fp8scoped
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+
+from ops_sources import (DASHBOARDS, ROOT, RULES, base_metric, expressions, grouping_labels, matcher_labels,
+                         metrics_table, recorded_names, selectors)
+
+DAEMON = None  # set by main()
+PROMTOOL = shutil.which("promtool")
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, capture_output=True, text=True, **kwargs)
+
+
+def clean_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith("FP8SCOPE_")}
+
+
+def deploy_path(*parts):
+    return os.path.join(ROOT, "deploy", *parts)
+
+
+def load_all(path):
+    with open(path) as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc is not None]
+
+
+class Generated(unittest.TestCase):
+    def test_dashboards_are_what_the_generator_writes(self):
+        r = run([sys.executable, os.path.join(ROOT, "dashboards", "generate.py"), "--check"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_reference_docs_and_config_template_are_what_the_daemon_says(self):
+        r = run([sys.executable, os.path.join(ROOT, "docs", "generate.py"), "--daemon", DAEMON, "--check"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class Dashboards(unittest.TestCase):
+    def test_provisionable_and_templated(self):
+        uids = set()
+        for path in DASHBOARDS:
+            with self.subTest(dashboard=os.path.basename(path)):
+                with open(path) as f:
+                    board = json.load(f)
+                self.assertNotIn(board["uid"], uids)
+                uids.add(board["uid"])
+                variables = {v["name"]: v for v in board["templating"]["list"]}
+                self.assertEqual(variables["datasource"]["type"], "datasource")
+                for name in ("job", "layer", "gemm", "operand"):
+                    self.assertIn(name, variables)
+                ids = [p["id"] for p in board["panels"]]
+                self.assertEqual(len(ids), len(set(ids)))
+                for p in board["panels"]:
+                    self.assertEqual(p["datasource"]["uid"], "${datasource}", p["title"])
+                    self.assertLessEqual(p["gridPos"]["x"] + p["gridPos"]["w"], 24, p["title"])
+                    self.assertTrue(p["targets"], p["title"])
+        self.assertEqual(len(uids), 4)  # overview, layer, GEMM output, daemon health
+
+
+class SeriesExist(unittest.TestCase):
+    """Every selector names an exported metric (or a recording rule, or `up`) and only its labels."""
+
+    def labels_of(self, name, table, recorded_labels):
+        if name == "up":
+            return {"job", "instance"}
+        if name in recorded_labels:
+            return recorded_labels[name]
+        row = base_metric(name, table)
+        self.assertIsNotNone(row, f"{name} is not in fp8scoped --print-metrics-table")
+        labels = set(row["labels"])
+        if row["type"] == "histogram":
+            labels.add("le")
+        return labels
+
+    def test_selectors_and_labels(self):
+        table = metrics_table(DAEMON)
+        recorded = recorded_names()
+        recorded_labels = {}
+        exprs = expressions()
+        # Recording rules first: their series carry the labels of what they are computed from.
+        for e in exprs:
+            if e.kind == "record":
+                name = e.origin.split()[-1]
+                recorded_labels[name] = set().union(
+                    *(self.labels_of(n, table, recorded_labels) for n, _ in selectors(e.promql)))
+        self.assertEqual(set(recorded_labels), recorded)
+        for e in exprs:
+            with self.subTest(expr=e.origin):
+                found = selectors(e.promql)
+                self.assertTrue(found, f"no series selector in {e}")
+                available = set()
+                for name, braces in found:
+                    labels = self.labels_of(name, table, recorded_labels)
+                    available |= labels
+                    for label in matcher_labels(braces):
+                        self.assertIn(label, labels, f"{e}: {name} has no label {label}")
+                for label in grouping_labels(e.promql):
+                    self.assertIn(label, available, f"{e}: no series has label {label}")
+
+
+class Promtool(unittest.TestCase):
+    def promtool(self, *args, cwd=None):
+        self.assertTrue(PROMTOOL, "promtool not found: scripts/setup.sh installs Debian's prometheus")
+        r = run([PROMTOOL, *args], cwd=cwd)
+        self.assertEqual(r.returncode, 0, f"promtool {' '.join(args)}:\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+    def test_rules_check(self):
+        out = self.promtool("check", "rules", RULES)
+        self.assertIn("SUCCESS", out)
+
+    def test_rules_unit_tests(self):
+        self.promtool("test", "rules", "fp8scope-rules.test.yml", cwd=os.path.dirname(RULES))
+
+    def test_every_alert_is_unit_tested_and_documented(self):
+        tests = load_all(os.path.join(os.path.dirname(RULES), "fp8scope-rules.test.yml"))[0]
+        tested = {t["alertname"] for case in tests["tests"] for t in case.get("alert_rule_test", [])}
+        for group in load_all(RULES)[0]["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    self.assertIn(rule["alert"], tested)
+                    self.assertTrue(rule["annotations"].get("summary"), rule["alert"])
+                    self.assertTrue(rule["annotations"].get("runbook"), rule["alert"])
+                    self.assertIn(rule["labels"]["severity"], ("info", "warning", "critical"))
+
+    def test_prometheus_configs(self):
+        self.promtool("check", "config", os.path.join(os.path.dirname(RULES), "prometheus.yml"))
+        # compose mounts the rules beside its config; check it the same way.
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(deploy_path("compose", "prometheus.yml"), tmp)
+            shutil.copy(RULES, tmp)
+            self.promtool("check", "config", os.path.join(tmp, "prometheus.yml"))
+        # The fleet agent's credentials file lives on the node, so only its syntax is checked here.
+        self.promtool("check", "config", "--agent", "--syntax-only", deploy_path("fleet", "prometheus-agent.yml"))
+
+    def test_every_scrape_keeps_the_training_jobs_label(self):
+        configs = [os.path.join(os.path.dirname(RULES), "prometheus.yml"), deploy_path("compose", "prometheus.yml"),
+                   deploy_path("fleet", "prometheus-agent.yml")]
+        for path in configs:
+            for job in load_all(path)[0]["scrape_configs"]:
+                self.assertTrue(job.get("honor_labels"), path)
+
+
+class DeployFiles(unittest.TestCase):
+    def test_every_yaml_and_json_file_parses(self):
+        count = 0
+        for base in ("deploy", "dashboards"):
+            for folder, _, files in os.walk(os.path.join(ROOT, base)):
+                for name in files:
+                    path = os.path.join(folder, name)
+                    if name.endswith((".yml", ".yaml")):
+                        self.assertTrue(load_all(path), path)
+                        count += 1
+                    elif name.endswith(".json"):
+                        with open(path) as f:
+                            json.load(f)
+                        count += 1
+        self.assertGreaterEqual(count, 12)
+
+    def test_kubernetes_manifests(self):
+        docs = load_all(deploy_path("kubernetes", "fp8scope.yaml"))
+        for doc in docs:
+            self.assertTrue(doc["apiVersion"] and doc["metadata"]["name"], doc)
+        kinds = {doc["kind"]: doc for doc in docs}
+        self.assertEqual(set(kinds), {"Namespace", "ConfigMap", "Secret", "DaemonSet", "Service", "ServiceMonitor"})
+        pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        container = pod["containers"][0]
+        self.assertFalse(container["securityContext"]["allowPrivilegeEscalation"])
+        self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/health")
+        self.assertTrue(kinds["ServiceMonitor"]["spec"]["endpoints"][0]["honorLabels"])
+        labels = kinds["DaemonSet"]["spec"]["selector"]["matchLabels"]
+        self.assertEqual(kinds["Service"]["spec"]["selector"], labels)
+
+    def test_compose_mounts_what_exists(self):
+        compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
+        self.assertEqual(set(compose["services"]), {"fp8scoped", "prometheus", "grafana"})
+        for service in compose["services"].values():
+            for volume in service.get("volumes", []):
+                source = volume.split(":")[0]
+                if source.startswith("."):
+                    self.assertTrue(os.path.exists(deploy_path("compose", source)), volume)
+        for secret in compose["secrets"].values():
+            self.assertTrue(os.path.exists(deploy_path("compose", secret["file"])))
+
+    def test_container_runs_as_non_root(self):
+        with open(deploy_path("container", "Dockerfile")) as f:
+            text = f.read()
+        stages = re.findall(r"^FROM\s+\S+(?:\s+AS\s+(\S+))?", text, re.M)
+        self.assertEqual(len(stages), 2)  # build, runtime
+        self.assertRegex(text, r"(?m)^FROM nvidia/cuda:\S+-runtime-")
+        self.assertRegex(text, r"(?m)^USER (?!root|0\b)\S+")
+        self.assertIn('ENTRYPOINT ["fp8scoped"]', text)
+
+
+class DaemonCommandLines(unittest.TestCase):
+    """Each command line a deploy file gives fp8scoped is accepted by the built daemon."""
+
+    def accepts(self, args, where):
+        r = run([DAEMON, *args, "--print-config"], env=clean_env())
+        self.assertEqual(r.returncode, 0, f"{where}: fp8scoped {' '.join(args)}\n{r.stderr}")
+        return r.stdout
+
+    def test_kubernetes_daemonset_with_its_configmap(self):
+        docs = {d["kind"]: d for d in load_all(deploy_path("kubernetes", "fp8scope.yaml"))}
+        with tempfile.TemporaryDirectory() as tmp:
+            config = os.path.join(tmp, "fp8scoped.toml")
+            with open(config, "w") as f:
+                f.write(docs["ConfigMap"]["data"]["fp8scoped.toml"])
+            args = docs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]
+            args = [config if a == "/etc/fp8scope/fp8scoped.toml" else a for a in args]
+            effective = self.accepts(args, "DaemonSet")
+        self.assertIn('listen="0.0.0.0:7767"', effective)
+        self.assertIn("queue-budget-bytes=4294967296", effective)  # from the ConfigMap
+
+    def test_compose_and_container(self):
+        compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
+        self.accepts(compose["services"]["fp8scoped"]["command"], "compose")
+        with open(deploy_path("container", "Dockerfile")) as f:
+            cmd = re.search(r"(?m)^CMD (\[.*\])$", f.read()).group(1)
+        self.accepts(json.loads(cmd), "Dockerfile CMD")
+
+    def test_systemd_unit_with_the_config_template(self):
+        with open(deploy_path("systemd", "fp8scoped.service")) as f:
+            unit = f.read()
+        exec_start = re.search(r"(?m)^ExecStart=(.*)$", unit).group(1)
+        args = shlex.split(exec_start)[1:]
+        args = [deploy_path("fp8scoped.toml") if a == "/etc/fp8scope/fp8scoped.toml" else a for a in args]
+        effective = self.accepts(args, "systemd ExecStart")
+        self.assertIn('# listen="127.0.0.1:7767"', effective)  # loopback default, not overridden
+        for directive in ("NoNewPrivileges=yes", "ProtectSystem=strict", "DynamicUser=yes", "CapabilityBoundingSet="):
+            self.assertRegex(unit, rf"(?m)^{re.escape(directive)}$")
+
+    def test_systemd_analyze_verify(self):
+        self.assertTrue(shutil.which("systemd-analyze"), "systemd-analyze not found: scripts/setup.sh installs systemd")
+        with open(deploy_path("systemd", "fp8scoped.service")) as f:
+            unit = f.read().replace("/usr/local/bin/fp8scoped", os.path.abspath(DAEMON))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "fp8scoped.service")
+            with open(path, "w") as f:
+                f.write(unit)
+            r = run(["systemd-analyze", "verify", path])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("fp8scoped.service:", r.stderr)  # no warning about our unit
+
+
+def main():
+    global DAEMON
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--daemon", required=True, help="the built fp8scoped binary")
+    args, rest = parser.parse_known_args()
+    DAEMON = os.path.abspath(args.daemon)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
