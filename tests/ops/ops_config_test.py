@@ -231,6 +231,13 @@ class DaemonCommandLines(unittest.TestCase):
             effective = self.accepts(args, "DaemonSet")
         self.assertIn('listen="0.0.0.0:7767"', effective)
         self.assertIn("queue-budget-bytes=4294967296", effective)  # from the ConfigMap
+        # The ConfigMap holds overrides only: a pasted default would silently pin it.
+        with open(deploy_path("fp8scoped.toml")) as f:
+            defaults = dict(line[2:].split("=", 1) for line in f.read().splitlines() if re.match(r"# [a-z-]+=", line))
+        for line in docs["ConfigMap"]["data"]["fp8scoped.toml"].splitlines():
+            if line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                self.assertNotEqual(defaults[key], value, f"ConfigMap repeats the default of {key}")
 
     def test_compose_and_container(self):
         compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
