@@ -189,14 +189,16 @@ class LivePrometheus(unittest.TestCase):
         self.assertTrue(self.query(by_alert["FP8NonFiniteValues"]))  # the NaN gradient
         self.assertTrue(self.query(by_alert["FP8ScopeSamplesDropped"]))  # the over-sized sample
         self.assertFalse(self.query(by_alert["FP8ScopeDaemonDown"]))  # it is up
-        # Prometheus itself evaluates every rule without error; the NaN alert is pending or firing.
-        def evaluated():
+        # Prometheus itself evaluates every rule without error, and the NaN alert goes pending (at
+        # the first evaluation after the NaN gradient was scraped).
+        def rule_states():
             rules = [r for g in self.api("rules")["groups"] for r in g["rules"]]
-            return all(r["health"] == "ok" for r in rules) and rules
+            if not all(r["health"] == "ok" for r in rules):
+                return None
+            states = {r["name"]: r.get("state") for r in rules if r["type"] == "alerting"}
+            return states if states["FP8NonFiniteValues"] in ("pending", "firing") else None
 
-        rules = wait_for("every rule evaluated healthy", evaluated)
-        states = {r["name"]: r.get("state") for r in rules if r["type"] == "alerting"}
-        self.assertIn(states["FP8NonFiniteValues"], ("pending", "firing"))
+        states = wait_for("every rule healthy and FP8NonFiniteValues pending", rule_states)
         self.assertEqual(states["FP8ScopeDaemonDown"], "inactive")
 
     def test_exposition_passes_promtool(self):
