@@ -1,0 +1,77 @@
+// tiny_trainer's device side: buffers through the driver API and the GEMMs through cuBLASLt and
+// cuBLAS, exactly as a framework issues them (column-major cuBLAS, row-major tensors): every
+// matrix is row-major [rows, cols] on the host, which cuBLAS sees as column-major [cols, rows].
+// Any failure ends the program with a line naming the call.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace fp8scope::trainer {
+
+[[noreturn]] void fail(const char* what, long code);
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void upload(const void* host, std::size_t bytes);
+  void download(void* host, std::size_t bytes) const;
+  const void* get() const { return reinterpret_cast<const void*>(ptr_); }
+  void* get() { return reinterpret_cast<void*>(ptr_); }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+};
+
+enum class Element { kBF16, kE4M3, kE5M2 };
+
+// One operand as a GEMM reads it: device data (row-major [rows, cols]) and, for FP8, the device
+// address of its scale_inv.
+struct DeviceOperand {
+  const void* data;
+  Element element;
+  int rows, cols;
+  const float* scale_inv = nullptr;
+};
+
+class Gemms {
+ public:
+  Gemms();
+  ~Gemms();
+
+  CUstream stream() const { return stream_; }
+
+  // out[M,N] (fp32, row-major) = x[M,K] w[N,K]^T through cublasLtMatmul, TN.
+  void fprop(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K);
+  // BF16 backward, in the layouts PyTorch uses: dX[M,K] = dY[M,N] W[N,K] (cublasGemmEx, NN) and
+  // dW[N,K] = dY^T X (cublasLtMatmul, NT).
+  void dgrad_nn(const DeviceOperand& w, const DeviceOperand& dy, DeviceBuffer& dx, int M, int N, int K);
+  void wgrad_nt(const DeviceOperand& x, const DeviceOperand& dy, DeviceBuffer& dw, int M, int N, int K);
+  // FP8 GEMMs are TN only (Ada/Hopper cuBLASLt): out[P,Q] = b[P,L] a[Q,L]^T (cuBLAS's A = a,
+  // B = b), used for all three GEMMs with transposed copies.
+  void tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L);
+
+  // Starts capturing the stream into a CUDA graph, runs one GEMM, ends and discards the graph.
+  void capture_probe(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K);
+
+ private:
+  void lt_matmul(bool transa, bool transb, const DeviceOperand& a, int a_rows, int a_cols, const DeviceOperand& b,
+                 int b_rows, int b_cols, DeviceBuffer& out, int m, int n);
+
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<DeviceBuffer> workspace_;
+};
+
+}  // namespace fp8scope::trainer

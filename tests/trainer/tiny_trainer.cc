@@ -1,0 +1,336 @@
+// tiny_trainer: trains a small MLP (32 -> 64 -> 64 -> 16, ReLU) to imitate a random teacher
+// network, with every GEMM on the device through cuBLASLt and cuBLAS as a framework would issue
+// them, and an NVTX range per layer. `--mode bf16`: BF16 operands, PyTorch's layouts (fprop TN,
+// dgrad NN through cublasGemmEx, wgrad NT). `--mode fp8`: TE's delayed scaling (E4M3 forward, E5M2
+// gradients), every GEMM TN with transposed copies, as FP8 cuBLASLt requires on Ada and Hopper.
+// Losses go to --losses, one per line as hex floats, so runs can be compared bit for bit.
+//
+// Built with the tests. It runs from the build tree against the CPU fixtures (RUNPATH) on a machine
+// without a GPU; on a GPU machine LD_LIBRARY_PATH to the real libraries wins.
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nvtx3/nvToolsExt.h>
+#include <thread>
+
+#include "device_gemms.h"
+#include "host_tensors.h"
+
+using namespace fp8scope::trainer;
+
+namespace {
+
+constexpr int kBatch = 32;
+constexpr int kWidths[] = {32, 64, 64, 16};
+constexpr int kLayers = 3;
+constexpr float kLearningRate = 0.05f;
+constexpr int kAmaxHistory = 16;
+
+struct Options {
+  int steps = 100;
+  std::string mode = "bf16";
+  std::string losses;
+  std::uint64_t seed = 1;
+  int dump_step = -1;
+  std::string dump_dir;
+  int step_sleep_ms = 0;
+  int fork_at_step = -1;
+  bool capture_probe = false;
+  bool no_step_api = false;
+};
+
+// The hook's C API when the hook is loaded, else nothing (the trainer also runs without it).
+struct HookApi {
+  void (*step)(std::uint64_t) = nullptr;
+  void (*log_scalar)(const char*, std::uint64_t, double) = nullptr;
+};
+
+HookApi find_hook_api(bool use_steps) {
+  HookApi api;
+  if (use_steps) api.step = reinterpret_cast<void (*)(std::uint64_t)>(dlsym(RTLD_DEFAULT, "fp8scope_step"));
+  api.log_scalar = reinterpret_cast<void (*)(const char*, std::uint64_t, double)>(dlsym(RTLD_DEFAULT, "fp8scope_log_scalar"));
+  return api;
+}
+
+template <class T>
+std::vector<T> transpose(const std::vector<T>& v, int rows, int cols) {
+  std::vector<T> t(v.size());
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) t[static_cast<std::size_t>(c) * rows + r] = v[static_cast<std::size_t>(r) * cols + c];
+  }
+  return t;
+}
+
+// A host array on the device for one GEMM.
+template <class T>
+std::unique_ptr<DeviceBuffer> on_device(const std::vector<T>& host) {
+  auto b = std::make_unique<DeviceBuffer>(host.size() * sizeof(T));
+  b->upload(host.data(), host.size() * sizeof(T));
+  return b;
+}
+
+Matrix download(const DeviceBuffer& b, int rows, int cols) {
+  Matrix m(rows, cols);
+  b.download(m.v.data(), m.v.size() * sizeof(float));
+  return m;
+}
+
+// A teacher with fixed weights; the student learns its function.
+Matrix teacher(const Matrix& x, const Matrix& t1, const Matrix& t2) {
+  Matrix h(x.rows, t1.rows), y(x.rows, t2.rows);
+  for (int i = 0; i < x.rows; ++i) {
+    for (int j = 0; j < t1.rows; ++j) {
+      float s = 0.0f;
+      for (int k = 0; k < x.cols; ++k) s += x.at(i, k) * t1.at(j, k);
+      h.at(i, j) = std::tanh(s);
+    }
+    for (int j = 0; j < t2.rows; ++j) {
+      float s = 0.0f;
+      for (int k = 0; k < h.cols; ++k) s += h.at(i, k) * t2.at(j, k);
+      y.at(i, j) = s;
+    }
+  }
+  return y;
+}
+
+struct Layer {
+  Matrix w;  // [out, in], fp32 master weights
+  Fp8Tensor x_fp8{fp8scope::Fp8Format::kE4M3, kAmaxHistory}, w_fp8{fp8scope::Fp8Format::kE4M3, kAmaxHistory},
+      dy_fp8{fp8scope::Fp8Format::kE5M2, kAmaxHistory};
+  // What the forward pass gave the backward pass.
+  Matrix input, pre_activation;
+  std::vector<std::uint16_t> x_bf16, w_bf16;
+  std::vector<std::uint8_t> x_codes, w_codes;
+  float x_scale_inv = 1.0f, w_scale_inv = 1.0f;
+  // The weight's device copies live as long as the layer (updated in place each step), as in a
+  // framework: the hook recognizes a step by its first GEMM's weight address.
+  std::unique_ptr<DeviceBuffer> w_device, w_scale_device;
+};
+
+// Uploads into a layer's persistent buffer, allocating it on first use.
+template <class T>
+DeviceBuffer& upload_into(std::unique_ptr<DeviceBuffer>& buffer, const std::vector<T>& host) {
+  if (!buffer) buffer = std::make_unique<DeviceBuffer>(host.size() * sizeof(T));
+  buffer->upload(host.data(), host.size() * sizeof(T));
+  return *buffer;
+}
+
+class Trainer {
+ public:
+  Trainer(const Options& o) : o_(o), rng_(o.seed), hook_(find_hook_api(!o.no_step_api)) {
+    std::mt19937_64 teacher_rng(1234);
+    t1_ = random_normal(48, kWidths[0], 1.0f / std::sqrt(static_cast<float>(kWidths[0])), teacher_rng);
+    t2_ = random_normal(kWidths[kLayers], 48, 1.0f / std::sqrt(48.0f), teacher_rng);
+    for (int l = 0; l < kLayers; ++l) {
+      layers_.emplace_back();
+      layers_.back().w = random_normal(kWidths[l + 1], kWidths[l], std::sqrt(2.0f / static_cast<float>(kWidths[l])), rng_);
+    }
+  }
+
+  double step(int step);
+  void fork_probe();
+  void capture_probe();
+
+ private:
+  bool fp8() const { return o_.mode == "fp8"; }
+  bool dumping(int step) const { return step == o_.dump_step && !o_.dump_dir.empty(); }
+  void dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
+            std::size_t bytes);
+  Matrix forward(int step, int l, const Matrix& input);
+  Matrix backward(int step, int l, const Matrix& dy);
+
+  Options o_;
+  std::mt19937_64 rng_;
+  HookApi hook_;
+  Gemms gemms_;
+  Matrix t1_, t2_;
+  std::vector<Layer> layers_;
+};
+
+void Trainer::dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
+                   std::size_t bytes) {
+  if (!dumping(step)) return;
+  if (!write_npy(o_.dump_dir + "/" + name + ".npy", descr, rows, cols, data, bytes)) fail("writing a dump", 0);
+}
+
+Matrix Trainer::forward(int step, int l, const Matrix& input) {
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  const int M = input.rows, K = input.cols, N = L.w.rows;
+  const std::string name = "mlp." + std::to_string(l);
+  L.input = input;
+  DeviceBuffer out(static_cast<std::size_t>(M) * N * sizeof(float));
+  if (fp8()) {
+    L.x_codes = L.x_fp8.cast(input, L.x_scale_inv);
+    L.w_codes = L.w_fp8.cast(L.w, L.w_scale_inv);
+    auto x = on_device(L.x_codes), xs = on_device(std::vector<float>{L.x_scale_inv});
+    DeviceBuffer* w = &upload_into(L.w_device, L.w_codes);
+    DeviceBuffer* ws = &upload_into(L.w_scale_device, std::vector<float>{L.w_scale_inv});
+    dump(step, name + ".fprop.x", "|u1", M, K, L.x_codes.data(), L.x_codes.size());
+    dump(step, name + ".fprop.w", "|u1", N, K, L.w_codes.data(), L.w_codes.size());
+    nvtxRangePushA((name + "/fprop").c_str());
+    gemms_.tn({w->get(), Element::kE4M3, N, K, static_cast<const float*>(ws->get())},
+              {x->get(), Element::kE4M3, M, K, static_cast<const float*>(xs->get())}, out, M, N, K);
+    nvtxRangePop();
+  } else {
+    L.x_bf16 = to_bf16(input);
+    L.w_bf16 = to_bf16(L.w);
+    auto x = on_device(L.x_bf16);
+    DeviceBuffer* w = &upload_into(L.w_device, L.w_bf16);
+    dump(step, name + ".fprop.x", "<u2", M, K, L.x_bf16.data(), L.x_bf16.size() * 2);
+    dump(step, name + ".fprop.w", "<u2", N, K, L.w_bf16.data(), L.w_bf16.size() * 2);
+    nvtxRangePushA((name + "/forward").c_str());
+    gemms_.fprop({w->get(), Element::kBF16, N, K}, {x->get(), Element::kBF16, M, K}, out, M, N, K);
+    nvtxRangePop();
+  }
+  L.pre_activation = download(out, M, N);
+  Matrix y = L.pre_activation;
+  if (l + 1 < kLayers) {
+    for (float& v : y.v) v = std::max(v, 0.0f);
+  }
+  return y;
+}
+
+// Returns dX for the layer below; updates the layer's weights.
+Matrix Trainer::backward(int step, int l, const Matrix& dy) {
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  const int M = dy.rows, N = dy.cols, K = L.w.cols;
+  const std::string name = "mlp." + std::to_string(l);
+  DeviceBuffer dx_out(static_cast<std::size_t>(M) * K * sizeof(float)), dw_out(static_cast<std::size_t>(N) * K * sizeof(float));
+  if (fp8()) {
+    float dy_scale_inv = 1.0f;
+    const std::vector<std::uint8_t> dy_codes = L.dy_fp8.cast(dy, dy_scale_inv);
+    // Transposed copies of the codes: the transposed tensors under the same scales.
+    const std::vector<std::uint8_t> wt = transpose(L.w_codes, N, K), xt = transpose(L.x_codes, M, K),
+                                    dyt = transpose(dy_codes, M, N);
+    auto d_dy = on_device(dy_codes), d_wt = on_device(wt), d_xt = on_device(xt), d_dyt = on_device(dyt);
+    auto dys = on_device(std::vector<float>{dy_scale_inv}), ws = on_device(std::vector<float>{L.w_scale_inv}),
+         xs = on_device(std::vector<float>{L.x_scale_inv});
+    dump(step, name + ".dgrad.w", "|u1", K, N, wt.data(), wt.size());
+    dump(step, name + ".dgrad.dy", "|u1", M, N, dy_codes.data(), dy_codes.size());
+    dump(step, name + ".wgrad.x", "|u1", K, M, xt.data(), xt.size());
+    dump(step, name + ".wgrad.dy", "|u1", N, M, dyt.data(), dyt.size());
+    const auto* dy_s = static_cast<const float*>(dys->get());
+    nvtxRangePushA((name + "/dgrad").c_str());
+    gemms_.tn({d_wt->get(), Element::kE4M3, K, N, static_cast<const float*>(ws->get())},
+              {d_dy->get(), Element::kE5M2, M, N, dy_s}, dx_out, M, K, N);
+    nvtxRangePop();
+    nvtxRangePushA((name + "/wgrad").c_str());
+    gemms_.tn({d_xt->get(), Element::kE4M3, K, M, static_cast<const float*>(xs->get())},
+              {d_dyt->get(), Element::kE5M2, N, M, dy_s}, dw_out, N, K, M);
+    nvtxRangePop();
+  } else {
+    const std::vector<std::uint16_t> dy_bf16 = to_bf16(dy);
+    auto d_dy = on_device(dy_bf16), d_x = on_device(L.x_bf16);
+    DeviceBuffer* d_w = L.w_device.get();  // the forward pass's copy: W has not changed yet
+    dump(step, name + ".dgrad.w", "<u2", N, K, L.w_bf16.data(), L.w_bf16.size() * 2);
+    dump(step, name + ".dgrad.dy", "<u2", M, N, dy_bf16.data(), dy_bf16.size() * 2);
+    dump(step, name + ".wgrad.x", "<u2", M, K, L.x_bf16.data(), L.x_bf16.size() * 2);
+    dump(step, name + ".wgrad.dy", "<u2", M, N, dy_bf16.data(), dy_bf16.size() * 2);
+    nvtxRangePushA((name + "/backward").c_str());
+    gemms_.dgrad_nn({d_w->get(), Element::kBF16, N, K}, {d_dy->get(), Element::kBF16, M, N}, dx_out, M, N, K);
+    gemms_.wgrad_nt({d_x->get(), Element::kBF16, M, K}, {d_dy->get(), Element::kBF16, M, N}, dw_out, M, N, K);
+    nvtxRangePop();
+  }
+  const Matrix dw = download(dw_out, N, K);
+  for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= kLearningRate * dw.v[i];
+  Matrix dx = download(dx_out, M, K);
+  if (l > 0) {
+    const Matrix& below = layers_[static_cast<std::size_t>(l - 1)].pre_activation;
+    for (std::size_t i = 0; i < dx.v.size(); ++i) dx.v[i] = below.v[i] > 0.0f ? dx.v[i] : 0.0f;
+  }
+  return dx;
+}
+
+double Trainer::step(int step) {
+  if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
+  const Matrix x = random_normal(kBatch, kWidths[0], 1.0f, rng_);
+  const Matrix target = teacher(x, t1_, t2_);
+  Matrix a = x;
+  for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
+  double loss = 0.0;
+  Matrix dy(a.rows, a.cols);
+  const double n = static_cast<double>(a.v.size());
+  for (std::size_t i = 0; i < a.v.size(); ++i) {
+    const double d = static_cast<double>(a.v[i]) - target.v[i];
+    loss += d * d / n;
+    dy.v[i] = static_cast<float>(2.0 * d / n);
+  }
+  for (int l = kLayers - 1; l >= 0; --l) dy = backward(step, l, dy);
+  if (hook_.log_scalar != nullptr) hook_.log_scalar("loss", static_cast<std::uint64_t>(step), loss);
+  return loss;
+}
+
+// A forked child runs one GEMM and checks its result; the hook must leave it alone.
+void Trainer::fork_probe() {
+  std::fflush(nullptr);  // or the child's exit() writes our buffered output a second time
+  const pid_t pid = fork();
+  if (pid < 0) fail("fork", errno);
+  if (pid == 0) {
+    const Matrix w = random_normal(16, 32, 1.0f, rng_), x = random_normal(16, 32, 1.0f, rng_);
+    const std::vector<std::uint16_t> wb = to_bf16(w), xb = to_bf16(x);
+    auto dw = on_device(wb), dx = on_device(xb);
+    DeviceBuffer out(16 * 16 * sizeof(float));
+    gemms_.fprop({dw->get(), Element::kBF16, 16, 32}, {dx->get(), Element::kBF16, 16, 32}, out, 16, 16, 32);
+    const Matrix y = download(out, 16, 16), wr = from_bf16(wb, 16, 32), xr = from_bf16(xb, 16, 32);
+    double worst = 0.0;
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) {
+        double s = 0.0;
+        for (int k = 0; k < 32; ++k) s += static_cast<double>(xr.at(i, k)) * wr.at(j, k);
+        worst = std::max(worst, std::fabs(s - y.at(i, j)));
+      }
+    }
+    std::exit(worst < 1e-3 ? 0 : 3);  // exit(), not _exit(): the child runs its exit handlers too
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::printf("tiny_trainer: forked child exited with %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("the forked child's GEMM", status);
+}
+
+void Trainer::capture_probe() {
+  const std::vector<std::uint16_t> w = to_bf16(Matrix(16, 32)), x = to_bf16(Matrix(16, 32));
+  auto dw = on_device(w), dx = on_device(x);
+  DeviceBuffer out(16 * 16 * sizeof(float));
+  gemms_.capture_probe({dw->get(), Element::kBF16, 16, 32}, {dx->get(), Element::kBF16, 16, 32}, out, 16, 16, 32);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"tiny_trainer: a small MLP trained through cuBLASLt/cuBLAS, for testing fp8scope's hook"};
+  app.add_option("--steps", o.steps, "Training steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--mode", o.mode, "bf16 or fp8 (delayed scaling, E4M3 forward, E5M2 backward)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_option("--losses", o.losses, "Write one loss per line (hex float) here");
+  app.add_option("--seed", o.seed, "Data and initialization seed");
+  app.add_option("--dump-step", o.dump_step, "Write every GEMM operand of this step as .npy into --dump-dir");
+  app.add_option("--dump-dir", o.dump_dir, "Where --dump-step writes");
+  app.add_option("--step-sleep-ms", o.step_sleep_ms, "Sleep this long after each step");
+  app.add_option("--fork-at-step", o.fork_at_step, "At this step fork a child that runs one GEMM (CPU fixtures only)");
+  app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
+  app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::FILE* losses = nullptr;
+  if (!o.losses.empty() && (losses = std::fopen(o.losses.c_str(), "w")) == nullptr) fail("opening --losses", errno);
+  Trainer trainer(o);
+  double first = 0.0, last = 0.0;
+  for (int step = 0; step < o.steps; ++step) {
+    if (step == o.fork_at_step) trainer.fork_probe();
+    if (step == 1 && o.capture_probe) trainer.capture_probe();
+    last = trainer.step(step);
+    if (step == 0) first = last;
+    if (losses != nullptr) std::fprintf(losses, "%a\n", last);
+    if (o.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_sleep_ms));
+  }
+  if (losses != nullptr) std::fclose(losses);
+  std::printf("tiny_trainer: %s, %d steps, loss %.4g -> %.4g\n", o.mode.c_str(), o.steps, first, last);
+  return 0;
+}
