@@ -2,14 +2,14 @@
 
 #include <regex>
 
+#include "fp8scope/sampling_rule.h"
 #include "fp8scope/wire.h"
 
 namespace fp8scope::server {
 
 PolicyStore::PolicyStore() {
-  // The default samples everything every 10 steps: cheap for the job, dense enough for dashboards.
   policy_.set_version(1);
-  policy_.set_every_n_steps(10);
+  policy_.set_every_n_steps(kDefaultEveryNSteps);
 }
 
 v1::Policy PolicyStore::get() const {

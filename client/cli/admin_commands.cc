@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "fp8scope/sampling_rule.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/wire.h"
 
@@ -102,14 +103,7 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.policy_get->add_flag("--json", o.json, "Print the policy as JSON");
   c.policy_set = policy->add_subcommand("set", "Change the sampling policy (fields not given keep their value)");
   add_connection_flags(c.policy_set, o.connection);
-  c.policy_set->add_option("--layer-regex", o.layer_regex, "Sample layers matching this ECMAScript regex ('' = all)");
-  c.policy_set->add_option("--operands", o.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
-  c.policy_set->add_option("--every", o.every, "Sample every N steps");
-  c.policy_set->add_option("--start-step", o.start_step, "First step to sample");
-  c.policy_set->add_option("--end-step", o.end_step, "Stop sampling at this step (0 = never)");
-  c.policy_set->add_option("--bytes-per-step", o.bytes_per_step, "Per-process byte budget per step (0 = no limit)");
-  c.policy_set->add_option("--recipe", o.recipes, "Recipes the daemon evaluates (repeatable; default all five)");
-  c.policy_set->add_flag("--reset", o.reset, "Start from the default policy instead of the current one");
+  add_policy_flags(c.policy_set, o.policy);
   c.policy_set->add_flag("--json", o.json, "Print the new policy as JSON");
 
   c.history = app.add_subcommand("history", "Stored statistic records, oldest first");
@@ -195,41 +189,22 @@ int run_policy_get(const AdminOptions& o, std::ostream& out, std::ostream& err) 
 }
 
 int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) {
-  v1::Policy change;
-  for (const std::string& op : o.operands) {
-    const auto parsed = operand_from_name(op);
-    if (!parsed) {
-      err << "fp8scope policy set: --operands: expected x, w or dy, got " << op << "\n";
-      return kUsage;
-    }
-    change.add_operands(wire::to_wire(*parsed));
-  }
-  for (const std::string& r : o.recipes) {
-    const auto kind = recipe_kind_from_name(r);
-    if (!kind) {
-      err << "fp8scope policy set: --recipe: unknown recipe " << r << "\n";
-      return kUsage;
-    }
-    change.add_recipes(wire::to_wire(*kind));
+  if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
+    err << "fp8scope policy set: " << check.message() << "\n";
+    return kUsage;
   }
   return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
-    v1::Policy p;
-    if (!o.reset) {
+    v1::Policy current;
+    current.set_every_n_steps(kDefaultEveryNSteps);  // --reset: the daemon's default
+    if (!o.policy.reset) {
       grpc::ClientContext get_ctx;
       get_ctx.set_deadline(ctx.deadline());
       authorize(get_ctx, resolve(o.connection).value());
-      const grpc::Status st = stub.GetPolicy(&get_ctx, v1::GetPolicyRequest(), &p);
+      const grpc::Status st = stub.GetPolicy(&get_ctx, v1::GetPolicyRequest(), &current);
       if (!st.ok()) return st;
     }
-    if (o.layer_regex) p.set_layer_regex(*o.layer_regex);
-    if (!o.operands.empty()) *p.mutable_operands() = change.operands();
-    if (!o.recipes.empty()) *p.mutable_recipes() = change.recipes();
-    if (o.every) p.set_every_n_steps(*o.every);
-    if (o.start_step) p.set_start_step(*o.start_step);
-    if (o.end_step) p.set_end_step(*o.end_step);
-    if (o.bytes_per_step) p.set_max_bytes_per_step(*o.bytes_per_step);
     v1::SetPolicyRequest req;
-    *req.mutable_policy() = p;
+    *req.mutable_policy() = apply_policy_flags(o.policy, current).value();
     v1::Policy result;
     const grpc::Status st = stub.SetPolicy(&ctx, req, &result);
     if (st.ok()) o.json ? void(out << to_json(result) << "\n") : print_policy(out, result);

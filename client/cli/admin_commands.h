@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "connection_flags.h"
+#include "policy_flags.h"
 
 namespace fp8scope::cli {
 
@@ -18,11 +19,7 @@ struct AdminOptions {
   // tensors
   std::string sort, recipe;
   std::uint32_t top = 0;
-  // policy set
-  std::optional<std::string> layer_regex;
-  std::vector<std::string> operands, recipes;
-  std::optional<std::uint64_t> every, start_step, end_step, bytes_per_step;
-  bool reset = false;
+  PolicyFlags policy;  // policy set
   // history
   std::string job, run, layer, gemm, operand;
   std::uint64_t min_step = 0, max_step = 0;

@@ -5,6 +5,7 @@
 #include "admin_commands.h"
 #include "analyze_command.h"
 #include "push_command.h"
+#include "run_command.h"
 
 int main(int argc, char** argv) {
   using namespace fp8scope::cli;
@@ -16,6 +17,8 @@ int main(int argc, char** argv) {
   const AdminCommands commands = add_admin_commands(app, admin);
   PushOptions push;
   add_push_command(app, push);
+  RunOptions run;
+  CLI::App* run_cmd = add_run_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   }
   if (app.got_subcommand("analyze")) return run_analyze(analyze, std::cout, std::cerr);
   if (app.got_subcommand("push")) return run_push(push, std::cout, std::cerr);
+  if (run_cmd->parsed()) return run_run(run, std::cout, std::cerr);
   if (commands.status->parsed()) return run_status(admin, std::cout, std::cerr);
   if (commands.tensors->parsed()) return run_tensors(admin, std::cout, std::cerr);
   if (commands.policy_get->parsed()) return run_policy_get(admin, std::cout, std::cerr);

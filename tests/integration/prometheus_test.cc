@@ -1,9 +1,5 @@
 // A real Prometheus server (Debian's package) scrapes fp8scoped, and PromQL returns the values the
 // daemon computed for a pushed tensor.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
@@ -17,19 +13,6 @@
 using namespace fp8scope::testing;
 
 namespace {
-
-// A loopback port nobody listens on right now.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string url_encode(const std::string& s) {
   std::string out;

@@ -18,12 +18,12 @@
 
 namespace fp8scope::testing {
 
-DaemonProcess::DaemonProcess(const std::string& data_dir, std::vector<std::string> extra_args) {
+DaemonProcess::DaemonProcess(const std::string& data_dir, std::vector<std::string> extra_args, const std::string& listen) {
   std::filesystem::create_directories(data_dir);
   ready_file_ = data_dir + "/ready.json";
   log_ = data_dir + "/fp8scoped.log";
   std::filesystem::remove(ready_file_);
-  std::vector<std::string> argv = {FP8SCOPE_DAEMON,   "--listen",     "127.0.0.1:0", "--metrics",
+  std::vector<std::string> argv = {FP8SCOPE_DAEMON,   "--listen",     listen,        "--metrics",
                                    "127.0.0.1:0",     "--data-dir",   data_dir,      "--ready-file",
                                    ready_file_,       "--log-level",  "debug"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
@@ -55,6 +55,18 @@ int DaemonProcess::stop(int signal_number, double timeout_seconds) {
   const int status = child_->stop(signal_number, timeout_seconds);
   if (status == -1000) child_->stop(SIGKILL, 10.0);
   return status;
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 std::string http_get(const std::string& host_port, const std::string& path) {

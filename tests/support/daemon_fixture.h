@@ -13,9 +13,10 @@ namespace fp8scope::testing {
 
 class DaemonProcess {
  public:
-  // Starts fp8scoped with --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --data-dir data_dir plus
-  // extra_args; throws (fails the test) if it does not become ready within 30 s.
-  DaemonProcess(const std::string& data_dir, std::vector<std::string> extra_args = {});
+  // Starts fp8scoped with --listen `listen` --metrics 127.0.0.1:0 --data-dir data_dir plus
+  // extra_args; fails the test if it does not become ready within 30 s.
+  DaemonProcess(const std::string& data_dir, std::vector<std::string> extra_args = {},
+                const std::string& listen = "127.0.0.1:0");
   ~DaemonProcess();
 
   const std::string& grpc() const { return grpc_; }
@@ -25,6 +26,7 @@ class DaemonProcess {
   // SIGTERM (or another signal) and the exit status, or -1000 if it did not exit in time.
   int stop(int signal_number, double timeout_seconds = 60.0);
   bool running() { return child_ && child_->running(); }
+  int pid() const { return child_ ? child_->pid() : -1; }
 
  private:
   std::string ready_file_, log_, grpc_, metrics_;
@@ -36,6 +38,9 @@ std::string http_get(const std::string& host_port, const std::string& path);
 
 // Prometheus text exposition: the value of the series with exactly these labels (NaN if absent).
 double metric_value(const std::string& exposition, const std::string& name, const std::map<std::string, std::string>& labels);
+
+// A loopback port nobody listens on right now.
+int free_port();
 
 // Runs the real `fp8scope` CLI.
 ProcessResult cli(std::vector<std::string> args, double timeout_seconds = 120.0);

@@ -122,6 +122,11 @@ bool ChildProcess::running() {
 int ChildProcess::stop(int sig, double timeout_seconds) {
   if (pid_ < 0) return -1000;
   if (running()) kill(pid_, sig);
+  return wait(timeout_seconds);
+}
+
+int ChildProcess::wait(double timeout_seconds) {
+  if (pid_ < 0) return -1000;
   const auto start = std::chrono::steady_clock::now();
   while (running()) {
     if (seconds_since(start) > timeout_seconds) return -1000;

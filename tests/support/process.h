@@ -32,6 +32,8 @@ class ChildProcess {
   bool running();
   // Sends sig and waits up to timeout_seconds; returns the exit status (or -signal), or -1000 on timeout.
   int stop(int sig, double timeout_seconds);
+  // Waits up to timeout_seconds for the child to exit by itself; the same return values.
+  int wait(double timeout_seconds);
 
  private:
   int pid_ = -1;

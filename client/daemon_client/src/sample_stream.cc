@@ -157,6 +157,13 @@ Result<std::map<std::uint64_t, v1::Ack>> SampleStream::wait_for_acks(double time
   return acks_;
 }
 
+std::map<std::uint64_t, v1::Ack> SampleStream::take_acks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::uint64_t, v1::Ack> taken;
+  taken.swap(acks_);
+  return taken;
+}
+
 Status SampleStream::close() {
   if (closed_) return Status();
   closed_ = true;

@@ -44,6 +44,9 @@ class SampleStream {
   // acks by sample id.
   Result<std::map<std::uint64_t, v1::Ack>> wait_for_acks(double timeout_seconds);
 
+  // The acks received since the last call, without waiting (a long-lived sender's bookkeeping).
+  std::map<std::uint64_t, v1::Ack> take_acks();
+
   // Half-closes and collects the final status.
   Status close();
 

@@ -1,0 +1,48 @@
+// The public C API (include/fp8scope/hook.h). Each function returns at once; bad arguments are
+// ignored, never reported by failing the caller.
+#include "fp8scope/hook.h"
+
+#include <cstring>
+
+#include "call_guard.h"
+#include "hook_runtime.h"
+#include "layer_names.h"
+
+namespace {
+
+bool valid_scalar_name(const char* name) {
+  if (name == nullptr) return false;
+  const std::size_t n = std::strlen(name);
+  if (n == 0 || n > 63) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (name[i] < 0x21 || name[i] > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) uint32_t fp8scope_hook_api_version(void) { return FP8SCOPE_HOOK_API_VERSION; }
+
+__attribute__((visibility("default"))) void fp8scope_step(uint64_t step) {
+  if (fp8scope::hook::HookRuntime* hook = fp8scope::hook::HookRuntime::get()) hook->step(step);
+}
+
+__attribute__((visibility("default"))) void fp8scope_log_scalar(const char* name, uint64_t step, double value) {
+  if (!valid_scalar_name(name)) return;
+  if (fp8scope::hook::HookRuntime* hook = fp8scope::hook::HookRuntime::get()) hook->scalar(name, step, value);
+}
+
+__attribute__((visibility("default"))) void fp8scope_range_push(const char* name) {
+  if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed)) return;
+  fp8scope::hook::thread_ranges().push(name == nullptr ? "" : name, nullptr);
+}
+
+__attribute__((visibility("default"))) void fp8scope_range_pop(void) {
+  if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed)) return;
+  fp8scope::hook::thread_ranges().pop(nullptr);
+}
+
+}  // extern "C"

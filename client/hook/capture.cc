@@ -1,0 +1,266 @@
+#include "capture.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace fp8scope::hook {
+namespace {
+
+constexpr std::uint64_t kStagingAlign = 256;
+constexpr auto kKeepAliveEvery = std::chrono::milliseconds(100);
+
+std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
+
+void copy_text(char* dst, std::size_t size, const char* src) { std::snprintf(dst, size, "%s", src == nullptr ? "" : src); }
+
+}  // namespace
+
+Capture::Capture(ShipperLink& link, std::uint64_t staging_bytes)
+    : link_(link), cu_(driver_api()), staging_bytes_(align_up(staging_bytes, kStagingAlign)) {
+  if (link_.segment() == nullptr) return;
+  writer_.emplace(link_.segment());
+  // Detached and never destroyed: nothing at exit can race a destructor against it.
+  std::thread([this] { publisher_loop(); }).detach();
+}
+
+bool Capture::device_ready() {
+  if (device_ != Device::kUnset) return device_ == Device::kReady;
+  device_ = Device::kFailed;
+  if (!cu_.complete()) return false;
+  if (cu_.ctx_get_current(&context_) != CUDA_SUCCESS || context_ == nullptr) {
+    device_ = Device::kUnset;  // try again from a thread that has a context
+    return false;
+  }
+  if (cu_.stream_create(&side_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      cu_.event_create(&side_done_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+      cu_.mem_alloc(&staging_, staging_bytes_) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "fp8scope hook: cannot set up the device staging buffer (%llu bytes); sampling is off\n",
+                 static_cast<unsigned long long>(staging_bytes_));
+    return false;
+  }
+  // Pinned, the side stream's copies run asynchronously; unpinned they still work (the publisher
+  // thread waits for them, never the training thread).
+  cu_.mem_host_register(link_.segment(), link_.segment_bytes(), 0);
+  device_ = Device::kReady;
+  changed_.notify_all();
+  return true;
+}
+
+bool Capture::capturing(CUstream stream) {
+  if (!cu_.complete()) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cu_.stream_is_capturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+std::optional<std::uint64_t> Capture::reserve_staging(std::uint64_t bytes) {
+  bytes = align_up(bytes, kStagingAlign);
+  std::uint64_t pos = staging_head_;
+  if (pos % staging_bytes_ + bytes > staging_bytes_) pos += staging_bytes_ - pos % staging_bytes_;  // no wrap inside
+  if (bytes > staging_bytes_ || pos + bytes - staging_tail_ > staging_bytes_) return std::nullopt;
+  staging_head_ = pos + bytes;
+  return pos;
+}
+
+shm::RecordHeader* Capture::reserve_record(std::uint64_t payload_bytes, std::uint64_t& end) {
+  const std::uint64_t bytes = shm::round_up(sizeof(shm::RecordHeader) + payload_bytes);
+  const std::optional<std::uint64_t> pos = writer_->reserve(bytes);
+  if (!pos) return nullptr;
+  shm::RecordHeader* r = writer_->at(*pos);
+  std::memset(r, 0, sizeof *r);
+  r->magic = shm::kMagic;
+  r->record_bytes = bytes;
+  r->payload_bytes = payload_bytes;
+  end = *pos + bytes;
+  return r;
+}
+
+void Capture::enqueue(const Pending& p) {
+  pending_.push_back(p);
+  changed_.notify_all();
+}
+
+std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, CUstream stream) {
+  if (!writer_) return shm::kRingFull;
+  const std::uint64_t payload = v.payload_bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!device_ready()) return device_ == Device::kUnset ? shm::kNoContext : shm::kCudaError;
+  CUcontext current = nullptr;
+  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::kNoContext;
+  const std::uint64_t staging_need = payload + (v.scale_inv != nullptr ? kStagingAlign : 0);
+  if (staging_need > staging_bytes_ || shm::round_up(sizeof(shm::RecordHeader) + payload) > link_.segment()->data_bytes) {
+    return shm::kTooLarge;
+  }
+  const std::uint64_t staging_before = staging_head_;
+  const std::optional<std::uint64_t> staged_at = reserve_staging(staging_need);
+  if (!staged_at) return shm::kStagingFull;
+  Pending p;
+  p.record = reserve_record(payload, p.ring_end);
+  if (p.record == nullptr) {
+    staging_head_ = staging_before;  // the last reservation: undone
+    return shm::kRingFull;
+  }
+  shm::RecordHeader* r = p.record;
+  r->kind = shm::RecordKind::kSample;
+  r->step = spec.step;
+  copy_text(r->name, sizeof r->name, spec.layer.c_str());
+  copy_text(r->source_call, sizeof r->source_call, spec.source);
+  r->gemm = static_cast<std::uint32_t>(spec.role);
+  r->operand = static_cast<std::uint32_t>(spec.operand);
+  r->dtype = v.dtype;
+  r->scale_mode = v.scale_mode;
+  r->scale_inv = 1.0f;
+  r->ndim = v.batch_count > 1 ? 3 : 2;
+  const std::int64_t outer = static_cast<std::int64_t>(v.outer()), inner = static_cast<std::int64_t>(v.inner());
+  if (v.batch_count > 1) {
+    r->shape[0] = v.batch_count;
+    r->shape[1] = outer;
+    r->shape[2] = inner;
+  } else {
+    r->shape[0] = outer;
+    r->shape[1] = inner;
+  }
+  r->leading_dimension = v.ld;
+
+  p.payload_bytes = payload;
+  p.staged = staging_ + *staged_at % staging_bytes_;
+  p.staging_end = staging_head_;
+  // Device to device on the caller's stream, packing the strided matrix (and each batch) densely.
+  const std::uint64_t matrix_bytes = static_cast<std::uint64_t>(outer * inner) * static_cast<std::uint64_t>(v.element_bytes);
+  bool ok = true;
+  for (std::int32_t b = 0; ok && b < v.batch_count; ++b) {
+    CUDA_MEMCPY2D c{};
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = reinterpret_cast<CUdeviceptr>(v.data) +
+                  static_cast<CUdeviceptr>(b * v.batch_stride * v.element_bytes);
+    c.srcPitch = static_cast<std::size_t>(v.ld * v.element_bytes);
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = p.staged + b * matrix_bytes;
+    c.dstPitch = static_cast<std::size_t>(inner * v.element_bytes);
+    c.WidthInBytes = static_cast<std::size_t>(inner * v.element_bytes);
+    c.Height = static_cast<std::size_t>(outer);
+    ok = cu_.memcpy_2d_async(&c, stream) == CUDA_SUCCESS;
+  }
+  if (ok && v.scale_inv != nullptr) {
+    p.staged_scale = p.staged + align_up(payload, kStagingAlign);
+    ok = cu_.memcpy_dtod_async(p.staged_scale, reinterpret_cast<CUdeviceptr>(v.scale_inv), sizeof(float), stream) ==
+         CUDA_SUCCESS;
+  }
+  if (ok) {
+    if (free_events_.empty()) {
+      CUevent e = nullptr;
+      ok = cu_.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+      if (ok) free_events_.push_back(e);
+    }
+  }
+  if (ok) {
+    p.copied = free_events_.back();
+    ok = cu_.event_record(p.copied, stream) == CUDA_SUCCESS;
+    if (ok) free_events_.pop_back();
+  }
+  if (!ok) {
+    // The reserved space is published as padding; the staging range is released with it.
+    r->kind = shm::RecordKind::kPadding;
+    p.copied = nullptr;
+    device_ = Device::kFailed;
+    enqueue(p);
+    return shm::kCudaError;
+  }
+  enqueue(p);
+  return std::nullopt;
+}
+
+void Capture::step(std::uint64_t step) {
+  if (!writer_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Pending p;
+  p.staging_end = staging_head_;
+  p.record = reserve_record(0, p.ring_end);
+  if (p.record == nullptr) return;  // the ring is full; the next step event says where we are
+  p.record->kind = shm::RecordKind::kStep;
+  p.record->step = step;
+  enqueue(p);
+}
+
+void Capture::scalar(const char* name, std::uint64_t step, double value) {
+  if (!writer_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Pending p;
+  p.staging_end = staging_head_;
+  p.record = reserve_record(0, p.ring_end);
+  if (p.record == nullptr) {
+    shm::count_drop(link_.segment(), shm::kRingFull);
+    return;
+  }
+  p.record->kind = shm::RecordKind::kScalar;
+  p.record->step = step;
+  copy_text(p.record->name, sizeof p.record->name, name);
+  p.record->value = value;
+  enqueue(p);
+}
+
+void Capture::finish(Pending& p) {
+  if (p.copied != nullptr) {
+    const bool ok = cu_.stream_wait_event(side_stream_, p.copied, 0) == CUDA_SUCCESS &&
+                    cu_.memcpy_dtoh_async(p.record + 1, p.staged, p.payload_bytes, side_stream_) == CUDA_SUCCESS &&
+                    (p.staged_scale == 0 || cu_.memcpy_dtoh_async(&p.record->scale_inv, p.staged_scale, sizeof(float),
+                                                                  side_stream_) == CUDA_SUCCESS) &&
+                    cu_.event_record(side_done_, side_stream_) == CUDA_SUCCESS &&
+                    cu_.event_synchronize(side_done_) == CUDA_SUCCESS;
+    shm::Header* h = link_.segment();
+    if (ok) {
+      h->samples_published.fetch_add(1, std::memory_order_relaxed);
+      h->bytes_published.fetch_add(p.payload_bytes, std::memory_order_relaxed);
+    } else {
+      p.record->kind = shm::RecordKind::kPadding;
+      shm::count_drop(h, shm::kCudaError);
+    }
+  }
+  writer_->publish(p.ring_end);
+}
+
+void Capture::publisher_loop() {
+  bool context_set = false;
+  auto next_keep_alive = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    changed_.wait_for(lock, kKeepAliveEvery, [&] { return stop_ || !pending_.empty(); });
+    while (!stop_ && !pending_.empty()) {
+      Pending p = pending_.front();
+      const CUevent event = p.copied;
+      if (event != nullptr && !context_set) {
+        context_set = device_ == Device::kReady && cu_.ctx_set_current(context_) == CUDA_SUCCESS;
+      }
+      lock.unlock();
+      if (event != nullptr && !context_set) {  // cannot copy from this thread: drop, keep order
+        p.copied = nullptr;
+        p.record->kind = shm::RecordKind::kPadding;
+        shm::count_drop(link_.segment(), shm::kNoContext);
+      }
+      finish(p);
+      lock.lock();
+      staging_tail_ = p.staging_end;
+      if (event != nullptr) free_events_.push_back(event);
+      pending_.pop_front();
+      changed_.notify_all();
+    }
+    if (std::chrono::steady_clock::now() >= next_keep_alive) {
+      lock.unlock();
+      link_.keep_alive();
+      lock.lock();
+      next_keep_alive = std::chrono::steady_clock::now() + kKeepAliveEvery;
+    }
+  }
+}
+
+void Capture::drain(int grace_ms) {
+  if (!writer_) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_for(lock, std::chrono::milliseconds(grace_ms), [&] { return pending_.empty(); });
+  stop_ = true;
+  changed_.notify_all();
+}
+
+}  // namespace fp8scope::hook

@@ -1,0 +1,82 @@
+// Copies sampled operands out of the training process's GPU without blocking it (DESIGN.md): on
+// the caller's stream, device to device into the hook's staging ring (stream order keeps the
+// operand valid until the copy ran); then, on the hook's publisher thread, from a side stream into
+// the shared ring, and publishes the record. Steps and scalars travel through the same ordered
+// queue. The staging ring and the shared ring are hard limits: a sample that does not fit is
+// dropped and counted, never waited for.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp8scope/shm_ring.h"
+#include "gemm_operands.h"
+#include "real_api.h"
+#include "shipper_link.h"
+
+namespace fp8scope::hook {
+
+struct SampleSpec {
+  std::uint64_t step;
+  const std::string& layer;
+  Role role;
+  OperandKind operand;
+  const char* source;
+};
+
+class Capture {
+ public:
+  Capture(ShipperLink& link, std::uint64_t staging_bytes);
+
+  // On the calling thread: stages one operand; the reason when it was dropped instead.
+  std::optional<shm::DropReason> sample(const SampleSpec& spec, const OperandView& operand, CUstream stream);
+  // True when `stream` is being captured into a CUDA graph (nothing may be enqueued on it then).
+  bool capturing(CUstream stream);
+
+  void step(std::uint64_t step);
+  void scalar(const char* name, std::uint64_t step, double value);
+
+  // At process exit: lets the publisher finish what is queued, for at most `grace_ms`.
+  void drain(int grace_ms);
+
+ private:
+  struct Pending {
+    std::uint64_t ring_end = 0;  // publish up to here
+    shm::RecordHeader* record = nullptr;
+    std::uint64_t payload_bytes = 0;
+    CUevent copied = nullptr;  // null: nothing to copy from the device
+    CUdeviceptr staged = 0, staged_scale = 0;
+    std::uint64_t staging_end = 0;  // release the staging ring up to here
+  };
+
+  bool device_ready();  // under mu_, on the calling thread
+  std::optional<std::uint64_t> reserve_staging(std::uint64_t bytes);
+  shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
+  void enqueue(const Pending& p);
+  void publisher_loop();
+  void finish(Pending& p);
+
+  ShipperLink& link_;
+  const DriverApi& cu_;
+  std::uint64_t staging_bytes_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::optional<shm::RingWriter> writer_;
+  std::deque<Pending> pending_;
+  bool stop_ = false;
+  enum class Device { kUnset, kReady, kFailed } device_ = Device::kUnset;
+  CUcontext context_ = nullptr;
+  CUstream side_stream_ = nullptr;
+  CUevent side_done_ = nullptr;
+  CUdeviceptr staging_ = 0;
+  std::uint64_t staging_head_ = 0, staging_tail_ = 0;
+  std::vector<CUevent> free_events_;
+};
+
+}  // namespace fp8scope::hook

@@ -1,0 +1,161 @@
+#include "hook_runtime.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "layer_names.h"
+
+namespace fp8scope::hook {
+namespace {
+
+constexpr std::uint64_t kDefaultRingBytes = 64ull << 20;
+constexpr std::uint64_t kDefaultStagingBytes = 64ull << 20;
+
+std::uint64_t bytes_from_environment(const char* variable, std::uint64_t fallback) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(value, &end, 10);
+  if (*end != '\0' || v < (1u << 20)) {
+    std::fprintf(stderr, "fp8scope hook: %s: expected a byte count of at least 1048576, got '%s'; using %llu\n",
+                 variable, value, static_cast<unsigned long long>(fallback));
+    return fallback;
+  }
+  return v;
+}
+
+std::atomic<HookRuntime*> g_runtime{nullptr};
+std::once_flag g_runtime_once;
+
+// Registered when the runtime is created, which is after the CUDA runtime registered its own exit
+// handler (a GEMM already ran): exit handlers run in reverse, so ours finishes its copies first.
+// In a forked child the hook is already off, and our threads and locks are the parent's: touch
+// nothing.
+void shutdown_at_exit() {
+  HookRuntime* r = g_runtime.load(std::memory_order_acquire);
+  if (g_passthrough.exchange(true, std::memory_order_relaxed)) return;
+  if (r != nullptr) r->shutdown();
+}
+
+}  // namespace
+
+const std::string& configured_step_range() {
+  static const std::string name = [] {
+    const char* v = std::getenv("FP8SCOPE_STEP_RANGE");
+    return std::string(v == nullptr ? "" : v);
+  }();
+  return name;
+}
+
+HookRuntime::HookRuntime()
+    : step_range_(configured_step_range()),
+      link_(bytes_from_environment("FP8SCOPE_RING_BYTES", kDefaultRingBytes), find_shipper()),
+      sampler_(policy_from_environment()),
+      capture_(link_, bytes_from_environment("FP8SCOPE_STAGING_BYTES", kDefaultStagingBytes)) {}
+
+HookRuntime* HookRuntime::existing() {
+  return g_passthrough.load(std::memory_order_relaxed) ? nullptr : g_runtime.load(std::memory_order_acquire);
+}
+
+HookRuntime* HookRuntime::get() {
+  if (g_passthrough.load(std::memory_order_relaxed)) return nullptr;
+  if (HookRuntime* r = g_runtime.load(std::memory_order_acquire)) return r;
+  std::call_once(g_runtime_once, [] {
+    const char* disable = std::getenv("FP8SCOPE_DISABLE");
+    if (disable != nullptr && std::strcmp(disable, "1") == 0) return;
+    g_runtime.store(new HookRuntime, std::memory_order_release);  // immortal
+    std::atexit(shutdown_at_exit);
+  });
+  return g_runtime.load(std::memory_order_acquire);
+}
+
+void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* A, cublasLtMatrixLayout_t Adesc,
+                                   const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream) {
+  const CublasLtApi& lt = cublaslt_api();
+  std::uint64_t signature = 0;
+  if (clock_.needs_signature() && lt.layout_get != nullptr && lt.desc_get != nullptr && Adesc != nullptr) {
+    // A weight is read by fprop and dgrad alike: its layout flags keep their signatures apart.
+    std::uint64_t rows = 0, cols = 0;
+    std::int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+    std::size_t written = 0;
+    lt.layout_get(Adesc, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows, &written);
+    lt.layout_get(Adesc, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols, &written);
+    lt.desc_get(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa, &written);
+    lt.desc_get(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb, &written);
+    signature = gemm_signature(A, rows, cols, transa != CUBLAS_OP_N, transb != CUBLAS_OP_N);
+  }
+  const std::uint64_t step = clock_.on_gemm(signature);
+  if (!sampler_.step_selected(link_.segment(), step)) return;
+  const ReadResult read = read_cublaslt_call(desc, A, Adesc, B, Bdesc, stream);
+  // The name is taken even for a GEMM that cannot be read, so the ordinals of the others hold.
+  const Role layout_role = read.call ? role_from_layout(read.call->transa, read.call->transb) : Role::kUnknown;
+  const GemmName name = thread_ranges().name_next_gemm(layout_role, step);
+  if (!sampler_.layer_selected(name.layer)) return;
+  if (!read.call) {
+    count(read.reason);
+    return;
+  }
+  sample(*read.call, step, name);
+}
+
+void HookRuntime::observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                                 int k, const void* A, cudaDataType Atype, int lda, long long strideA, const void* B,
+                                 cudaDataType Btype, int ldb, long long strideB, int batch_count, cublasHandle_t handle) {
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  std::uint64_t signature = 0;
+  if (clock_.needs_signature()) {
+    signature = gemm_signature(A, static_cast<std::uint64_t>(ta ? k : m), static_cast<std::uint64_t>(ta ? m : k), ta, tb);
+  }
+  const std::uint64_t step = clock_.on_gemm(signature);
+  if (!sampler_.step_selected(link_.segment(), step)) return;
+  const GemmName name = thread_ranges().name_next_gemm(role_from_layout(ta, tb), step);
+  if (!sampler_.layer_selected(name.layer)) return;
+  cudaStream_t stream = nullptr;
+  const auto get_stream = cublas_api().get_stream;
+  if (get_stream == nullptr || get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = nullptr;
+  const ReadResult read = read_cublas_call(source, ta, tb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+                                           batch_count, stream);
+  if (!read.call) {
+    count(read.reason);
+    return;
+  }
+  sample(*read.call, step, name);
+}
+
+void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmName& name) {
+  struct Part {
+    const OperandView& view;
+    OperandKind kind;
+  };
+  const Part parts[] = {{call.a, operand_of_a(name.role)}, {call.b, operand_of_b(name.role)}};
+  bool checked_capture = false;
+  for (const Part& part : parts) {
+    if (!sampler_.operand_selected(part.kind)) continue;
+    if (!checked_capture) {
+      checked_capture = true;
+      if (capture_.capturing(call.stream)) {  // nothing may be enqueued on a capturing stream
+        count(shm::kGraphCapture);
+        return;
+      }
+    }
+    if (!sampler_.charge(step, part.view.payload_bytes())) {
+      count(shm::kBudget);
+      continue;
+    }
+    const SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
+    if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.stream)) count(*dropped);
+  }
+}
+
+void HookRuntime::step(std::uint64_t step) {
+  clock_.set_from_api(step);
+  capture_.step(step);
+}
+
+void HookRuntime::scalar(const char* name, std::uint64_t step, double value) { capture_.scalar(name, step, value); }
+
+void HookRuntime::shutdown() { capture_.drain(1000); }
+
+}  // namespace fp8scope::hook

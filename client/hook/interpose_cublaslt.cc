@@ -1,0 +1,23 @@
+// cublasLtMatmul, interposed: guard, observe, then the real call with the caller's arguments
+// untouched. Its status is returned as is; the hook never changes a result.
+#include "call_guard.h"
+#include "hook_runtime.h"
+#include "real_api.h"
+
+using fp8scope::hook::CallGuard;
+using fp8scope::hook::HookRuntime;
+
+extern "C" __attribute__((visibility("default"))) cublasStatus_t cublasLtMatmul(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc,
+    const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+    cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream) {
+  const auto real = fp8scope::hook::cublaslt_api().matmul;
+  if (real == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;  // no library below us: nothing to call
+  CallGuard guard;
+  if (guard.observe()) {
+    if (HookRuntime* hook = HookRuntime::get()) hook->observe_cublaslt(desc, A, Adesc, B, Bdesc, stream);
+  }
+  return real(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, workspace_bytes,
+              stream);
+}

@@ -1,0 +1,63 @@
+// The real entry points below the hook, resolved at run time, never linked (DESIGN.md: any CUDA
+// 12.x/13.x of the job works, and a process without CUDA loads the hook harmlessly). cuBLAS
+// functions come from the next object in lookup order (dlsym RTLD_NEXT), falling back to the
+// already loaded libcublasLt/libcublas; driver functions from libcuda.so.1. A missing function is
+// null: the callers then pass calls through untouched and sample nothing.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda.h>
+
+namespace fp8scope::hook {
+
+struct CublasLtApi {
+  decltype(&::cublasLtMatmul) matmul = nullptr;
+  decltype(&::cublasLtMatrixLayoutGetAttribute) layout_get = nullptr;
+  decltype(&::cublasLtMatmulDescGetAttribute) desc_get = nullptr;
+  decltype(&::cublasLtGetVersion) version = nullptr;
+};
+
+// Spelled out: cublas_api.h overloads these two in C++ (inline wrappers taking cudaDataType).
+using CublasGemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                          const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                          const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+using CublasGemmStridedBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                                        int, const void*, const void*, cudaDataType, int, long long,
+                                                        const void*, cudaDataType, int, long long, const void*, void*,
+                                                        cudaDataType, int, long long, int, cublasComputeType_t,
+                                                        cublasGemmAlgo_t);
+
+struct CublasApi {
+  CublasGemmExFn gemm_ex = nullptr;
+  CublasGemmStridedBatchedExFn gemm_strided_batched_ex = nullptr;
+  decltype(&::cublasGetStream_v2) get_stream = nullptr;
+};
+
+// The driver calls the hook makes to copy operands out (names as cuda.h maps them, e.g. _v2).
+struct DriverApi {
+  decltype(&::cuCtxGetCurrent) ctx_get_current = nullptr;
+  decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
+  decltype(&::cuMemAlloc) mem_alloc = nullptr;
+  decltype(&::cuMemFree) mem_free = nullptr;
+  decltype(&::cuMemcpy2DAsync) memcpy_2d_async = nullptr;
+  decltype(&::cuMemcpyDtoDAsync) memcpy_dtod_async = nullptr;
+  decltype(&::cuMemcpyDtoHAsync) memcpy_dtoh_async = nullptr;
+  decltype(&::cuMemHostRegister) mem_host_register = nullptr;
+  decltype(&::cuStreamCreate) stream_create = nullptr;
+  decltype(&::cuStreamWaitEvent) stream_wait_event = nullptr;
+  decltype(&::cuStreamIsCapturing) stream_is_capturing = nullptr;
+  decltype(&::cuEventCreate) event_create = nullptr;
+  decltype(&::cuEventRecord) event_record = nullptr;
+  decltype(&::cuEventSynchronize) event_synchronize = nullptr;
+  decltype(&::cuEventDestroy) event_destroy = nullptr;
+
+  bool complete() const;
+};
+
+// Resolved on first use (thread-safe), then constant.
+const CublasLtApi& cublaslt_api();
+const CublasApi& cublas_api();
+const DriverApi& driver_api();
+
+}  // namespace fp8scope::hook

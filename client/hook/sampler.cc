@@ -1,0 +1,121 @@
+#include "sampler.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "fp8scope/sampling_rule.h"
+
+namespace fp8scope::hook {
+namespace {
+
+void warn(const char* variable, const char* value, const char* expected) {
+  std::fprintf(stderr, "fp8scope hook: %s: expected %s, got '%s'; ignored\n", variable, expected, value);
+}
+
+void number_from_environment(const char* variable, std::uint64_t& target) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') return;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(value, &end, 10);
+  if (*end != '\0' || value[0] == '-') {
+    warn(variable, value, "a non-negative integer");
+    return;
+  }
+  target = v;
+}
+
+constexpr std::size_t kMaxCachedLayers = 4096;
+
+}  // namespace
+
+shm::PolicyCopy policy_from_environment() {
+  shm::PolicyCopy p;
+  p.every_n_steps = kDefaultEveryNSteps;
+  number_from_environment("FP8SCOPE_EVERY", p.every_n_steps);
+  number_from_environment("FP8SCOPE_START_STEP", p.start_step);
+  number_from_environment("FP8SCOPE_END_STEP", p.end_step);
+  number_from_environment("FP8SCOPE_BYTES_PER_STEP", p.max_bytes_per_step);
+  if (const char* regex = std::getenv("FP8SCOPE_LAYER_REGEX")) {
+    std::snprintf(p.layer_regex, sizeof p.layer_regex, "%s", regex);
+  }
+  if (const char* operands = std::getenv("FP8SCOPE_OPERANDS"); operands != nullptr && *operands != '\0') {
+    std::uint32_t mask = 0;
+    std::string list(operands);
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = std::min(list.find(',', start), list.size());
+      const std::string item = list.substr(start, comma - start);
+      if (item == "x") mask |= 1u << static_cast<std::uint32_t>(OperandKind::kX);
+      else if (item == "w") mask |= 1u << static_cast<std::uint32_t>(OperandKind::kW);
+      else if (item == "dy") mask |= 1u << static_cast<std::uint32_t>(OperandKind::kDy);
+      else if (!item.empty()) warn("FP8SCOPE_OPERANDS", operands, "a comma-separated list of x, w, dy");
+      start = comma + 1;
+    }
+    p.operand_mask = mask;
+  }
+  return p;
+}
+
+Sampler::Sampler(const shm::PolicyCopy& initial) { adopt(initial); }
+
+void Sampler::adopt(const shm::PolicyCopy& p) {
+  every_.store(p.every_n_steps, std::memory_order_relaxed);
+  start_.store(p.start_step, std::memory_order_relaxed);
+  end_.store(p.end_step, std::memory_order_relaxed);
+  operand_mask_.store(p.operand_mask, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  max_bytes_per_step_ = p.max_bytes_per_step;
+  layer_cache_.clear();
+  match_all_ = p.layer_regex[0] == '\0';
+  if (!match_all_) {
+    try {
+      layer_regex_ = std::regex(p.layer_regex, std::regex::ECMAScript | std::regex::optimize);
+    } catch (const std::regex_error&) {
+      warn("layer regex", p.layer_regex, "an ECMAScript regular expression");
+      match_all_ = true;
+    }
+  }
+}
+
+bool Sampler::step_selected(const shm::Header* segment, std::uint64_t step) {
+  if (segment != nullptr) {
+    const std::uint64_t seq = segment->policy.seq.load(std::memory_order_acquire);
+    if (seq != seen_seq_.load(std::memory_order_relaxed) && seq % 2 == 0) {
+      if (const std::optional<shm::PolicyCopy> p = shm::read_policy(segment); p && p->version != 0) {
+        seen_seq_.store(seq, std::memory_order_relaxed);
+        adopt(*p);
+      }
+    }
+  }
+  return step_sampled(step, every_.load(std::memory_order_relaxed), start_.load(std::memory_order_relaxed),
+                      end_.load(std::memory_order_relaxed));
+}
+
+bool Sampler::layer_selected(const std::string& layer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (match_all_) return true;
+  if (const auto it = layer_cache_.find(layer); it != layer_cache_.end()) return it->second;
+  if (layer_cache_.size() >= kMaxCachedLayers) layer_cache_.clear();
+  const bool selected = std::regex_search(layer, layer_regex_);
+  layer_cache_.emplace(layer, selected);
+  return selected;
+}
+
+bool Sampler::operand_selected(OperandKind operand) const {
+  const std::uint32_t mask = operand_mask_.load(std::memory_order_relaxed);
+  return mask == 0 || (mask & (1u << static_cast<std::uint32_t>(operand))) != 0;
+}
+
+bool Sampler::charge(std::uint64_t step, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step != budget_step_) {
+    budget_step_ = step;
+    budget_used_ = 0;
+  }
+  if (max_bytes_per_step_ != 0 && budget_used_ + bytes > max_bytes_per_step_) return false;
+  budget_used_ += bytes;
+  return true;
+}
+
+}  // namespace fp8scope::hook

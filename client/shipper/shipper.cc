@@ -1,0 +1,294 @@
+#include "shipper.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "fp8scope/sampling_rule.h"
+
+namespace fp8scope::shipper {
+namespace {
+
+constexpr auto kMaxBackoff = std::chrono::seconds(10);
+constexpr auto kCounterEvery = std::chrono::seconds(1);
+constexpr auto kIdleSleep = std::chrono::milliseconds(2);
+constexpr std::size_t kMaxWaitingScalars = 100000;
+constexpr double kConnectTimeoutSeconds = 2.0;
+constexpr double kFinalAckSeconds = 10.0;
+
+const char* first_env(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return nullptr;
+}
+
+Result<std::uint32_t> env_number(std::initializer_list<const char*> names, std::uint32_t fallback) {
+  const char* v = first_env(names);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v, &end, 10);
+  if (*end != '\0' || n > 0xffffffffu) return Status::error(std::string(*names.begin()) + ": expected a number, got '" + v + "'");
+  return static_cast<std::uint32_t>(n);
+}
+
+std::string process_name(pid_t pid) {
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name.empty() ? std::string("job") : name;
+}
+
+bool parent_alive(pid_t parent) { return getppid() == parent; }
+
+shm::PolicyCopy policy_copy(const v1::Policy& p) {
+  shm::PolicyCopy c;
+  c.version = p.version() == 0 ? 1 : p.version();
+  c.every_n_steps = p.every_n_steps();
+  c.start_step = p.start_step();
+  c.end_step = p.end_step();
+  c.max_bytes_per_step = p.max_bytes_per_step();
+  for (int op : p.operands()) c.operand_mask |= 1u << static_cast<std::uint32_t>(op);
+  std::snprintf(c.layer_regex, sizeof c.layer_regex, "%s", p.layer_regex().c_str());
+  return c;
+}
+
+}  // namespace
+
+Result<ShipperConfig> config_from_environment() {
+  ShipperConfig c;
+  if (const char* e = first_env({"FP8SCOPE_ENDPOINT"})) c.connection.endpoint = e;
+  if (const char* e = first_env({"FP8SCOPE_TLS_CA"})) c.connection.tls_ca = e;
+  if (const char* e = first_env({"FP8SCOPE_TLS_CERT"})) c.connection.tls_cert = e;
+  if (const char* e = first_env({"FP8SCOPE_TLS_KEY"})) c.connection.tls_key = e;
+  if (const char* e = first_env({"FP8SCOPE_TOKEN"})) c.connection.token = e;
+  if (const char* path = first_env({"FP8SCOPE_TOKEN_FILE"})) {
+    std::ifstream in(path);
+    if (!in) return Status::error(std::string("FP8SCOPE_TOKEN_FILE: cannot read ") + path);
+    std::getline(in, c.connection.token);
+  }
+  Result<std::uint32_t> parent = env_number({"FP8SCOPE_PARENT_PID"}, 0);
+  if (!parent.ok()) return parent.status();
+  c.parent = parent.value() != 0 ? static_cast<pid_t>(parent.value()) : getppid();
+  Result<std::uint32_t> rank = env_number({"FP8SCOPE_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, 0);
+  Result<std::uint32_t> world = env_number({"FP8SCOPE_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1);
+  if (!rank.ok()) return rank.status();
+  if (!world.ok()) return world.status();
+  v1::Hello& h = c.hello;
+  h.set_protocol_version(1);
+  const char* job = first_env({"FP8SCOPE_JOB"});
+  h.set_job(job != nullptr ? job : process_name(c.parent));
+  const char* run = first_env({"FP8SCOPE_RUN"});
+  h.set_run(run != nullptr ? run : h.job() + "-" + std::to_string(c.parent));
+  h.set_rank(rank.value());
+  h.set_world_size(std::max(world.value(), rank.value() + 1));
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  h.set_host(host);
+  h.set_pid(static_cast<std::uint32_t>(c.parent));
+  (*h.mutable_library_versions())["fp8scope"] = FP8SCOPE_VERSION;
+  return c;
+}
+
+Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
+  v1::TensorHeader h;
+  h.set_step(r.step);
+  h.set_layer(std::string(r.name, strnlen(r.name, sizeof r.name)));
+  h.set_gemm(static_cast<v1::Gemm>(r.gemm));
+  h.set_operand(static_cast<v1::Operand>(r.operand));
+  h.set_dtype(static_cast<v1::DType>(r.dtype));
+  std::uint64_t numel = 1;
+  for (std::uint32_t i = 0; i < r.ndim; ++i) {
+    if (r.shape[i] <= 0) return Status::error("non-positive dimension");
+    h.add_shape(r.shape[i]);
+    numel *= static_cast<std::uint64_t>(r.shape[i]);
+  }
+  h.set_leading_dimension(r.leading_dimension);
+  h.set_scale_inv(r.scale_inv);
+  h.set_scale_mode(static_cast<v1::ScaleMode>(r.scale_mode));
+  h.set_source_call(std::string(r.source_call, strnlen(r.source_call, sizeof r.source_call)));
+  h.set_payload_bytes(r.payload_bytes);
+  if (numel == 0 || r.payload_bytes % numel != 0) return Status::error("payload is not shape x element size");
+  return h;
+}
+
+Shipper::Shipper(ShipperConfig config, shm::Header* segment)
+    : config_(std::move(config)), segment_(segment), reader_(segment) {}
+
+void Shipper::connect() {
+  auto on_policy = [this](const v1::Policy& p) { shm::write_policy(segment_, policy_copy(p)); };
+  Result<std::unique_ptr<SampleStream>> s =
+      SampleStream::open(config_.connection, config_.hello, kConnectTimeoutSeconds, on_policy);
+  if (!s.ok()) {
+    if (!outage_reported_) {
+      std::fprintf(stderr, "fp8scope-shipper: %s; samples are dropped and counted until it answers\n",
+                   s.status().message().c_str());
+      outage_reported_ = true;
+    }
+    next_connect_ = std::chrono::steady_clock::now() + backoff_;
+    backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, kMaxBackoff);
+    return;
+  }
+  stream_ = std::move(s).value();
+  backoff_ = std::chrono::milliseconds(250);
+  if (outage_reported_) std::fprintf(stderr, "fp8scope-shipper: connected to fp8scoped at %s\n", config_.connection.endpoint.c_str());
+  outage_reported_ = false;
+  std::memset(reported_this_stream_, 0, sizeof reported_this_stream_);
+  segment_->shipper_connected.store(1, std::memory_order_relaxed);
+  while (stream_ && !scalars_waiting_.empty()) {
+    const v1::ScalarEvent& e = scalars_waiting_.front();
+    if (!stream_->send_scalar(e.step(), e.name(), e.value()).ok()) {
+      disconnect("the stream broke");
+      break;
+    }
+    scalars_waiting_.pop_front();
+  }
+  report_counters();
+}
+
+void Shipper::disconnect(const std::string& why) {
+  if (!stream_) return;
+  collect_acks();
+  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) reported_[i] += reported_this_stream_[i];
+  std::memset(reported_this_stream_, 0, sizeof reported_this_stream_);
+  stream_.reset();
+  segment_->shipper_connected.store(0, std::memory_order_relaxed);
+  std::fprintf(stderr, "fp8scope-shipper: lost fp8scoped at %s (%s); reconnecting\n", config_.connection.endpoint.c_str(),
+               why.c_str());
+  outage_reported_ = true;
+  next_connect_ = std::chrono::steady_clock::now() + backoff_;
+}
+
+void Shipper::handle(const shm::RecordHeader& r) {
+  switch (r.kind) {
+    case shm::RecordKind::kSample: {
+      if (!stream_) {
+        shm::count_drop(segment_, shm::kDaemonUnreachable);
+        return;
+      }
+      Result<v1::TensorHeader> header = tensor_header(r);
+      if (!header.ok()) {
+        shm::count_drop(segment_, shm::kUnsupportedLayout);
+        return;
+      }
+      const auto* payload = reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r));
+      if (!stream_->send(std::move(header).value(), {payload, r.payload_bytes}).ok()) {
+        shm::count_drop(segment_, shm::kDaemonUnreachable);
+        disconnect("the stream broke");
+        return;
+      }
+      segment_->samples_sent.fetch_add(1, std::memory_order_relaxed);
+      segment_->bytes_sent.fetch_add(r.payload_bytes, std::memory_order_relaxed);
+      return;
+    }
+    case shm::RecordKind::kStep:
+      if (stream_ && !stream_->send_step(r.step).ok()) disconnect("the stream broke");
+      return;
+    case shm::RecordKind::kScalar: {
+      const std::string name(r.name, strnlen(r.name, sizeof r.name));
+      if (stream_ && stream_->send_scalar(r.step, name, r.value).ok()) return;
+      if (stream_) disconnect("the stream broke");
+      if (scalars_waiting_.size() >= kMaxWaitingScalars) {
+        scalars_waiting_.pop_front();
+        ++scalars_lost_;
+      }
+      v1::ScalarEvent e;
+      e.set_step(r.step);
+      e.set_name(name);
+      e.set_value(r.value);
+      scalars_waiting_.push_back(std::move(e));
+      return;
+    }
+    case shm::RecordKind::kPadding: return;
+  }
+}
+
+void Shipper::collect_acks() {
+  if (!stream_) return;
+  for (const auto& [id, ack] : stream_->take_acks()) {
+    if (ack.outcome() != v1::SAMPLE_OUTCOME_ACCEPTED) shm::count_drop(segment_, shm::kDaemonRefused);
+  }
+}
+
+void Shipper::report_counters() {
+  if (!stream_) return;
+  v1::ClientCounters c;
+  c.set_samples_sent(segment_->samples_sent.load(std::memory_order_relaxed));
+  c.set_bytes_sent(segment_->bytes_sent.load(std::memory_order_relaxed));
+  std::uint64_t now[shm::kDropReasonCount];
+  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) {
+    now[i] = segment_->dropped[i].load(std::memory_order_relaxed);
+    // daemon_refused: the daemon counted those itself.
+    if (i != shm::kDaemonRefused && now[i] > reported_[i]) (*c.mutable_dropped())[shm::kDropReasonNames[i]] = now[i] - reported_[i];
+  }
+  if (!stream_->send_counters(c).ok()) {
+    disconnect("the stream broke");
+    return;
+  }
+  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) reported_this_stream_[i] = now[i] > reported_[i] ? now[i] - reported_[i] : 0;
+}
+
+void Shipper::print_summary() const {
+  std::ostringstream drops;
+  std::uint64_t total = 0;
+  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) {
+    const std::uint64_t n = segment_->dropped[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    drops << (total == 0 ? "" : ", ") << shm::kDropReasonNames[i] << "=" << n;
+    total += n;
+  }
+  if (total == 0 && scalars_lost_ == 0) return;
+  std::fprintf(stderr, "fp8scope-shipper: job %s run %s: %llu samples sent, %llu dropped (%s)%s\n",
+               config_.hello.job().c_str(), config_.hello.run().c_str(),
+               static_cast<unsigned long long>(segment_->samples_sent.load()), static_cast<unsigned long long>(total),
+               drops.str().c_str(),
+               scalars_lost_ ? (", " + std::to_string(scalars_lost_) + " scalars lost").c_str() : "");
+}
+
+int Shipper::run() {
+  auto next_counters = std::chrono::steady_clock::now() + kCounterEvery;
+  for (;;) {
+    const bool parent_gone = !parent_alive(config_.parent);
+    if (!stream_ && std::chrono::steady_clock::now() >= next_connect_) connect();
+    bool drained = false;
+    for (int i = 0; i < 64; ++i) {
+      const shm::RecordHeader* r = nullptr;
+      const shm::RingReader::Next next = reader_.next(&r);
+      if (next == shm::RingReader::Next::kEmpty) {
+        drained = true;
+        break;
+      }
+      if (next == shm::RingReader::Next::kCorrupt) {
+        std::fprintf(stderr, "fp8scope-shipper: the shared ring held a malformed record; skipped what was queued\n");
+        shm::count_drop(segment_, shm::kRingFull);
+        continue;
+      }
+      handle(*r);
+      reader_.release(r);
+    }
+    collect_acks();
+    if (std::chrono::steady_clock::now() >= next_counters) {
+      report_counters();
+      next_counters = std::chrono::steady_clock::now() + kCounterEvery;
+    }
+    if (parent_gone && drained) break;
+    if (drained) std::this_thread::sleep_for(kIdleSleep);
+  }
+  if (stream_) {
+    (void)stream_->wait_for_acks(kFinalAckSeconds);
+    collect_acks();
+    report_counters();
+    if (stream_) (void)stream_->close();
+  }
+  print_summary();
+  return 0;
+}
+
+}  // namespace fp8scope::shipper

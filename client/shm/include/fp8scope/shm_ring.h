@@ -1,0 +1,248 @@
+// The shared memory between the hook (inside the training process) and its shipper: a memfd the
+// hook creates, maps, and hands to the shipper it spawns (inherited as fd FP8SCOPE_SHM_FD). It holds
+// a byte ring of records (samples, steps, scalars) written by the hook and drained by the shipper,
+// the sampling policy the shipper receives from the daemon, and the drop counters both sides keep.
+// Plain C++ and atomics only: the hook links neither gRPC nor protobuf. Both sides treat the other
+// as untrusted: every record is checked before it is read.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+namespace fp8scope::shm {
+
+inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::size_t kAlign = 64;  // records start on cache lines
+inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
+
+// Why a sample never reached the daemon. The names become the daemon's `client_<name>` drop reasons.
+enum DropReason : std::uint32_t {
+  kRingFull,           // the shipper is behind (or gone): no room in the shared ring
+  kStagingFull,        // no room in the hook's device staging ring
+  kBudget,             // the policy's bytes-per-step budget was spent
+  kTooLarge,           // the operand is larger than the ring or the staging buffer
+  kGraphCapture,       // the call was made while its stream was being captured into a CUDA graph
+  kUnsupportedDtype,   // an operand type the statistics do not cover (int8, FP4, complex, ...)
+  kUnsupportedLayout,  // a layout order other than row or column major
+  kPointerArrayBatch,  // batches given as arrays of pointers
+  kBlockScales,        // FP8 operands with block (MXFP8, 1x128, ...) scales
+  kNoContext,          // no current CUDA context, or another one than the hook's
+  kCudaError,          // a driver call failed; the hook stopped sampling
+  kDaemonUnreachable,  // the shipper could not reach fp8scoped
+  kDaemonRefused,      // the daemon dropped or rejected the sample
+  kDropReasonCount
+};
+inline constexpr const char* kDropReasonNames[kDropReasonCount] = {
+    "ring_full",   "staging_full",        "budget",        "too_large",    "graph_capture",
+    "unsupported_dtype", "unsupported_layout", "pointer_array_batch", "block_scales", "no_context",
+    "cuda_error",  "daemon_unreachable",  "daemon_refused"};
+
+enum class RecordKind : std::uint32_t { kPadding = 1, kSample = 2, kStep = 3, kScalar = 4 };
+
+// One record's header; a sample's payload follows it. Enum fields carry the wire values
+// (proto/fp8scope/v1: Gemm, Operand, DType, ScaleMode).
+struct alignas(kAlign) RecordHeader {
+  std::uint32_t magic;
+  RecordKind kind;
+  std::uint64_t record_bytes;  // header + payload, a multiple of kAlign
+  std::uint64_t step;
+  char name[256];              // sample: layer label; scalar: its name; NUL-terminated
+  char source_call[32];        // "cublasLtMatmul", "cublasGemmEx", ...
+  std::uint32_t gemm, operand, dtype, scale_mode;
+  std::uint32_t ndim;
+  std::int64_t shape[4];       // logical shape in elements, last dimension contiguous
+  std::int64_t leading_dimension;
+  float scale_inv;             // FP8 samples: written by the device-to-host copy
+  double value;                // scalar records
+  std::uint64_t payload_bytes;
+};
+
+// The sampling policy as the shipper last received it. A seqlock: the shipper makes seq odd,
+// writes, makes it even; the hook copies and retries while seq is odd or moved, a bounded number
+// of times, so it never waits on the shipper.
+struct PolicyBlock {
+  std::atomic<std::uint64_t> seq;
+  std::uint64_t version;  // the daemon's policy version; 0 = none received yet
+  std::uint64_t every_n_steps, start_step, end_step, max_bytes_per_step;
+  std::uint32_t operand_mask;  // bit (1 << wire Operand); 0 = all
+  char layer_regex[1024];
+};
+
+struct PolicyCopy {
+  std::uint64_t version = 0;
+  std::uint64_t every_n_steps = 0, start_step = 0, end_step = 0, max_bytes_per_step = 0;
+  std::uint32_t operand_mask = 0;
+  char layer_regex[1024] = {};
+};
+
+struct alignas(kAlign) Header {
+  std::uint32_t magic;
+  std::uint32_t layout_version;
+  std::uint64_t data_offset, data_bytes;  // the ring: [data_offset, data_offset + data_bytes)
+  std::uint32_t producer_pid;
+  alignas(kAlign) std::atomic<std::uint64_t> head;  // bytes the hook has published (monotonic)
+  alignas(kAlign) std::atomic<std::uint64_t> tail;  // bytes the shipper is done with (monotonic)
+  alignas(kAlign) std::atomic<std::uint64_t> dropped[kDropReasonCount];
+  std::atomic<std::uint64_t> samples_published, bytes_published, samples_sent, bytes_sent;
+  std::atomic<std::uint32_t> shipper_connected;
+  alignas(kAlign) PolicyBlock policy;
+};
+
+inline constexpr std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+inline constexpr std::size_t data_offset() { return round_up(sizeof(Header)); }
+
+// Lays out a fresh segment of `total_bytes` (zero-filled, as a new memfd is). False if too small.
+inline bool initialize(void* base, std::size_t total_bytes, std::uint32_t producer_pid) {
+  if (total_bytes < data_offset() + 4 * sizeof(RecordHeader)) return false;
+  auto* h = static_cast<Header*>(base);
+  h->magic = kMagic;
+  h->layout_version = kLayoutVersion;
+  h->data_offset = data_offset();
+  h->data_bytes = (total_bytes - data_offset()) / kAlign * kAlign;
+  h->producer_pid = producer_pid;
+  return true;
+}
+
+// The shipper's check of a segment it was handed.
+inline bool valid(const void* base, std::size_t total_bytes) {
+  if (total_bytes < data_offset()) return false;
+  const auto* h = static_cast<const Header*>(base);
+  return h->magic == kMagic && h->layout_version == kLayoutVersion && h->data_offset == data_offset() &&
+         h->data_bytes % kAlign == 0 && h->data_bytes > 0 && h->data_offset + h->data_bytes <= total_bytes;
+}
+
+inline std::byte* data(Header* h) { return reinterpret_cast<std::byte*>(h) + h->data_offset; }
+
+inline void count_drop(Header* h, DropReason reason, std::uint64_t n = 1) {
+  if (h != nullptr && reason < kDropReasonCount) h->dropped[reason].fetch_add(n, std::memory_order_relaxed);
+}
+
+// The producer's side. `reserved` is the producer's own position (ahead of head while records
+// are being filled); only one thread reserves at a time.
+class RingWriter {
+ public:
+  explicit RingWriter(Header* h) : h_(h), reserved_(h->head.load(std::memory_order_relaxed)) {}
+
+  // Room for one record of `bytes` (a multiple of kAlign) at a position that does not wrap: a
+  // padding record fills the end of the ring when needed. Returns the record's position, or
+  // nothing when the shipper has not freed enough.
+  std::optional<std::uint64_t> reserve(std::uint64_t bytes) {
+    const std::uint64_t size = h_->data_bytes;
+    if (bytes == 0 || bytes % kAlign != 0 || bytes > size) return std::nullopt;
+    const std::uint64_t to_end = size - reserved_ % size;
+    const std::uint64_t pad = bytes > to_end ? to_end : 0;
+    if (reserved_ + pad + bytes - h_->tail.load(std::memory_order_acquire) > size) return std::nullopt;
+    if (pad != 0) {
+      RecordHeader* p = at(reserved_);
+      p->magic = kMagic;
+      p->kind = RecordKind::kPadding;
+      p->record_bytes = pad;
+    }
+    const std::uint64_t pos = reserved_ + pad;
+    reserved_ = pos + bytes;
+    return pos;
+  }
+
+  RecordHeader* at(std::uint64_t pos) { return reinterpret_cast<RecordHeader*>(data(h_) + pos % h_->data_bytes); }
+
+  // Makes every record up to `end` visible to the shipper (records are published in order).
+  void publish(std::uint64_t end) { h_->head.store(end, std::memory_order_release); }
+
+  std::uint64_t reserved() const { return reserved_; }
+
+ private:
+  Header* h_;
+  std::uint64_t reserved_;
+};
+
+// The consumer's side: the next complete record, checked, or nothing. A record that fails the
+// checks means the segment is corrupt: the reader skips everything published and says so.
+class RingReader {
+ public:
+  explicit RingReader(Header* h) : h_(h) {}
+
+  enum class Next { kRecord, kEmpty, kCorrupt };
+
+  Next next(const RecordHeader** out) {
+    const std::uint64_t size = h_->data_bytes;
+    for (;;) {
+      const std::uint64_t tail = h_->tail.load(std::memory_order_relaxed);
+      const std::uint64_t head = h_->head.load(std::memory_order_acquire);
+      if (tail == head) return Next::kEmpty;
+      const std::uint64_t to_end = size - tail % size;
+      const auto* r = reinterpret_cast<const RecordHeader*>(data(h_) + tail % size);
+      const bool sane = head - tail <= size && r->magic == kMagic && r->record_bytes % kAlign == 0 &&
+                        r->record_bytes != 0 && r->record_bytes <= to_end && r->record_bytes <= head - tail;
+      if (!sane) {
+        h_->tail.store(head, std::memory_order_release);
+        return Next::kCorrupt;
+      }
+      if (r->kind == RecordKind::kPadding) {
+        h_->tail.store(tail + r->record_bytes, std::memory_order_release);
+        continue;
+      }
+      const bool fits = r->kind != RecordKind::kSample ||
+                        (r->payload_bytes <= r->record_bytes - sizeof(RecordHeader) && r->ndim >= 1 && r->ndim <= 4);
+      if (!fits) {
+        h_->tail.store(head, std::memory_order_release);
+        return Next::kCorrupt;
+      }
+      *out = r;
+      return Next::kRecord;
+    }
+  }
+
+  // Frees the record next() returned.
+  void release(const RecordHeader* r) {
+    h_->tail.store(h_->tail.load(std::memory_order_relaxed) + r->record_bytes, std::memory_order_release);
+  }
+
+  static const std::byte* payload(const RecordHeader* r) { return reinterpret_cast<const std::byte*>(r + 1); }
+
+ private:
+  Header* h_;
+};
+
+// Policy exchange through the seqlock.
+inline void write_policy(Header* h, const PolicyCopy& p) {
+  PolicyBlock& b = h->policy;
+  const std::uint64_t seq = b.seq.load(std::memory_order_relaxed);
+  b.seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  b.version = p.version;
+  b.every_n_steps = p.every_n_steps;
+  b.start_step = p.start_step;
+  b.end_step = p.end_step;
+  b.max_bytes_per_step = p.max_bytes_per_step;
+  b.operand_mask = p.operand_mask;
+  std::memcpy(b.layer_regex, p.layer_regex, sizeof b.layer_regex);
+  b.layer_regex[sizeof b.layer_regex - 1] = '\0';
+  b.seq.store(seq + 2, std::memory_order_release);
+}
+
+// A consistent copy, or nothing if the writer was busy every time we looked.
+inline std::optional<PolicyCopy> read_policy(const Header* h, int attempts = 4) {
+  const PolicyBlock& b = h->policy;
+  for (int i = 0; i < attempts; ++i) {
+    const std::uint64_t before = b.seq.load(std::memory_order_acquire);
+    if (before % 2 != 0) continue;
+    PolicyCopy p;
+    p.version = b.version;
+    p.every_n_steps = b.every_n_steps;
+    p.start_step = b.start_step;
+    p.end_step = b.end_step;
+    p.max_bytes_per_step = b.max_bytes_per_step;
+    p.operand_mask = b.operand_mask;
+    std::memcpy(p.layer_regex, b.layer_regex, sizeof p.layer_regex);
+    p.layer_regex[sizeof p.layer_regex - 1] = '\0';
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (b.seq.load(std::memory_order_relaxed) == before) return p;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fp8scope::shm

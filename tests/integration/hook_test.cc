@@ -1,0 +1,285 @@
+// The hook end to end through the real binaries: fp8scoped, `fp8scope run`, libfp8scope_hook.so,
+// fp8scope-shipper and tiny_trainer on the CPU fixtures of libcuda/libcublasLt/libcublas. The
+// story: the trainer learns; under the hook its losses and the calls reaching cuBLAS are
+// unchanged; every layer, GEMM and operand reaches the daemon with the statistics `fp8scope
+// analyze` gives for the same tensors; and when the daemon or the shipper dies, or there is no
+// daemon at all, training finishes the same and the lost samples are counted.
+#include <signal.h>
+#include <sqlite3.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "../support/daemon_fixture.h"
+#include "../support/temp_dir.h"
+
+using namespace fp8scope::testing;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kLayers = 3;
+constexpr int kSamplesPerStep = kLayers * 3 * 2;  // three GEMMs per layer, two operands each
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Sanitizer builds preload an instrumented hook into an instrumented program; ASan checks that its
+// runtime comes first in the library list, which LD_PRELOAD defeats.
+std::vector<std::string> child_env(std::vector<std::string> extra = {}) {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  extra.push_back(std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0");
+  return extra;
+}
+
+ProcessResult trainer(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  args.insert(args.begin(), FP8SCOPE_TINY_TRAINER);
+  return run_process(args, child_env(std::move(env)), 120.0);
+}
+
+// `fp8scope run <run_args> -- tiny_trainer <trainer_args>`.
+std::vector<std::string> under_hook(std::vector<std::string> run_args, const std::vector<std::string>& trainer_args) {
+  std::vector<std::string> argv = {FP8SCOPE_CLI, "run"};
+  argv.insert(argv.end(), run_args.begin(), run_args.end());
+  argv.push_back("--");
+  argv.push_back(FP8SCOPE_TINY_TRAINER);
+  argv.insert(argv.end(), trainer_args.begin(), trainer_args.end());
+  return argv;
+}
+
+template <class F>
+bool eventually(F fn, double seconds = 60.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fn()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return fn();
+}
+
+double metric(DaemonProcess& d, const std::string& name, const std::map<std::string, std::string>& labels = {}) {
+  return metric_value(http_get(d.metrics(), "/metrics"), name, labels);
+}
+
+double counter(DaemonProcess& d, const std::string& name, const std::map<std::string, std::string>& labels = {}) {
+  const double v = metric(d, name, labels);
+  return std::isnan(v) ? 0.0 : v;
+}
+
+// The (step, value) of every scalar `name` of a run in the daemon's SQLite history.
+std::vector<std::pair<long, double>> scalars(const std::string& data_dir, const std::string& run, const std::string& name) {
+  std::vector<std::pair<long, double>> out;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2((data_dir + "/history.sqlite").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return out;
+  sqlite3_stmt* q = nullptr;
+  sqlite3_prepare_v2(db, "SELECT step, value FROM scalars WHERE run = ? AND name = ? ORDER BY step", -1, &q, nullptr);
+  sqlite3_bind_text(q, 1, run.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 2, name.c_str(), -1, SQLITE_TRANSIENT);
+  while (sqlite3_step(q) == SQLITE_ROW) out.emplace_back(sqlite3_column_int64(q, 0), sqlite3_column_double(q, 1));
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return out;
+}
+
+// The children of a process (the trainer's child is its shipper).
+std::vector<int> children_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<int> pids;
+  for (int p; in >> p;) pids.push_back(p);
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("tiny_trainer learns in BF16 and in FP8, deterministically", "[hook]") {
+  TempDir dir;
+  for (const std::string mode : {"bf16", "fp8"}) {
+    INFO(mode);
+    const ProcessResult a = trainer({"--steps", "60", "--mode", mode, "--losses", dir.file(mode + "a")});
+    const ProcessResult b = trainer({"--steps", "60", "--mode", mode, "--losses", dir.file(mode + "b")});
+    REQUIRE(a.exit_code == 0);
+    REQUIRE(b.exit_code == 0);
+    const auto losses = lines_of(dir.file(mode + "a"));
+    REQUIRE(losses.size() == 60);
+    CHECK(losses == lines_of(dir.file(mode + "b")));
+    CHECK(std::stod(losses.back()) < 0.5 * std::stod(losses.front()));
+  }
+}
+
+TEST_CASE("under the hook, losses and the calls reaching cuBLAS are unchanged", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  for (const std::string mode : {"bf16", "fp8"}) {
+    INFO(mode);
+    const ProcessResult plain = trainer({"--steps", "12", "--mode", mode, "--losses", dir.file(mode + ".plain")},
+                                        {"FP8SCOPE_FIXTURE_TRACE=" + dir.file(mode + ".plain.trace")});
+    const ProcessResult hooked = run_process(
+        under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "same"},
+                   {"--steps", "12", "--mode", mode, "--losses", dir.file(mode + ".hooked")}),
+        child_env({"FP8SCOPE_FIXTURE_TRACE=" + dir.file(mode + ".hooked.trace")}), 120.0);
+    REQUIRE(plain.exit_code == 0);
+    REQUIRE(hooked.exit_code == 0);
+    CHECK(lines_of(dir.file(mode + ".plain")) == lines_of(dir.file(mode + ".hooked")));
+    const auto trace = lines_of(dir.file(mode + ".plain.trace"));
+    CHECK(trace.size() == 12 * kLayers * 3 + (mode == "bf16" ? 12 * kLayers : 0));  // cublasGemmEx also reaches Lt
+    CHECK(trace == lines_of(dir.file(mode + ".hooked.trace")));
+  }
+  // Every GEMM of every step was sampled once (cublasGemmEx's inner cublasLtMatmul is not).
+  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 2 * 12 * kSamplesPerStep; }));
+  CHECK(counter(daemon, "fp8scope_samples_total") == 2 * 12 * kSamplesPerStep);
+}
+
+TEST_CASE("every layer, GEMM and operand reaches the daemon with the statistics analyze gives", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  std::filesystem::create_directories(dir.file("dump"));
+  const ProcessResult run = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--job", "stats", "--run", "bf16-1"},
+                 {"--steps", "8", "--losses", dir.file("losses"), "--dump-step", "5", "--dump-dir", dir.file("dump")}),
+      child_env(), 120.0);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.err.find("job stats, run bf16-1") != std::string::npos);
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 2 * kSamplesPerStep; }));
+  const std::map<std::string, std::vector<std::string>> operands = {
+      {"fprop", {"x", "w"}}, {"dgrad", {"w", "dy"}}, {"wgrad", {"x", "dy"}}};
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  for (int l = 0; l < kLayers; ++l) {
+    for (const auto& [gemm, ops] : operands) {
+      for (const std::string& op : ops) {
+        const std::string file = dir.file("dump") + "/mlp." + std::to_string(l) + "." + gemm + "." + op + ".npy";
+        const std::string format = op == "dy" ? "e5m2" : "e4m3";
+        INFO(file);
+        const ProcessResult analyze = cli({"analyze", file, "--dtype", "bf16", "--json", "--recipe", "tensor_current",
+                                           "--format", format});
+        REQUIRE(analyze.exit_code == 0);
+        const json expected = json::parse(analyze.out);
+        const std::map<std::string, std::string> labels = {{"job", "stats"},     {"layer", "mlp." + std::to_string(l) + "#0"},
+                                                           {"gemm", gemm},       {"operand", op},
+                                                           {"format", format},   {"recipe", "tensor_current"}};
+        CHECK(metric_value(metrics, "fp8scope_mse", labels) == Approx(expected["mse"].get<double>()).epsilon(1e-12));
+        CHECK(metric_value(metrics, "fp8scope_cosine_similarity", labels) ==
+              Approx(expected["cosine"].get<double>()).epsilon(1e-12));
+        CHECK(metric_value(metrics, "fp8scope_underflow_ratio", labels) == expected["underflow_ratio"].get<double>());
+        CHECK(metric_value(metrics, "fp8scope_last_step",
+                           {{"job", "stats"}, {"layer", labels.at("layer")}, {"gemm", gemm}, {"operand", op}}) == 5.0);
+      }
+    }
+  }
+  // The trainer's losses, logged through fp8scope_log_scalar, are in the run's history.
+  const auto losses = lines_of(dir.file("losses"));
+  REQUIRE(eventually([&] { return scalars(dir.file("data"), "bf16-1", "loss").size() == losses.size(); }));
+  const auto stored = scalars(dir.file("data"), "bf16-1", "loss");
+  for (std::size_t i = 0; i < losses.size(); ++i) CHECK(stored[i].second == std::stod(losses[i]));
+}
+
+TEST_CASE("FP8 operands arrive as codes with the scale_inv their GEMM used", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const ProcessResult run = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "fp8"}, {"--steps", "6", "--mode", "fp8"}),
+      child_env(), 120.0);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 6 * kSamplesPerStep; }));
+  for (const auto& [gemm, op, format] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"fprop", "x", "e4m3"}, {"fprop", "w", "e4m3"}, {"dgrad", "dy", "e5m2"}, {"wgrad", "dy", "e5m2"}}) {
+    INFO(gemm << " " << op);
+    const double observed = metric(daemon, "fp8scope_scale",
+                                   {{"job", "fp8"}, {"layer", "mlp.1#0"}, {"gemm", gemm}, {"operand", op},
+                                    {"format", format}, {"recipe", "observed"}});
+    // Delayed scaling's scale is the format's max over an earlier amax: positive and finite.
+    CHECK(observed > 0.0);
+    CHECK(std::isfinite(observed));
+  }
+}
+
+TEST_CASE("steps come from the repeat of the first GEMM when the job does not say", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const ProcessResult run = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--job", "steps"}, {"--steps", "12", "--no-step-api"}),
+      child_env(), 120.0);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 3 * kSamplesPerStep; }));
+  CHECK(metric(daemon, "fp8scope_last_step", {{"job", "steps"}, {"layer", "mlp.2#0"}, {"gemm", "wgrad"}, {"operand", "dy"}}) ==
+        10.0);
+}
+
+TEST_CASE("the daemon killed mid-run and restarted: same losses, the hook reconnects, drops are counted", "[hook]") {
+  TempDir dir;
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  REQUIRE(trainer({"--steps", "60", "--losses", dir.file("reference")}).exit_code == 0);
+  auto daemon = std::make_unique<DaemonProcess>(dir.file("data"), std::vector<std::string>{}, listen);
+  ChildProcess run(under_hook({"--endpoint", listen, "--every", "1", "--job", "kill"},
+                              {"--steps", "60", "--step-sleep-ms", "60", "--losses", dir.file("losses")}),
+                   child_env(), dir.file("run.log"));
+  REQUIRE(eventually([&] { return counter(*daemon, "fp8scope_samples_total") >= kSamplesPerStep; }));
+  daemon->stop(SIGKILL, 10.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  daemon = std::make_unique<DaemonProcess>(dir.file("data"), std::vector<std::string>{}, listen);
+  REQUIRE(run.wait(120.0) == 0);
+  CHECK(lines_of(dir.file("losses")) == lines_of(dir.file("reference")));
+  CHECK(eventually([&] { return counter(*daemon, "fp8scope_samples_total") > 0; }));
+  CHECK(eventually([&] {
+    return counter(*daemon, "fp8scope_samples_dropped_total", {{"reason", "client_daemon_unreachable"}}) > 0;
+  }));
+}
+
+TEST_CASE("the shipper killed mid-run: same losses, a new shipper takes over, drops are counted", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  REQUIRE(trainer({"--steps", "80", "--losses", dir.file("reference")}).exit_code == 0);
+  // A 1 MiB ring fills within the second the hook waits before it starts the next shipper.
+  ChildProcess run(under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "shipper"},
+                              {"--steps", "80", "--step-sleep-ms", "40", "--losses", dir.file("losses")}),
+                   child_env({"FP8SCOPE_RING_BYTES=1048576"}), dir.file("run.log"));
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_total") >= kSamplesPerStep; }));
+  std::vector<int> trainers = children_of(run.pid());
+  REQUIRE(trainers.size() == 1);
+  std::vector<int> shippers = children_of(trainers[0]);
+  REQUIRE(shippers.size() == 1);
+  kill(shippers[0], SIGKILL);
+  const double before = counter(daemon, "fp8scope_samples_total");
+  REQUIRE(run.wait(120.0) == 0);
+  CHECK(lines_of(dir.file("losses")) == lines_of(dir.file("reference")));
+  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_total") > before + kSamplesPerStep; }));
+  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_dropped_total", {{"reason", "client_ring_full"}}) > 0; }));
+}
+
+TEST_CASE("with no daemon at all the job runs the same, and says what it dropped", "[hook]") {
+  TempDir dir;
+  REQUIRE(trainer({"--steps", "20", "--losses", dir.file("reference")}).exit_code == 0);
+  const std::string nobody = "127.0.0.1:" + std::to_string(free_port());
+  const ProcessResult run = run_process(
+      under_hook({"--endpoint", nobody, "--every", "1", "--job", "alone"}, {"--steps", "20", "--losses", dir.file("losses")}),
+      child_env(), 120.0);
+  REQUIRE(run.exit_code == 0);
+  CHECK(lines_of(dir.file("losses")) == lines_of(dir.file("reference")));
+  CHECK(run.err.find("does not answer") != std::string::npos);
+  CHECK(run.err.find("0 samples sent, " + std::to_string(20 * kSamplesPerStep) + " dropped (daemon_unreachable=") !=
+        std::string::npos);
+}
+
+TEST_CASE("a forked child is left alone, and GEMMs under graph capture are skipped and counted", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  REQUIRE(trainer({"--steps", "6", "--losses", dir.file("reference")}).exit_code == 0);
+  const ProcessResult run = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "probes"},
+                 {"--steps", "6", "--fork-at-step", "2", "--capture-probe", "--losses", dir.file("losses")}),
+      child_env(), 120.0);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out.find("forked child exited with 0") != std::string::npos);
+  CHECK(lines_of(dir.file("losses")) == lines_of(dir.file("reference")));
+  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_dropped_total", {{"reason", "client_graph_capture"}}) == 1; }));
+  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 6 * kSamplesPerStep; }));
+}
