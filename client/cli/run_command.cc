@@ -82,8 +82,8 @@ Status start_daemon(const std::string& daemon, const RunOptions& o, std::ostream
   const fs::path ready = fs::path(o.data_dir) / "fp8scoped.ready.json";
   const fs::path log = fs::path(o.data_dir) / "fp8scoped.log";
   fs::remove(ready, ec);
-  std::vector<std::string> args = {daemon, "--listen", o.connection.options.endpoint, "--data-dir", o.data_dir,
-                                   "--ready-file", ready.string()};
+  std::vector<std::string> args = {daemon,       "--listen",     o.connection.options.endpoint,
+                                   "--metrics",  o.daemon_metrics, "--data-dir", o.data_dir, "--ready-file", ready.string()};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -138,6 +138,8 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
   cmd->add_option("--run", o.run, "Run name (default: JOB-<UTC time>)")->envname("FP8SCOPE_RUN");
   cmd->add_flag("--start-daemon", o.start_daemon, "Start a local fp8scoped on --endpoint if none answers");
   cmd->add_option("--data-dir", o.data_dir, "History directory of a daemon --start-daemon starts")->capture_default_str();
+  cmd->add_option("--daemon-metrics", o.daemon_metrics, "Metrics address of a daemon --start-daemon starts")
+      ->capture_default_str();
   cmd->add_option("command", o.command, "The command and its arguments, after --")->required();
   return cmd;
 }

@@ -21,6 +21,7 @@ struct RunOptions {
   std::string job, run;
   bool start_daemon = false;
   std::string data_dir = "fp8scope-data";
+  std::string daemon_metrics = "127.0.0.1:9767";
   std::vector<std::string> command;
 };
 

@@ -45,7 +45,6 @@ bool Capture::device_ready() {
   // thread waits for them, never the training thread).
   cu_.mem_host_register(link_.segment(), link_.segment_bytes(), 0);
   device_ = Device::kReady;
-  changed_.notify_all();
   return true;
 }
 
@@ -78,8 +77,13 @@ shm::RecordHeader* Capture::reserve_record(std::uint64_t payload_bytes, std::uin
 }
 
 void Capture::enqueue(const Pending& p) {
+  if (p.copied == nullptr && pending_.empty() && in_flight_ == 0) {
+    // Nothing to copy and nothing ahead of it: publish here rather than wake the publisher.
+    writer_->publish(p.ring_end);
+    return;
+  }
   pending_.push_back(p);
-  changed_.notify_all();
+  if (publisher_idle_) work_.notify_one();
 }
 
 std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, CUstream stream) {
@@ -201,8 +205,8 @@ void Capture::scalar(const char* name, std::uint64_t step, double value) {
   enqueue(p);
 }
 
-void Capture::finish(Pending& p) {
-  if (p.copied != nullptr) {
+void Capture::finish(Pending& p, bool can_copy) {
+  if (p.copied != nullptr && can_copy && p.record->kind == shm::RecordKind::kSample) {
     const bool ok = cu_.stream_wait_event(side_stream_, p.copied, 0) == CUDA_SUCCESS &&
                     cu_.memcpy_dtoh_async(p.record + 1, p.staged, p.payload_bytes, side_stream_) == CUDA_SUCCESS &&
                     (p.staged_scale == 0 || cu_.memcpy_dtoh_async(&p.record->scale_inv, p.staged_scale, sizeof(float),
@@ -224,27 +228,37 @@ void Capture::finish(Pending& p) {
 void Capture::publisher_loop() {
   bool context_set = false;
   auto next_keep_alive = std::chrono::steady_clock::now();
+  std::deque<Pending> batch;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    changed_.wait_for(lock, kKeepAliveEvery, [&] { return stop_ || !pending_.empty(); });
-    while (!stop_ && !pending_.empty()) {
-      Pending p = pending_.front();
-      const CUevent event = p.copied;
-      if (event != nullptr && !context_set) {
-        context_set = device_ == Device::kReady && cu_.ctx_set_current(context_) == CUDA_SUCCESS;
-      }
+    publisher_idle_ = true;
+    work_.wait_for(lock, kKeepAliveEvery, [&] { return stop_ || !pending_.empty(); });
+    publisher_idle_ = false;
+    if (!pending_.empty()) {
+      // The whole queue at once: one lock round trip per batch, not per record, so the training
+      // thread rarely finds the lock taken.
+      batch.swap(pending_);
+      in_flight_ = batch.size();
+      const bool device_usable = device_ == Device::kReady;
       lock.unlock();
-      if (event != nullptr && !context_set) {  // cannot copy from this thread: drop, keep order
-        p.copied = nullptr;
-        p.record->kind = shm::RecordKind::kPadding;
-        shm::count_drop(link_.segment(), shm::kNoContext);
+      for (Pending& p : batch) {
+        if (p.copied != nullptr && !context_set) {
+          context_set = device_usable && cu_.ctx_set_current(context_) == CUDA_SUCCESS;
+        }
+        if (p.copied != nullptr && !context_set) {  // cannot copy from this thread: drop, keep order
+          p.record->kind = shm::RecordKind::kPadding;
+          shm::count_drop(link_.segment(), shm::kNoContext);
+        }
+        finish(p, context_set);
       }
-      finish(p);
       lock.lock();
-      staging_tail_ = p.staging_end;
-      if (event != nullptr) free_events_.push_back(event);
-      pending_.pop_front();
-      changed_.notify_all();
+      staging_tail_ = batch.back().staging_end;
+      for (const Pending& p : batch) {
+        if (p.copied != nullptr) free_events_.push_back(p.copied);
+      }
+      batch.clear();
+      in_flight_ = 0;
+      drained_.notify_all();
     }
     if (std::chrono::steady_clock::now() >= next_keep_alive) {
       lock.unlock();
@@ -258,9 +272,10 @@ void Capture::publisher_loop() {
 void Capture::drain(int grace_ms) {
   if (!writer_) return;
   std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait_for(lock, std::chrono::milliseconds(grace_ms), [&] { return pending_.empty(); });
+  work_.notify_one();
+  drained_.wait_for(lock, std::chrono::milliseconds(grace_ms), [&] { return pending_.empty() && in_flight_ == 0; });
   stop_ = true;
-  changed_.notify_all();
+  work_.notify_one();
 }
 
 }  // namespace fp8scope::hook

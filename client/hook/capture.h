@@ -59,16 +59,20 @@ class Capture {
   shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
   void enqueue(const Pending& p);
   void publisher_loop();
-  void finish(Pending& p);
+  // Copies a staged sample into its record (when `can_copy`) and publishes the record.
+  void finish(Pending& p, bool can_copy);
 
   ShipperLink& link_;
   const DriverApi& cu_;
   std::uint64_t staging_bytes_;
 
   std::mutex mu_;
-  std::condition_variable changed_;
+  std::condition_variable work_;     // the publisher waits here for records
+  std::condition_variable drained_;  // drain() waits here for the queue to empty
+  bool publisher_idle_ = false;      // wake the publisher only when it sleeps: a wake costs a syscall
   std::optional<shm::RingWriter> writer_;
   std::deque<Pending> pending_;
+  std::size_t in_flight_ = 0;  // taken from pending_ by the publisher, not yet published
   bool stop_ = false;
   enum class Device { kUnset, kReady, kFailed } device_ = Device::kUnset;
   CUcontext context_ = nullptr;

@@ -1,5 +1,6 @@
 #include "hook_runtime.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@ namespace {
 
 constexpr std::uint64_t kDefaultRingBytes = 64ull << 20;
 constexpr std::uint64_t kDefaultStagingBytes = 64ull << 20;
+constexpr std::int64_t kStepRecordEveryNs = 1'000'000'000;
 
 std::uint64_t bytes_from_environment(const char* variable, std::uint64_t fallback) {
   const char* value = std::getenv(variable);
@@ -151,7 +153,15 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
 
 void HookRuntime::step(std::uint64_t step) {
   clock_.set_from_api(step);
-  capture_.step(step);
+  // The daemon hears of sampled steps, and of the others at most once a second: a record per step
+  // would cost every step of a fast loop a trip through the ring and the network.
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (sampler_.step_selected(link_.segment(), step) ||
+      now - last_step_record_ns_.load(std::memory_order_relaxed) >= kStepRecordEveryNs) {
+    last_step_record_ns_.store(now, std::memory_order_relaxed);
+    capture_.step(step);
+  }
 }
 
 void HookRuntime::scalar(const char* name, std::uint64_t step, double value) { capture_.scalar(name, step, value); }

@@ -3,6 +3,7 @@
 // functions call observe_*() before passing the call on; those return quickly on unsampled steps.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -45,6 +46,7 @@ class HookRuntime {
 
   std::string step_range_;
   StepClock clock_;
+  std::atomic<std::int64_t> last_step_record_ns_{0};
   ShipperLink link_;
   Sampler sampler_;
   Capture capture_;

@@ -61,7 +61,9 @@ ShipperLink::ShipperLink(std::uint64_t ring_bytes, std::string shipper_path) : s
     std::fprintf(stderr, "fp8scope hook: cannot create the shared ring (%s); sampling is off\n", std::strerror(errno));
     return;
   }
-  void* base = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  // Populated now, once: otherwise the first pass through the ring takes a page fault every few
+  // records on the training thread.
+  void* base = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
   if (base == MAP_FAILED || !shm::initialize(base, bytes_, static_cast<std::uint32_t>(getpid()))) {
     std::fprintf(stderr, "fp8scope hook: cannot map the shared ring (%s); sampling is off\n", std::strerror(errno));
     return;

@@ -17,7 +17,8 @@ namespace {
 
 constexpr auto kMaxBackoff = std::chrono::seconds(10);
 constexpr auto kCounterEvery = std::chrono::seconds(1);
-constexpr auto kIdleSleep = std::chrono::milliseconds(2);
+// Idle polling backs off from 1 ms to 16 ms: a quiet ring costs the training machine nothing.
+constexpr auto kMinIdleSleep = std::chrono::milliseconds(1), kMaxIdleSleep = std::chrono::milliseconds(16);
 constexpr std::size_t kMaxWaitingScalars = 100000;
 constexpr double kConnectTimeoutSeconds = 2.0;
 constexpr double kFinalAckSeconds = 10.0;
@@ -254,10 +255,11 @@ void Shipper::print_summary() const {
 
 int Shipper::run() {
   auto next_counters = std::chrono::steady_clock::now() + kCounterEvery;
+  auto idle_sleep = kMinIdleSleep;
   for (;;) {
     const bool parent_gone = !parent_alive(config_.parent);
     if (!stream_ && std::chrono::steady_clock::now() >= next_connect_) connect();
-    bool drained = false;
+    bool drained = false, busy = false;
     for (int i = 0; i < 64; ++i) {
       const shm::RecordHeader* r = nullptr;
       const shm::RingReader::Next next = reader_.next(&r);
@@ -272,6 +274,7 @@ int Shipper::run() {
       }
       handle(*r);
       reader_.release(r);
+      busy = true;
     }
     collect_acks();
     if (std::chrono::steady_clock::now() >= next_counters) {
@@ -279,7 +282,8 @@ int Shipper::run() {
       next_counters = std::chrono::steady_clock::now() + kCounterEvery;
     }
     if (parent_gone && drained) break;
-    if (drained) std::this_thread::sleep_for(kIdleSleep);
+    idle_sleep = busy ? kMinIdleSleep : std::min(idle_sleep * 2, kMaxIdleSleep);
+    if (drained) std::this_thread::sleep_for(idle_sleep);
   }
   if (stream_) {
     (void)stream_->wait_for_acks(kFinalAckSeconds);

@@ -1,4 +1,4 @@
-// tiny_trainer: trains a small MLP (32 -> 64 -> 64 -> 16, ReLU) to imitate a random teacher
+// tiny_trainer: trains a small MLP (32 -> H -> H -> 16, ReLU; H = 64) to imitate a random teacher
 // network, with every GEMM on the device through cuBLASLt and cuBLAS as a framework would issue
 // them, and an NVTX range per layer. `--mode bf16`: BF16 operands, PyTorch's layouts (fprop TN,
 // dgrad NN through cublasGemmEx, wgrad NT). `--mode fp8`: TE's delayed scaling (E4M3 forward, E5M2
@@ -25,14 +25,15 @@ using namespace fp8scope::trainer;
 
 namespace {
 
-constexpr int kBatch = 32;
-constexpr int kWidths[] = {32, 64, 64, 16};
+constexpr int kInputs = 32, kOutputs = 16;
 constexpr int kLayers = 3;
 constexpr float kLearningRate = 0.05f;
 constexpr int kAmaxHistory = 16;
 
 struct Options {
   int steps = 100;
+  int hidden = 64;  // the two hidden widths
+  int batch = 32;
   std::string mode = "bf16";
   std::string losses;
   std::uint64_t seed = 1;
@@ -124,11 +125,12 @@ class Trainer {
  public:
   Trainer(const Options& o) : o_(o), rng_(o.seed), hook_(find_hook_api(!o.no_step_api)) {
     std::mt19937_64 teacher_rng(1234);
-    t1_ = random_normal(48, kWidths[0], 1.0f / std::sqrt(static_cast<float>(kWidths[0])), teacher_rng);
-    t2_ = random_normal(kWidths[kLayers], 48, 1.0f / std::sqrt(48.0f), teacher_rng);
+    t1_ = random_normal(48, kInputs, 1.0f / std::sqrt(static_cast<float>(kInputs)), teacher_rng);
+    t2_ = random_normal(kOutputs, 48, 1.0f / std::sqrt(48.0f), teacher_rng);
+    const int widths[kLayers + 1] = {kInputs, o.hidden, o.hidden, kOutputs};
     for (int l = 0; l < kLayers; ++l) {
       layers_.emplace_back();
-      layers_.back().w = random_normal(kWidths[l + 1], kWidths[l], std::sqrt(2.0f / static_cast<float>(kWidths[l])), rng_);
+      layers_.back().w = random_normal(widths[l + 1], widths[l], std::sqrt(2.0f / static_cast<float>(widths[l])), rng_);
     }
   }
 
@@ -248,7 +250,7 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
 
 double Trainer::step(int step) {
   if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
-  const Matrix x = random_normal(kBatch, kWidths[0], 1.0f, rng_);
+  const Matrix x = random_normal(o_.batch, kInputs, 1.0f, rng_);
   const Matrix target = teacher(x, t1_, t2_);
   Matrix a = x;
   for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
@@ -306,6 +308,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"tiny_trainer: a small MLP trained through cuBLASLt/cuBLAS, for testing fp8scope's hook"};
   app.add_option("--steps", o.steps, "Training steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--hidden", o.hidden, "Width of the two hidden layers (a multiple of 16, as FP8 GEMMs need)")
+      ->check(CLI::Range(16, 4096));
+  app.add_option("--batch", o.batch, "Rows per step (a multiple of 16)")->check(CLI::Range(16, 4096));
   app.add_option("--mode", o.mode, "bf16 or fp8 (delayed scaling, E4M3 forward, E5M2 backward)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--losses", o.losses, "Write one loss per line (hex float) here");
@@ -317,11 +322,16 @@ int main(int argc, char** argv) {
   app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
   app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
   CLI11_PARSE(app, argc, argv);
+  if (o.hidden % 16 != 0 || o.batch % 16 != 0) {
+    std::fprintf(stderr, "tiny_trainer: --hidden and --batch: expected multiples of 16, got %d and %d\n", o.hidden, o.batch);
+    return 2;
+  }
 
   std::FILE* losses = nullptr;
   if (!o.losses.empty() && (losses = std::fopen(o.losses.c_str(), "w")) == nullptr) fail("opening --losses", errno);
   Trainer trainer(o);
   double first = 0.0, last = 0.0;
+  const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < o.steps; ++step) {
     if (step == o.fork_at_step) trainer.fork_probe();
     if (step == 1 && o.capture_probe) trainer.capture_probe();
@@ -330,7 +340,9 @@ int main(int argc, char** argv) {
     if (losses != nullptr) std::fprintf(losses, "%a\n", last);
     if (o.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_sleep_ms));
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (losses != nullptr) std::fclose(losses);
-  std::printf("tiny_trainer: %s, %d steps, loss %.4g -> %.4g\n", o.mode.c_str(), o.steps, first, last);
+  std::printf("tiny_trainer: %s, %d steps, loss %.4g -> %.4g, %.4f ms/step\n", o.mode.c_str(), o.steps, first, last,
+              1e3 * seconds / o.steps);
   return 0;
 }

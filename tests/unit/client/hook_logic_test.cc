@@ -1,0 +1,217 @@
+// The hook's decisions, without a training process: which role a GEMM has and which tensor each
+// operand is, how a GEMM is named from the range stack, which step it belongs to, whether it is
+// sampled, and what it reads from cuBLAS descriptors (the cuBLASLt CPU fixture stands in for the
+// library).
+#include <cublasLt.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gemm_operands.h"
+#include "layer_names.h"
+#include "sampler.h"
+#include "step_clock.h"
+
+using namespace fp8scope::hook;
+namespace shm = fp8scope::shm;
+
+TEST_CASE("roles follow the layout, operands follow the role", "[hook]") {
+  CHECK(role_from_layout(true, false) == Role::kFprop);
+  CHECK(role_from_layout(false, false) == Role::kDgrad);
+  CHECK(role_from_layout(false, true) == Role::kWgrad);
+  CHECK(role_from_layout(true, true) == Role::kUnknown);
+  CHECK((operand_of_a(Role::kFprop) == OperandKind::kW && operand_of_b(Role::kFprop) == OperandKind::kX));
+  CHECK((operand_of_a(Role::kDgrad) == OperandKind::kW && operand_of_b(Role::kDgrad) == OperandKind::kDy));
+  CHECK((operand_of_a(Role::kWgrad) == OperandKind::kX && operand_of_b(Role::kWgrad) == OperandKind::kDy));
+}
+
+TEST_CASE("range suffixes set or narrow the role", "[hook]") {
+  CHECK(parse_range_name("blocks.0.mlp.fc1/dgrad").layer == "blocks.0.mlp.fc1");
+  CHECK(parse_range_name("blocks.0.mlp.fc1/dgrad").suffix == RoleSuffix::kDgrad);
+  CHECK(parse_range_name("model/forward").suffix == RoleSuffix::kForward);
+  CHECK(parse_range_name("/fprop").suffix == RoleSuffix::kNone);  // a suffix alone is a name
+  CHECK(parse_range_name("fc1").suffix == RoleSuffix::kNone);
+  // FP8 GEMMs are all TN on Hopper: the suffix decides.
+  CHECK(resolve_role(Role::kFprop, RoleSuffix::kWgrad) == Role::kWgrad);
+  CHECK(resolve_role(Role::kDgrad, RoleSuffix::kForward) == Role::kFprop);
+  CHECK(resolve_role(Role::kWgrad, RoleSuffix::kBackward) == Role::kWgrad);
+  CHECK(resolve_role(Role::kFprop, RoleSuffix::kBackward) == Role::kUnknown);
+  CHECK(resolve_role(Role::kDgrad, RoleSuffix::kNone) == Role::kDgrad);
+}
+
+TEST_CASE("a GEMM is named by its innermost range and its ordinal there, per role", "[hook]") {
+  RangeStack ranges;
+  const int domain = 0;
+  ranges.push("train_step", nullptr, /*step_marker=*/true);
+  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "gemm#0");  // the step range names nothing
+  ranges.push("blocks.0.attn", nullptr);
+  ranges.push("blocks.0.attn.qkv", &domain);
+  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "blocks.0.attn.qkv#0");
+  ranges.pop(&domain);
+  const GemmName first = ranges.name_next_gemm(Role::kFprop, 0), second = ranges.name_next_gemm(Role::kFprop, 0);
+  CHECK(first.layer == "blocks.0.attn#0");
+  CHECK(second.layer == "blocks.0.attn#1");
+  CHECK(ranges.name_next_gemm(Role::kDgrad, 0).layer == "blocks.0.attn#0");  // its own count
+  ranges.pop(nullptr);
+  ranges.push("blocks.0.mlp.fc1/backward", nullptr);
+  const GemmName dgrad = ranges.name_next_gemm(Role::kDgrad, 0), wgrad = ranges.name_next_gemm(Role::kWgrad, 0);
+  CHECK((dgrad.layer == "blocks.0.mlp.fc1#0" && dgrad.role == Role::kDgrad));
+  CHECK((wgrad.layer == "blocks.0.mlp.fc1#0" && wgrad.role == Role::kWgrad));
+  ranges.pop(&domain);  // another domain's pop leaves this range alone
+  CHECK(ranges.depth() == 2);
+  ranges.pop(nullptr);
+  ranges.pop(nullptr);
+  ranges.pop(nullptr);  // a pop without a push is ignored
+  CHECK(ranges.depth() == 0);
+  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "gemm#7");  // the 8th GEMM of step 0
+  CHECK(ranges.name_next_gemm(Role::kFprop, 1).layer == "gemm#0");  // a new step counts afresh
+}
+
+TEST_CASE("names become printable, bounded label values", "[hook]") {
+  RangeStack ranges;
+  ranges.push(std::string("layer\x01\xff", 7), nullptr);
+  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "layer__#0");
+  ranges.push(std::string(1000, 'a'), nullptr);
+  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer.size() <= kMaxLayerLabelBytes);
+  ranges.push("", nullptr);
+  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "unnamed#0");
+}
+
+TEST_CASE("steps: the first GEMM's repeat, an NVTX step range, or the C API", "[hook]") {
+  StepClock clock;
+  const std::uint64_t w0 = gemm_signature(&clock, 64, 32, true, false);
+  const std::uint64_t w1 = gemm_signature(&clock, 64, 32, false, false);  // the same weight, in dgrad
+  CHECK(w0 != w1);
+  CHECK(clock.on_gemm(w0) == 0);
+  CHECK(clock.on_gemm(w1) == 0);
+  CHECK(clock.on_gemm(w0) == 1);
+  CHECK(clock.on_gemm(w1) == 1);
+  clock.advance_from_range();  // the first step range opens the current step
+  CHECK(clock.source() == StepClock::Source::kNvtxRange);
+  CHECK(clock.on_gemm(w0) == 1);
+  clock.advance_from_range();
+  CHECK(clock.on_gemm(w0) == 2);
+  clock.set_from_api(100);
+  clock.advance_from_range();  // the API wins from now on
+  CHECK(clock.on_gemm(w0) == 100);
+  CHECK_FALSE(clock.needs_signature());
+}
+
+TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hook]") {
+  setenv("FP8SCOPE_EVERY", "4", 1);
+  setenv("FP8SCOPE_START_STEP", "2", 1);
+  setenv("FP8SCOPE_OPERANDS", "x,dy", 1);
+  setenv("FP8SCOPE_LAYER_REGEX", "mlp", 1);
+  setenv("FP8SCOPE_BYTES_PER_STEP", "1000", 1);
+  Sampler sampler(policy_from_environment());
+  for (const char* v : {"FP8SCOPE_EVERY", "FP8SCOPE_START_STEP", "FP8SCOPE_OPERANDS", "FP8SCOPE_LAYER_REGEX",
+                        "FP8SCOPE_BYTES_PER_STEP"}) {
+    unsetenv(v);
+  }
+  CHECK_FALSE(sampler.step_selected(nullptr, 0));
+  CHECK(sampler.step_selected(nullptr, 2));
+  CHECK_FALSE(sampler.step_selected(nullptr, 3));
+  CHECK(sampler.step_selected(nullptr, 6));
+  CHECK(sampler.operand_selected(OperandKind::kX));
+  CHECK_FALSE(sampler.operand_selected(OperandKind::kW));
+  CHECK(sampler.layer_selected("blocks.0.mlp.fc1#0"));
+  CHECK_FALSE(sampler.layer_selected("blocks.0.attn.qkv#0"));
+  CHECK(sampler.charge(6, 600));
+  CHECK_FALSE(sampler.charge(6, 600));  // over the step's budget
+  CHECK(sampler.charge(10, 600));       // a new step, a new budget
+
+  // The daemon's policy arrives through the segment and replaces the environment's.
+  std::vector<unsigned char> memory(shm::data_offset() + 4096 + shm::kAlign);
+  void* base = memory.data() + (shm::kAlign - reinterpret_cast<std::uintptr_t>(memory.data()) % shm::kAlign);
+  REQUIRE(shm::initialize(base, shm::data_offset() + 4096, 1));
+  auto* segment = static_cast<shm::Header*>(base);
+  shm::PolicyCopy p;
+  p.version = 2;
+  p.every_n_steps = 1;
+  shm::write_policy(segment, p);
+  CHECK(sampler.step_selected(segment, 3));
+  CHECK(sampler.operand_selected(OperandKind::kW));
+  CHECK(sampler.layer_selected("blocks.0.attn.qkv#0"));
+  CHECK(sampler.charge(3, 1u << 30));
+}
+
+TEST_CASE("a malformed environment is reported and ignored", "[hook]") {
+  setenv("FP8SCOPE_EVERY", "ten", 1);
+  setenv("FP8SCOPE_LAYER_REGEX", "([", 1);
+  Sampler sampler(policy_from_environment());
+  unsetenv("FP8SCOPE_EVERY");
+  unsetenv("FP8SCOPE_LAYER_REGEX");
+  CHECK(sampler.step_selected(nullptr, 10));  // the default: every 10th step
+  CHECK_FALSE(sampler.step_selected(nullptr, 5));
+  CHECK(sampler.layer_selected("anything"));  // an invalid regex selects every layer
+}
+
+TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {
+  const float a[4] = {}, b[4] = {};
+  // C (m x n) = A^T (m x k) B (k x n): A is stored k x m.
+  ReadResult r = read_cublas_call("cublasGemmEx", true, false, 48, 16, 32, a, CUDA_R_16BF, 40, 0, b, CUDA_R_16BF, 32,
+                                  0, 1, nullptr);
+  REQUIRE(r.call);
+  CHECK((r.call->a.rows == 32 && r.call->a.cols == 48 && r.call->a.ld == 40 && r.call->a.element_bytes == 2));
+  CHECK((r.call->a.inner() == 32 && r.call->a.outer() == 48));  // row-major view [48, 32]
+  CHECK((r.call->b.rows == 32 && r.call->b.cols == 16));
+  CHECK(r.call->a.payload_bytes() == 48 * 32 * 2);
+  CHECK_FALSE(read_cublas_call("cublasGemmEx", false, false, 4, 4, 4, a, CUDA_R_8I, 4, 0, b, CUDA_R_8I, 4, 0, 1,
+                               nullptr).call);
+  const ReadResult bad_ld = read_cublas_call("cublasGemmEx", false, false, 8, 4, 4, a, CUDA_R_32F, 4, 0, b, CUDA_R_32F,
+                                             4, 0, 1, nullptr);
+  CHECK_FALSE(bad_ld.call);
+  CHECK(bad_ld.reason == shm::kUnsupportedLayout);
+}
+
+TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what cannot be read", "[hook]") {
+  cublasLtMatmulDesc_t desc = nullptr;
+  REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  const std::int32_t t = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  const float scale = 0.25f;
+  const float* scale_ptr = &scale;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_ptr, sizeof scale_ptr);
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr;
+  REQUIRE(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, 64, 32, 64) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, 16, 64, 16) == CUBLAS_STATUS_SUCCESS);
+  const std::int32_t row = CUBLASLT_ORDER_ROW, batches = 3;
+  const std::int64_t stride = 16 * 64;
+  cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row);
+  cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_LD, &stride, sizeof stride);  // ld 1024 >= 64 cols
+  cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batches, sizeof batches);
+  cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+  const char data[1] = {};
+  ReadResult r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+  REQUIRE(r.call);
+  CHECK(r.call->transa);
+  CHECK_FALSE(r.call->transb);
+  CHECK((r.call->a.dtype == 5 && r.call->a.scale_inv == &scale && r.call->a.scale_mode == kScaleModeTensorScalar));
+  CHECK((r.call->b.row_major && r.call->b.inner() == 64 && r.call->b.outer() == 16 && r.call->b.batch_count == 3));
+  CHECK(r.call->b.scale_mode == kScaleModeNone);
+
+  SECTION("block-scaled FP8 is counted, not guessed") {
+    const std::int32_t mxfp8 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mxfp8, sizeof mxfp8);
+    r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+    CHECK_FALSE(r.call);
+    CHECK(r.reason == shm::kBlockScales);
+  }
+  SECTION("pointer-array batches are counted") {
+    const std::int32_t pointer_array = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+    cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &pointer_array, sizeof pointer_array);
+    r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+    CHECK(r.reason == shm::kPointerArrayBatch);
+  }
+  SECTION("other layout orders are counted") {
+    const std::int32_t col32 = CUBLASLT_ORDER_COL32;
+    cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_ORDER, &col32, sizeof col32);
+    r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+    CHECK(r.reason == shm::kUnsupportedLayout);
+  }
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(desc);
+}
