@@ -45,6 +45,22 @@ for line in text.splitlines():
         if "recipe" not in line or "tensor_" in line:
             print(line)
 PY
+
+trainer=build/tests/trainer/tiny_trainer
+if [ -x "$trainer" ]; then
+  echo; echo "== The hook: a small MLP trains through cuBLASLt/cuBLAS (CPU stand-ins for the GPU libraries)"
+  echo "   under fp8scope run, in BF16 and then in FP8 with delayed scaling; every 5th step is sampled"
+  "$fp8scope" run --endpoint "$grpc" --every 5 --job tiny --run bf16 -- "$trainer" --steps 30 --mode bf16
+  "$fp8scope" run --endpoint "$grpc" --every 5 --job tiny --run fp8 -- "$trainer" --steps 30 --mode fp8
+  for _ in $(seq 200); do  # 8 pushed + 2 runs x 6 sampled steps x 18 operands
+    "$fp8scope" status --endpoint "$grpc" --json | grep -q '"samples_analyzed":"224"' && break
+    sleep 0.1
+  done
+  echo; echo "== fp8scope tensors --sort underflow --top 8 (what each tensor would lose in E4M3/E5M2 under current scaling)"
+  "$fp8scope" tensors --endpoint "$grpc" --sort underflow --top 8
+  echo; echo "== fp8scope tensors --recipe observed --top 6 (the FP8 run's own scales: delayed vs what current scaling would use)"
+  "$fp8scope" tensors --endpoint "$grpc" --recipe observed --top 6
+fi
 echo; echo "== fp8scope status"
 "$fp8scope" status --endpoint "$grpc"
 kill -TERM "$daemon"; wait "$daemon"; trap - EXIT

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace fp8scope::server {
 namespace {
 
@@ -56,6 +55,14 @@ Result<std::vector<v1::TensorSummary>> TensorTable::list(const std::string& sort
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, s] : entries_) out.push_back(s);
+  }
+  // Asked for a recipe: only the tensors that have it (FP8 tensors have "observed" only), so
+  // --top counts what will be shown.
+  if (!recipe_in.empty()) {
+    std::erase_if(out, [&](const v1::TensorSummary& s) {
+      return std::none_of(s.recipes().begin(), s.recipes().end(),
+                          [&](const v1::RecipeStats& r) { return r.recipe() == recipe_in; });
+    });
   }
   if (rule != nullptr) {
     // FP8 tensors have no what-if recipes: they sort by what was observed.

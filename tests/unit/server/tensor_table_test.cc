@@ -36,6 +36,19 @@ TEST_CASE("sorted worst first, limited to top, latest value per tensor", "[tenso
   CHECK(!t.list("speed", 0, "").ok());
 }
 
+TEST_CASE("asked for a recipe, only the tensors that have it count toward top", "[tensor_table]") {
+  TensorTable t(100);
+  t.update(summary("bf16", 0.1, 0.99, 1));
+  v1::TensorSummary fp8 = summary("fp8", 0.0, 1.0, 2);
+  fp8.mutable_recipes(0)->set_recipe("observed");
+  t.update(fp8);
+  auto observed = t.list("", 1, "observed");
+  REQUIRE(observed.ok());
+  REQUIRE(observed.value().size() == 1);
+  CHECK(observed.value()[0].key().layer() == "fp8");
+  CHECK(t.list("", 0, "").value().size() == 2);
+}
+
 TEST_CASE("a full table evicts the least recently updated tensor", "[tensor_table]") {
   TensorTable t(2);
   t.update(summary("a", 0, 1, 1));
