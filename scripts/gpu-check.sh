@@ -2,7 +2,9 @@
 # The GPU check, for a machine with an NVIDIA GPU, nvcc and CMake (none of the Debian packages the
 # daemon needs): builds kernels/ and the checker for this GPU, then compares the CUDA engine with
 # the CPU engine, the hardware FP8 cast with the software one, times the statistics against a
-# device-to-device copy and the cuBLASLt GEMM check, and prints a table. Finishes in a few minutes.
+# device-to-device copy and the cuBLASLt GEMM check, and prints a table. With .carry/ from
+# scripts/gpu-carry.sh beside it, it then runs the hook on the real libraries (see below).
+# Finishes in a few minutes.
 #   scripts/gpu-check.sh [CUDA architecture, default: the GPU's own, e.g. 90]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,3 +13,35 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFP8SCOPE_KERNELS_ONLY=ON -D
   -DCMAKE_CUDA_ARCHITECTURES="$arch" > build-gpu.log 2>&1 || { cat build-gpu.log; exit 1; }
 cmake --build build-gpu -j"$(nproc)" --target fp8scope_gpu_check >> build-gpu.log 2>&1 || { tail -50 build-gpu.log; exit 1; }
 build-gpu/kernels/fp8scope_gpu_check
+
+# The hook with the real CUDA libraries (only when scripts/gpu-carry.sh brought the binaries built
+# on Debian, with their libraries, in .carry/): tiny_trainer in BF16 and FP8 under `fp8scope run`
+# (losses identical to a run without the hook), then PyTorch (BF16 nn.Linear training and
+# torch._scaled_mm FP8) under it, with the daemon's figures checked against PyTorch's own casts.
+if [ -x .carry/bin/fp8scope ]; then
+  carry="$PWD/.carry"
+  export LD_LIBRARY_PATH="$carry/lib:${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+  work="$(mktemp -d)"
+  "$carry/bin/fp8scoped" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --data-dir "$work/data" \
+    --ready-file "$work/ready.json" --log-level warn > "$work/daemon.log" 2>&1 &
+  daemon=$!
+  trap 'kill "$daemon" 2>/dev/null' EXIT
+  for _ in $(seq 300); do [ -s "$work/ready.json" ] && break; sleep 0.1; done
+  read -r grpc metrics < <(python3 -c "import json; r = json.load(open('$work/ready.json')); print(r['grpc'], r['metrics'])")
+  echo; echo "== hook: tiny_trainer on the real cuBLAS (daemon backend: $("$carry/bin/fp8scope" status --endpoint "$grpc" | head -1))"
+  for mode in bf16 fp8; do
+    "$carry/bin/tiny_trainer" --steps 30 --mode "$mode" --losses "$work/$mode.alone"
+    "$carry/bin/fp8scope" run --endpoint "$grpc" --every 5 --job tiny --run "$mode" -- \
+      "$carry/bin/tiny_trainer" --steps 30 --mode "$mode" --losses "$work/$mode.hooked"
+    cmp -s "$work/$mode.alone" "$work/$mode.hooked" && echo "$mode: losses identical with and without the hook" \
+      || echo "$mode: LOSSES DIFFER under the hook"
+  done
+  if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    PYTHONPATH="$PWD/client/python" "$carry/bin/fp8scope" run --endpoint "$grpc" --every 1 --job torch -- \
+      python3 scripts/gpu_torch_check.py train "$work/expected.json"
+    sleep 5  # the last samples are analyzed asynchronously
+    python3 scripts/gpu_torch_check.py compare "$work/expected.json" "$metrics" || true
+  fi
+  "$carry/bin/fp8scope" status --endpoint "$grpc"
+  "$carry/bin/fp8scope" tensors --endpoint "$grpc" --top 12
+fi
