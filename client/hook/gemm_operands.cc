@@ -10,6 +10,21 @@ constexpr std::size_t kFirstVersionWithScaleModes = 120800;
 
 bool is_fp8(std::uint32_t wire_dtype) { return wire_dtype == 5 || wire_dtype == 6; }
 
+OperandView stored_matrix(const void* data, const DTypeMapping& type, std::uint64_t rows, std::uint64_t cols,
+                          std::int64_t ld, bool row_major, std::int32_t batch_count, std::int64_t batch_stride) {
+  OperandView v;
+  v.data = data;
+  v.dtype = type.dtype;
+  v.element_bytes = type.bytes;
+  v.rows = rows;
+  v.cols = cols;
+  v.ld = ld;
+  v.row_major = row_major;
+  v.batch_count = batch_count;
+  v.batch_stride = batch_stride;
+  return v;
+}
+
 template <class T>
 bool layout_attribute(const CublasLtApi& lt, cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, T& value) {
   std::size_t written = 0;
@@ -58,17 +73,7 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
     reason = shm::kUnsupportedLayout;
     return std::nullopt;
   }
-  OperandView v;
-  v.data = data;
-  v.dtype = dtype->dtype;
-  v.element_bytes = dtype->bytes;
-  v.rows = rows;
-  v.cols = cols;
-  v.ld = ld;
-  v.row_major = row_major;
-  v.batch_count = batch_count;
-  v.batch_stride = stride;
-  return v;
+  return stored_matrix(data, *dtype, rows, cols, ld, row_major, batch_count, stride);
 }
 
 // The FP8 scale of operand A or B: its device pointer, or the reason it cannot be used.
@@ -148,23 +153,9 @@ ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m,
   const std::optional<DTypeMapping> ta = map_dtype(Atype), tb = map_dtype(Btype);
   if (!ta || !tb) return r;  // kUnsupportedDtype
   // Stored shapes (column major): A is m x k (k x m when transposed), B is k x n (n x k).
-  OperandView a, b;
-  a.data = A;
-  a.dtype = ta->dtype;
-  a.element_bytes = ta->bytes;
-  a.rows = static_cast<std::uint64_t>(transa ? k : m);
-  a.cols = static_cast<std::uint64_t>(transa ? m : k);
-  a.ld = lda;
-  a.batch_count = batch_count;
-  a.batch_stride = strideA;
-  b.data = B;
-  b.dtype = tb->dtype;
-  b.element_bytes = tb->bytes;
-  b.rows = static_cast<std::uint64_t>(transb ? n : k);
-  b.cols = static_cast<std::uint64_t>(transb ? k : n);
-  b.ld = ldb;
-  b.batch_count = batch_count;
-  b.batch_stride = strideB;
+  const auto dim = [](int d) { return static_cast<std::uint64_t>(d < 0 ? 0 : d); };
+  const OperandView a = stored_matrix(A, *ta, dim(transa ? k : m), dim(transa ? m : k), lda, false, batch_count, strideA);
+  const OperandView b = stored_matrix(B, *tb, dim(transb ? n : k), dim(transb ? k : n), ldb, false, batch_count, strideB);
   if (m <= 0 || n <= 0 || k <= 0 || batch_count < 1 || A == nullptr || B == nullptr ||
       a.ld < static_cast<std::int64_t>(a.rows) || b.ld < static_cast<std::int64_t>(b.rows)) {
     r.reason = shm::kUnsupportedLayout;

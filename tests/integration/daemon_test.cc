@@ -78,17 +78,6 @@ ConnectionOptions to(const DaemonProcess& d) {
   return o;
 }
 
-// Polls fn() until it is true or the deadline passes (readiness by retrying, not sleeping).
-template <class F>
-bool eventually(F fn, double seconds = 30.0) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (fn()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return fn();
-}
-
 std::map<std::string, std::string> recipe_labels(const std::string& layer, const std::string& recipe,
                                                  const std::string& format = "e4m3") {
   return {{"job", "test"}, {"layer", layer}, {"gemm", "fprop"}, {"operand", "x"}, {"format", format}, {"recipe", recipe}};

@@ -57,16 +57,6 @@ std::vector<std::string> under_hook(std::vector<std::string> run_args, const std
   return argv;
 }
 
-template <class F>
-bool eventually(F fn, double seconds = 60.0) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (fn()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return fn();
-}
-
 double metric(DaemonProcess& d, const std::string& name, const std::map<std::string, std::string>& labels = {}) {
   return metric_value(http_get(d.metrics(), "/metrics"), name, labels);
 }

@@ -2,9 +2,11 @@
 // found through its --ready-file (polled with a deadline, never a fixed sleep), stopped by signal.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.h"
@@ -38,6 +40,18 @@ std::string http_get(const std::string& host_port, const std::string& path);
 
 // Prometheus text exposition: the value of the series with exactly these labels (NaN if absent).
 double metric_value(const std::string& exposition, const std::string& name, const std::map<std::string, std::string>& labels);
+
+// Polls fn() until it is true or the deadline passes (readiness by retrying, not by sleeping a
+// fixed time); the last answer after the deadline.
+template <class F>
+bool eventually(F fn, double seconds = 60.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fn()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return fn();
+}
 
 // A loopback port nobody listens on right now.
 int free_port();

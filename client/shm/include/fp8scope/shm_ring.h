@@ -61,22 +61,19 @@ struct alignas(kAlign) RecordHeader {
   std::uint64_t payload_bytes;
 };
 
-// The sampling policy as the shipper last received it. A seqlock: the shipper makes seq odd,
-// writes, makes it even; the hook copies and retries while seq is odd or moved, a bounded number
-// of times, so it never waits on the shipper.
-struct PolicyBlock {
-  std::atomic<std::uint64_t> seq;
-  std::uint64_t version;  // the daemon's policy version; 0 = none received yet
-  std::uint64_t every_n_steps, start_step, end_step, max_bytes_per_step;
-  std::uint32_t operand_mask;  // bit (1 << wire Operand); 0 = all
-  char layer_regex[1024];
+// The sampling policy as the shipper last received it (wire Policy fields, flattened).
+struct PolicyCopy {
+  std::uint64_t version = 0;  // the daemon's policy version; 0 = none received yet
+  std::uint64_t every_n_steps = 0, start_step = 0, end_step = 0, max_bytes_per_step = 0;
+  std::uint32_t operand_mask = 0;  // bit (1 << wire Operand); 0 = all
+  char layer_regex[1024] = {};     // NUL-terminated
 };
 
-struct PolicyCopy {
-  std::uint64_t version = 0;
-  std::uint64_t every_n_steps = 0, start_step = 0, end_step = 0, max_bytes_per_step = 0;
-  std::uint32_t operand_mask = 0;
-  char layer_regex[1024] = {};
+// A seqlock around it: the shipper makes seq odd, writes, makes it even; the hook copies and
+// retries while seq is odd or moved, a bounded number of times, so it never waits on the shipper.
+struct PolicyBlock {
+  std::atomic<std::uint64_t> seq;
+  PolicyCopy policy;
 };
 
 struct alignas(kAlign) Header {
@@ -213,14 +210,8 @@ inline void write_policy(Header* h, const PolicyCopy& p) {
   const std::uint64_t seq = b.seq.load(std::memory_order_relaxed);
   b.seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  b.version = p.version;
-  b.every_n_steps = p.every_n_steps;
-  b.start_step = p.start_step;
-  b.end_step = p.end_step;
-  b.max_bytes_per_step = p.max_bytes_per_step;
-  b.operand_mask = p.operand_mask;
-  std::memcpy(b.layer_regex, p.layer_regex, sizeof b.layer_regex);
-  b.layer_regex[sizeof b.layer_regex - 1] = '\0';
+  b.policy = p;
+  b.policy.layer_regex[sizeof b.policy.layer_regex - 1] = '\0';
   b.seq.store(seq + 2, std::memory_order_release);
 }
 
@@ -230,14 +221,7 @@ inline std::optional<PolicyCopy> read_policy(const Header* h, int attempts = 4) 
   for (int i = 0; i < attempts; ++i) {
     const std::uint64_t before = b.seq.load(std::memory_order_acquire);
     if (before % 2 != 0) continue;
-    PolicyCopy p;
-    p.version = b.version;
-    p.every_n_steps = b.every_n_steps;
-    p.start_step = b.start_step;
-    p.end_step = b.end_step;
-    p.max_bytes_per_step = b.max_bytes_per_step;
-    p.operand_mask = b.operand_mask;
-    std::memcpy(p.layer_regex, b.layer_regex, sizeof p.layer_regex);
+    PolicyCopy p = b.policy;
     p.layer_regex[sizeof p.layer_regex - 1] = '\0';
     std::atomic_thread_fence(std::memory_order_acquire);
     if (b.seq.load(std::memory_order_relaxed) == before) return p;
