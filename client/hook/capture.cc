@@ -228,7 +228,7 @@ void Capture::finish(Pending& p, bool can_copy) {
 void Capture::publisher_loop() {
   bool context_set = false;
   auto next_keep_alive = std::chrono::steady_clock::now();
-  std::deque<Pending> batch;
+  std::deque<Pending>& batch = batch_;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     publisher_idle_ = true;

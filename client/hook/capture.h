@@ -72,6 +72,9 @@ class Capture {
   bool publisher_idle_ = false;      // wake the publisher only when it sleeps: a wake costs a syscall
   std::optional<shm::RingWriter> writer_;
   std::deque<Pending> pending_;
+  // The publisher's working batch. A member, not a local of the thread: a forked child has no
+  // publisher thread, and what only its stack held would look leaked there.
+  std::deque<Pending> batch_;
   std::size_t in_flight_ = 0;  // taken from pending_ by the publisher, not yet published
   bool stop_ = false;
   enum class Device { kUnset, kReady, kFailed } device_ = Device::kUnset;
