@@ -152,17 +152,17 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
     ok = cu_.memcpy_dtod_async(p.staged_scale, reinterpret_cast<CUdeviceptr>(v.scale_inv), sizeof(float), stream) ==
          CUDA_SUCCESS;
   }
-  if (ok) {
-    if (free_events_.empty()) {
-      CUevent e = nullptr;
-      ok = cu_.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
-      if (ok) free_events_.push_back(e);
-    }
+  // The event that tells the publisher the copies ran: from the pool, or a new one.
+  if (ok && free_events_.empty()) {
+    CUevent e = nullptr;
+    ok = cu_.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    if (ok) free_events_.push_back(e);
   }
-  if (ok) {
+  if (ok && cu_.event_record(free_events_.back(), stream) == CUDA_SUCCESS) {
     p.copied = free_events_.back();
-    ok = cu_.event_record(p.copied, stream) == CUDA_SUCCESS;
-    if (ok) free_events_.pop_back();
+    free_events_.pop_back();
+  } else {
+    ok = false;
   }
   if (!ok) {
     // The reserved space is published as padding; the staging range is released with it.

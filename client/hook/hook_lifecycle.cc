@@ -21,9 +21,8 @@ __attribute__((constructor)) void on_load() {
     return;
   }
   pthread_atfork(nullptr, nullptr, &disable_in_forked_child);
-  // Our own file, found from any function of ours.
   const char* injection = std::getenv("NVTX_INJECTION64_PATH");
-  Dl_info self{};
+  Dl_info self{};  // our own file, found from any function of ours
   if ((injection == nullptr || *injection == '\0') &&
       dladdr(reinterpret_cast<void*>(&disable_in_forked_child), &self) != 0 && self.dli_fname != nullptr) {
     setenv("NVTX_INJECTION64_PATH", self.dli_fname, 0);
