@@ -10,6 +10,7 @@ packages=(
   libspdlog-dev prometheus-cpp-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev
   catch2 libbenchmark-dev prometheus python3-numpy python3-yaml openssl systemd
   clang libclang-rt-14-dev
+  chromium  # the report test opens the HTML report in headless chromium
 )
 
 missing=()

@@ -61,10 +61,10 @@ void regexp(sqlite3_context* ctx, int, sqlite3_value** argv) {
   sqlite3_result_int(ctx, std::regex_search(text, it->second) ? 1 : 0);
 }
 
-Result<sqlite3*> open_db(const std::string& path) {
+Result<sqlite3*> open_db(const std::string& path, bool read_only = false) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
+  const int mode = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (sqlite3_open_v2(path.c_str(), &db, mode | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
     Status s = sql_error(db, "cannot open " + path);
     sqlite3_close(db);
     return s;
@@ -115,13 +115,24 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& data
   return std::unique_ptr<HistoryStore>(new HistoryStore(path, db, r.value()));
 }
 
+Result<std::unique_ptr<HistoryStore>> HistoryStore::open_read_only(const std::string& data_dir) {
+  const std::string path = data_dir + "/history.sqlite";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return Status::error("--data-dir " + data_dir + ": no history.sqlite there (expected fp8scoped's --data-dir)");
+  }
+  Result<sqlite3*> r = open_db(path, true);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<HistoryStore>(new HistoryStore(path, nullptr, r.value()));
+}
+
 HistoryStore::HistoryStore(std::string path, sqlite3* write_db, sqlite3* read_db)
     : path_(std::move(path)), write_db_(write_db), read_db_(read_db) {
   sqlite3_stmt* count = nullptr;
   sqlite3_prepare_v2(read_db_, "SELECT COUNT(*) FROM records", -1, &count, nullptr);
   if (sqlite3_step(count) == SQLITE_ROW) records_ = static_cast<std::uint64_t>(sqlite3_column_int64(count, 0));
   sqlite3_finalize(count);
-  writer_ = std::thread([this] { writer_loop(); });
+  if (write_db_ != nullptr) writer_ = std::thread([this] { writer_loop(); });
 }
 
 HistoryStore::~HistoryStore() {
@@ -130,12 +141,13 @@ HistoryStore::~HistoryStore() {
     stopping_ = true;
   }
   wake_.notify_all();
-  writer_.join();
+  if (writer_.joinable()) writer_.join();
   sqlite3_close(read_db_);
-  sqlite3_close(write_db_);
+  if (write_db_ != nullptr) sqlite3_close(write_db_);
 }
 
 void HistoryStore::add(HistoryRecord record) {
+  if (write_db_ == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.emplace_back(std::move(record));
@@ -145,6 +157,7 @@ void HistoryStore::add(HistoryRecord record) {
 }
 
 void HistoryStore::add(ScalarRecord record) {
+  if (write_db_ == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.emplace_back(std::move(record));
@@ -154,6 +167,7 @@ void HistoryStore::add(ScalarRecord record) {
 }
 
 Status HistoryStore::flush() {
+  if (write_db_ == nullptr) return Status();
   std::unique_lock<std::mutex> lock(mu_);
   const std::uint64_t target = enqueued_;
   wake_.notify_one();
@@ -253,22 +267,46 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
   return status;
 }
 
-Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(const HistoryRecord&)>& each) const {
-  std::string sql = "SELECT time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
-                    "scale_max, scale_current, histogram";
-  for (const Statistic& s : statistics()) sql += ", " + stat_column(s);
-  sql += " FROM records WHERE step >= ?1 AND (?2 = 0 OR step <= ?2) AND (?3 = '' OR job = ?3) AND (?4 = '' OR run = ?4)"
-         " AND (?5 = '' OR layer REGEXP ?5) AND (?6 = '' OR gemm = ?6) AND (?7 = '' OR operand = ?7)"
-         " AND (?8 = '' OR recipe = ?8) ORDER BY id LIMIT ?9";
-  std::lock_guard<std::mutex> lock(read_mu_);
-  sqlite3_stmt* q = nullptr;
-  if (sqlite3_prepare_v2(read_db_, sql.c_str(), -1, &q, nullptr) != SQLITE_OK) return sql_error(read_db_, "query");
+namespace {
+
+const char* kFilterWhere =
+    " FROM records WHERE step >= ?1 AND (?2 = 0 OR step <= ?2) AND (?3 = '' OR job = ?3) AND (?4 = '' OR run = ?4)"
+    " AND (?5 = '' OR layer REGEXP ?5) AND (?6 = '' OR gemm = ?6) AND (?7 = '' OR operand = ?7)"
+    " AND (?8 = '' OR recipe = ?8)";
+
+void bind_filter(sqlite3_stmt* q, const HistoryFilter& f) {
   sqlite3_bind_int64(q, 1, static_cast<sqlite3_int64>(f.min_step));
   sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(f.max_step));
   int i = 3;
   for (const std::string* t : {&f.job, &f.run, &f.layer_regex, &f.gemm, &f.operand, &f.recipe}) {
     sqlite3_bind_text(q, i++, t->c_str(), -1, SQLITE_TRANSIENT);
   }
+}
+
+}  // namespace
+
+Result<std::uint64_t> HistoryStore::count(const HistoryFilter& f) const {
+  const std::string sql = std::string("SELECT COUNT(*)") + kFilterWhere;
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(read_db_, sql.c_str(), -1, &q, nullptr) != SQLITE_OK) return sql_error(read_db_, "count");
+  bind_filter(q, f);
+  const int rc = sqlite3_step(q);
+  const auto n = static_cast<std::uint64_t>(sqlite3_column_int64(q, 0));
+  sqlite3_finalize(q);
+  if (rc != SQLITE_ROW) return sql_error(read_db_, "count");
+  return n;
+}
+
+Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(const HistoryRecord&)>& each) const {
+  std::string sql = "SELECT time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
+                    "scale_max, scale_current, histogram";
+  for (const Statistic& s : statistics()) sql += ", " + stat_column(s);
+  sql += std::string(kFilterWhere) + " ORDER BY id LIMIT ?9";
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(read_db_, sql.c_str(), -1, &q, nullptr) != SQLITE_OK) return sql_error(read_db_, "query");
+  bind_filter(q, f);
   sqlite3_bind_int64(q, 9, f.limit == 0 ? 100000 : f.limit);
   auto text = [&](int col) {
     const auto* t = reinterpret_cast<const char*>(sqlite3_column_text(q, col));

@@ -52,17 +52,21 @@ struct HistoryFilter {
 class HistoryStore {
  public:
   static Result<std::unique_ptr<HistoryStore>> open(const std::string& data_dir);
+  // Another process's store (a daemon may be writing it), for reading only: add() is not allowed.
+  static Result<std::unique_ptr<HistoryStore>> open_read_only(const std::string& data_dir);
   ~HistoryStore();
   HistoryStore(const HistoryStore&) = delete;
   HistoryStore& operator=(const HistoryStore&) = delete;
 
-  void add(HistoryRecord record);
+  void add(HistoryRecord record);  // on a read-only store: ignored
   void add(ScalarRecord record);
   // Returns once everything added so far is committed.
   Status flush();
 
   // Records matching the filter, oldest first; `each` returns false to stop.
   Status query(const HistoryFilter& filter, const std::function<bool(const HistoryRecord&)>& each) const;
+  // How many records match the filter (ignoring its limit): the total of a progress bar.
+  Result<std::uint64_t> count(const HistoryFilter& filter) const;
   Status query_scalars(const std::string& run, const std::string& name,
                        const std::function<bool(const ScalarRecord&)>& each) const;
 

@@ -3,8 +3,12 @@
 #include <iostream>
 
 #include "admin_commands.h"
+#include "advise_command.h"
 #include "analyze_command.h"
+#include "compare_command.h"
+#include "log_command.h"
 #include "push_command.h"
+#include "report_command.h"
 #include "run_command.h"
 
 int main(int argc, char** argv) {
@@ -19,6 +23,14 @@ int main(int argc, char** argv) {
   add_push_command(app, push);
   RunOptions run;
   CLI::App* run_cmd = add_run_command(app, run);
+  LogOptions log;
+  add_log_command(app, log);
+  CompareOptions compare;
+  add_compare_command(app, compare);
+  AdviseOptions advise;
+  add_advise_command(app, advise);
+  ReportCommandOptions report;
+  add_report_command(app, report);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -30,6 +42,10 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("analyze")) return run_analyze(analyze, std::cout, std::cerr);
   if (app.got_subcommand("push")) return run_push(push, std::cout, std::cerr);
   if (run_cmd->parsed()) return run_run(run, std::cout, std::cerr);
+  if (app.got_subcommand("log")) return run_log(log, std::cout, std::cerr);
+  if (app.got_subcommand("compare")) return run_compare(compare, std::cout, std::cerr);
+  if (app.got_subcommand("advise")) return run_advise(advise, std::cout, std::cerr);
+  if (app.got_subcommand("report")) return run_report(report, std::cout, std::cerr);
   if (commands.status->parsed()) return run_status(admin, std::cout, std::cerr);
   if (commands.tensors->parsed()) return run_tensors(admin, std::cout, std::cerr);
   if (commands.policy_get->parsed()) return run_policy_get(admin, std::cout, std::cerr);

@@ -67,17 +67,7 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     err << "fp8scope push: " << conn.message() << "\n";
     return kUsage;
   }
-  v1::Hello hello;
-  hello.set_protocol_version(wire::kProtocolVersion);
-  hello.set_job(o.job);
-  hello.set_run(o.run);
-  hello.set_rank(o.rank);
-  hello.set_world_size(o.world_size);
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
-  hello.set_host(host);
-  hello.set_pid(static_cast<std::uint32_t>(getpid()));
-  (*hello.mutable_library_versions())["fp8scope"] = FP8SCOPE_VERSION;
+  const v1::Hello hello = make_hello(o.job, o.run, o.rank, o.world_size, static_cast<std::uint32_t>(getpid()));
   auto stream = SampleStream::open(conn.value(), hello, o.connection.timeout_seconds);
   if (!stream.ok()) {
     err << "fp8scope push: " << stream.message() << "\n";

@@ -82,19 +82,11 @@ Result<ShipperConfig> config_from_environment() {
   Result<std::uint32_t> world = env_number({"FP8SCOPE_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1);
   if (!rank.ok()) return rank.status();
   if (!world.ok()) return world.status();
-  v1::Hello& h = c.hello;
-  h.set_protocol_version(1);
   const char* job = first_env({"FP8SCOPE_JOB"});
-  h.set_job(job != nullptr ? job : process_name(c.parent));
+  const std::string job_name = job != nullptr ? job : process_name(c.parent);
   const char* run = first_env({"FP8SCOPE_RUN"});
-  h.set_run(run != nullptr ? run : h.job() + "-" + std::to_string(c.parent));
-  h.set_rank(rank.value());
-  h.set_world_size(std::max(world.value(), rank.value() + 1));
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
-  h.set_host(host);
-  h.set_pid(static_cast<std::uint32_t>(c.parent));
-  (*h.mutable_library_versions())["fp8scope"] = FP8SCOPE_VERSION;
+  c.hello = make_hello(job_name, run != nullptr ? run : job_name + "-" + std::to_string(c.parent), rank.value(),
+                       std::max(world.value(), rank.value() + 1), static_cast<std::uint32_t>(c.parent));
   return c;
 }
 

@@ -1,7 +1,11 @@
 #include "fp8scope/sample_stream.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+
+#include "fp8scope/wire.h"
 
 namespace fp8scope {
 namespace {
@@ -12,6 +16,22 @@ std::chrono::steady_clock::time_point after(double seconds) {
 }
 
 }  // namespace
+
+v1::Hello make_hello(const std::string& job, const std::string& run, std::uint32_t rank, std::uint32_t world_size,
+                     std::uint32_t pid) {
+  v1::Hello hello;
+  hello.set_protocol_version(wire::kProtocolVersion);
+  hello.set_job(job);
+  hello.set_run(run);
+  hello.set_rank(rank);
+  hello.set_world_size(world_size);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  hello.set_host(host);
+  hello.set_pid(pid);
+  (*hello.mutable_library_versions())["fp8scope"] = FP8SCOPE_VERSION;
+  return hello;
+}
 
 Result<std::unique_ptr<SampleStream>> SampleStream::open(const ConnectionOptions& options, const v1::Hello& hello,
                                                          double connect_timeout_seconds, PolicyListener on_policy) {

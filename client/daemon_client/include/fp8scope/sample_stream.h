@@ -20,6 +20,10 @@
 
 namespace fp8scope {
 
+// The Hello a client sends first: this protocol version, this host and fp8scope's version.
+v1::Hello make_hello(const std::string& job, const std::string& run, std::uint32_t rank, std::uint32_t world_size,
+                     std::uint32_t pid);
+
 class SampleStream {
  public:
   using PolicyListener = std::function<void(const v1::Policy&)>;

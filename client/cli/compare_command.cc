@@ -1,0 +1,182 @@
+#include "compare_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "attribution.h"
+#include "connection_flags.h"
+#include "history_series.h"
+#include "run_comparison.h"
+
+namespace fp8scope::cli {
+namespace {
+
+std::string spike_cell(const insight::Spike* s) {
+  if (s == nullptr) return "-";
+  char text[64];
+  const auto steps = s->steps_to_recover();
+  std::snprintf(text, sizeof text, "%.2fx, %s", s->height,
+                steps ? (std::to_string(*steps) + " steps").c_str() : "not recovered");
+  return text;
+}
+
+nlohmann::json to_json(const insight::Suspect& s) {
+  return {{"layer", s.tensor.layer}, {"gemm", s.tensor.gemm}, {"operand", s.tensor.operand},
+          {"recipe", s.recipe.recipe}, {"format", s.recipe.format}, {"signal", s.signal},
+          {"before", s.before},        {"at", s.at},                {"at_step", s.at_step},
+          {"score", s.score}};
+}
+
+nlohmann::json to_json(const insight::RunLoss& r) {
+  nlohmann::json spikes = nlohmann::json::array();
+  for (const insight::Spike& s : r.spikes) {
+    nlohmann::json j = {{"start_step", s.start_step}, {"peak_step", s.peak_step}, {"baseline", s.baseline},
+                        {"peak", s.peak},             {"height", s.height},       {"z", s.z}};
+    if (const auto steps = s.steps_to_recover()) j["steps_to_recover"] = *steps;
+    spikes.push_back(j);
+  }
+  nlohmann::json j = {{"run", r.run},
+                      {"points", r.series.size()},
+                      {"spikes", spikes},
+                      {"spikes_per_1k_steps", r.spikes_per_1k_steps},
+                      {"unrecovered", r.unrecovered}};
+  if (r.median_recovery_steps) j["median_recovery_steps"] = *r.median_recovery_steps;
+  if (r.divergence) j["divergence_onset_step"] = r.divergence->onset_step;
+  return j;
+}
+
+void print_table(const insight::LossComparison& c, const std::string& name, std::ostream& out) {
+  const insight::RunLoss &r = c.run, &b = c.baseline;
+  auto row = [&](const std::string& label, const std::string& left, const std::string& right) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-18s %-26s %s\n", label.c_str(), left.c_str(), right.c_str());
+    out << line;
+  };
+  auto span = [](const insight::RunLoss& x) {
+    return x.series.empty() ? std::string("-")
+                            : std::to_string(x.series.front().step) + ".." + std::to_string(x.series.back().step);
+  };
+  auto rate = [](const insight::RunLoss& x) {
+    char t[48];
+    std::snprintf(t, sizeof t, "%zu (%.2f per 1k steps)", x.spikes.size(), x.spikes_per_1k_steps);
+    return std::string(t);
+  };
+  auto recovery = [](const insight::RunLoss& x) {
+    return x.median_recovery_steps ? std::to_string(static_cast<long>(*x.median_recovery_steps)) + " steps"
+                                   : std::string("-");
+  };
+  auto diverged = [](const insight::RunLoss& x) {
+    return x.divergence ? "from step " + std::to_string(x.divergence->onset_step) : std::string("no");
+  };
+  out << "fp8scope compare: " << name << " of run " << r.run << " against baseline " << b.run << "\n";
+  row("", "run " + r.run, "baseline " + b.run);
+  row("steps", span(r), span(b));
+  row("spikes", rate(r), rate(b));
+  row("median recovery", recovery(r), recovery(b));
+  row("never recovered", std::to_string(r.unrecovered), std::to_string(b.unrecovered));
+  row("diverged", diverged(r), diverged(b));
+  // The spikes of both runs by peak step: the same row when they peak within a window of each other.
+  std::map<std::uint64_t, std::pair<const insight::Spike*, const insight::Spike*>> by_step;
+  for (const insight::Spike& s : r.spikes) by_step[s.peak_step].first = &s;
+  for (const insight::Spike& s : b.spikes) by_step[s.peak_step].second = &s;
+  if (!by_step.empty()) {
+    out << "\n  spikes at peak step (height over the window's median, steps to recover):\n";
+    for (const auto& [step, pair] : by_step) row("step " + std::to_string(step), spike_cell(pair.first), spike_cell(pair.second));
+  }
+  out << "\n";
+  if (c.findings.empty()) {
+    out << "verdict: no loss signal sets run " << r.run << " apart from its baseline\n";
+  } else {
+    out << "verdict: run " << r.run << " is worse than its baseline:\n";
+    for (const std::string& f : c.findings) out << "  - it " << f << "\n";
+  }
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app, CompareOptions& o) {
+  CLI::App* cmd = app.add_subcommand("compare", "A run's loss against its baseline's: spikes, recovery, divergence, and the tensors behind them");
+  add_study_flags(cmd, o.study, true);
+  cmd->add_option("--suspects", o.suspects, "Tensors listed per spike or divergence onset")->capture_default_str();
+  cmd->add_flag("--json", o.json, "One JSON object");
+}
+
+int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
+  auto history = server::HistoryStore::open_read_only(o.study.data_dir);
+  if (!history.ok()) {
+    err << "fp8scope compare: " << history.message() << "\n";
+    return kUsage;
+  }
+  const insight::StudyOptions& options = o.study.options;
+  insight::RunLoss sides[2];
+  const std::string* runs[2] = {&o.study.run, &o.study.baseline};
+  for (int i = 0; i < 2; ++i) {
+    auto series = insight::scalar_series(*history.value(), *runs[i], options.loss_name);
+    if (!series.ok()) {
+      err << "fp8scope compare: " << series.message() << "\n";
+      return kUsage;
+    }
+    if (series.value().empty()) {
+      std::string known;
+      if (auto all = insight::runs_with_scalar(*history.value(), options.loss_name); all.ok()) {
+        for (const std::string& r : all.value()) known += (known.empty() ? "" : ", ") + r;
+      }
+      err << "fp8scope compare: no '" << options.loss_name << "' values for run " << *runs[i] << " in "
+          << o.study.data_dir << " (runs that have them: " << (known.empty() ? "none" : known) << ")\n";
+      return kUsage;
+    }
+    sides[i] = insight::analyze_run_loss(*runs[i], std::move(series).value(), options.spikes, options.divergence);
+  }
+  const insight::LossComparison c = insight::compare_loss(std::move(sides[0]), std::move(sides[1]));
+
+  // The tensors behind the run's onsets, when it sampled any (a run may have logged only its loss).
+  std::vector<insight::Attribution> onsets;
+  ProgressBar bar(err, "reading history", o.study.progress || isatty(STDERR_FILENO));
+  auto records = insight::load_run_records(*history.value(), o.study.run,
+                                           [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); });
+  bar.finish();
+  if (records.ok()) {
+    for (const insight::Spike& s : c.run.spikes) {
+      onsets.push_back(insight::attribute(records.value(), s.start_step, "spike", options.attribution));
+    }
+    if (c.run.divergence) {
+      onsets.push_back(insight::attribute(records.value(), c.run.divergence->onset_step, "divergence", options.attribution));
+    }
+  }
+  if (o.json) {
+    nlohmann::json attribution = nlohmann::json::array();
+    for (const insight::Attribution& a : onsets) {
+      nlohmann::json suspects = nlohmann::json::array();
+      for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) suspects.push_back(to_json(a.suspects[i]));
+      attribution.push_back({{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}});
+    }
+    out << nlohmann::json{{"name", options.loss_name},  {"run", to_json(c.run)}, {"baseline", to_json(c.baseline)},
+                          {"run_worse", c.run_worse}, {"findings", c.findings}, {"attribution", attribution}}
+               .dump()
+        << "\n";
+    return 0;
+  }
+  print_table(c, options.loss_name, out);
+  if (!records.ok() && !c.run.spikes.empty()) {
+    out << "\n(run " << o.study.run << " sampled no tensors, so its onsets cannot be attributed)\n";
+  }
+  for (const insight::Attribution& a : onsets) {
+    out << "\n" << a.cause << " at step " << a.onset_step << ": the tensors that moved most\n";
+    char line[256];
+    for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) {
+      const insight::Suspect& x = a.suspects[i];
+      std::snprintf(line, sizeof line, "  %zu. %-40s %-6s %-3s %-15s %.3g -> %.3g at step %llu (%.1f sigma, %s %s)\n",
+                    i + 1, x.tensor.layer.c_str(), x.tensor.gemm.c_str(), x.tensor.operand.c_str(), x.signal.c_str(),
+                    x.before, x.at, static_cast<unsigned long long>(x.at_step), x.score, x.recipe.recipe.c_str(),
+                    x.recipe.format.c_str());
+      out << line;
+    }
+    if (a.suspects.empty()) out << "  no tensor was sampled both before and around this step\n";
+  }
+  return 0;
+}
+
+}  // namespace fp8scope::cli

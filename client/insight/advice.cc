@@ -1,0 +1,192 @@
+#include "advice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "fp8scope/recipe.h"
+
+namespace fp8scope::insight {
+namespace {
+
+// A suspect must stand this many robust sigmas out to take the blame for an onset.
+constexpr double kBlameScore = 3.0;
+
+double median_of(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double mean_of(const std::vector<double>& v) {
+  double sum = 0;
+  std::size_t n = 0;
+  for (double x : v) {
+    if (std::isfinite(x)) sum += x, ++n;
+  }
+  return n ? sum / static_cast<double>(n) : std::nan("");
+}
+
+std::vector<double> series(const std::vector<RecordPoint>* points, const char* key) {
+  std::vector<double> out;
+  if (points != nullptr) {
+    for (const RecordPoint& p : *points) out.push_back(statistic(p, key));
+  }
+  return out;
+}
+
+const Threshold& threshold(const char* signal) {
+  for (const Threshold& t : advice_thresholds()) {
+    if (std::string(t.signal) == signal) return t;
+  }
+  std::abort();  // a signal name below that the table lacks: a programming error
+}
+
+// 0 at `fine`, 0.5 at `concern`, 1 at `severe`, linear between; works for both directions.
+double level(double fine, const Threshold& t, double v) {
+  if (!std::isfinite(v)) return 0.0;
+  const double to_concern = (v - fine) / (t.concern - fine);
+  if (to_concern <= 1.0) return std::max(0.0, 0.5 * to_concern);
+  return std::min(1.0, 0.5 + 0.5 * (v - t.concern) / (t.severe - t.concern));
+}
+
+struct Fine {
+  const char* signal;
+  double fine;
+};
+constexpr Fine kFine[] = {{"underflow_ratio", 0},  {"overflow_ratio", 0}, {"sqnr_db", 30},
+                          {"1-cosine", 0},         {"lagging_share", 0},  {"spike_blame", 0}};
+
+bool at_least(const char* signal, double v, bool severe) {
+  const Threshold& t = threshold(signal);
+  if (!std::isfinite(v)) return false;
+  const double bar = severe ? t.severe : t.concern;
+  return t.severe >= t.concern ? v >= bar : v <= bar;
+}
+
+template <class... Args>
+std::string format(const char* fmt, Args... args) {
+  char text[320];
+  std::snprintf(text, sizeof text, fmt, args...);
+  return text;
+}
+
+// E4M3 spans log2(448 / 2^-9) binades from its smallest subnormal to its max.
+const double kE4m3Binades = std::log2(448.0) + 9.0;
+
+}  // namespace
+
+const char* recommendation_name(Recommendation r) {
+  switch (r) {
+    case Recommendation::kKeepFp8: return "keep FP8";
+    case Recommendation::kCurrentScaling: return "current scaling for this tensor";
+    case Recommendation::kTuneDelayed: return "raise margin or shorten the history";
+    case Recommendation::kE5m2ForDy: return "E5M2 for Dy";
+    case Recommendation::kFallBackToBf16: return "fall back to BF16";
+  }
+  return "?";
+}
+
+const std::vector<Threshold>& advice_thresholds() {
+  static const std::vector<Threshold> table = {
+      {"underflow_ratio", 1e-3, 1e-2, "share of elements current scaling flushes to zero (median)"},
+      {"overflow_ratio", 1e-5, 1e-3, "share of elements delayed scaling clips (mean)"},
+      {"sqnr_db", 20.0, 12.0, "signal to quantization noise under current scaling, dB (median)"},
+      {"1-cosine", 5e-3, 2e-2, "1 - cosine of the tensor and its FP8 copy under current scaling (median)"},
+      {"lagging_share", 0.05, 0.25, "share of sampled steps where delayed scaling's scale exceeds current's"},
+      {"spike_blame", 1.0, 2.0, "loss spikes or divergence at whose onset this tensor moved most"},
+  };
+  return table;
+}
+
+RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets) {
+  RunAdvice out;
+  out.run = run.run;
+  for (const auto& [key, records] : run.tensors) {
+    TensorAdvice a;
+    a.tensor = key;
+    std::string current_format = "e4m3";
+    const auto* current = records.find("tensor_current", &current_format);
+    const auto* delayed = records.find("tensor_delayed", current != nullptr ? nullptr : &current_format);
+    for (const auto& [recipe, points] : records.recipes) {
+      if (recipe.recipe == "observed") a.observed_format = recipe.format;
+    }
+    a.underflow_current = median_of(series(current, "underflow_ratio"));
+    a.sqnr_current_db = median_of(series(current, "sqnr_db"));
+    std::vector<double> cosine = series(current, "cosine");
+    for (double& c : cosine) c = 1.0 - c;
+    a.one_minus_cosine = median_of(cosine);
+    a.overflow_delayed = mean_of(series(delayed, "overflow_ratio"));
+    a.lagging_share = std::nan("");
+    if (delayed != nullptr && !delayed->empty()) {
+      std::size_t lagging = 0;
+      for (const RecordPoint& p : *delayed) lagging += p.scale > p.scale_current * (1.0 + 1e-6);
+      a.lagging_share = static_cast<double>(lagging) / static_cast<double>(delayed->size());
+    }
+    for (const Attribution& onset : onsets) {
+      if (!onset.suspects.empty() && onset.suspects.front().tensor == key && onset.suspects.front().score >= kBlameScore) {
+        ++a.spike_blame;
+      }
+    }
+    const std::vector<RecordPoint>* amax_source = current != nullptr ? current : delayed;
+    if (amax_source != nullptr) {
+      std::vector<AmaxPoint> amax;
+      for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
+      a.replay = suggest_delayed_scaling(amax, format_from_name(current_format).value_or(Fp8Format::kE4M3),
+                                         run.sampling_interval);
+    }
+
+    const double values[] = {a.underflow_current, a.overflow_delayed, a.sqnr_current_db,
+                             a.one_minus_cosine,  a.lagging_share,    static_cast<double>(a.spike_blame)};
+    for (std::size_t i = 0; i < std::size(kFine); ++i) {
+      const double l = level(kFine[i].fine, threshold(kFine[i].signal), values[i]);
+      if (l > a.risk) a.risk = l, a.driver = kFine[i].signal;
+    }
+
+    const double range = median_of(series(amax_source, "dynamic_range_log2"));
+    const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true) ||
+                                    at_least("sqnr_db", a.sqnr_current_db, true) ||
+                                    at_least("1-cosine", a.one_minus_cosine, true);
+    const bool lagging = at_least("overflow_ratio", a.overflow_delayed, false) ||
+                         at_least("lagging_share", a.lagging_share, false);
+    if (key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > kE4m3Binades) {
+      a.recommendation = Recommendation::kE5m2ForDy;
+      a.reason = format("the gradient spans %.1f binades; E4M3 holds %.1f, E5M2 %.1f", range, kE4m3Binades,
+                        std::log2(57344.0) + 16.0);
+    } else if (lossy_even_current) {
+      a.recommendation = Recommendation::kFallBackToBf16;
+      a.reason = format("even current scaling loses too much: underflow %.3g, SQNR %.1f dB, 1-cosine %.3g",
+                        a.underflow_current, a.sqnr_current_db, a.one_minus_cosine);
+    } else if (lagging || a.spike_blame > 0) {
+      const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
+      const bool tuning_fixes = r != nullptr && r->best.clipped_steps == 0 && r->te_default.clipped_steps > 0;
+      a.recommendation = tuning_fixes ? Recommendation::kTuneDelayed : Recommendation::kCurrentScaling;
+      std::string why = format("delayed scaling clips %.3g of the elements and its scale exceeds current's at %.0f%% "
+                               "of the sampled steps",
+                               a.overflow_delayed, 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0));
+      if (a.spike_blame > 0) why += format("; it moved most at %zu loss onset(s)", a.spike_blame);
+      if (tuning_fixes) {
+        why += format("; replay: amax_history_len=%d margin=%d clips no sampled step (TE's default clips %zu)",
+                      r->best.history_len, r->best.margin, r->te_default.clipped_steps);
+      } else if (r != nullptr) {
+        why += format("; no history length or margin up to 4 stops the clipping (best clips %zu of %zu steps)",
+                      r->best.clipped_steps, r->best.steps);
+      }
+      a.reason = why;
+    } else {
+      a.recommendation = Recommendation::kKeepFp8;
+      a.reason = format("underflow %.3g, SQNR %.1f dB, delayed overflow %.3g: within the thresholds",
+                        a.underflow_current, a.sqnr_current_db, a.overflow_delayed);
+    }
+    out.tensors.push_back(std::move(a));
+  }
+  std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const TensorAdvice& x, const TensorAdvice& y) {
+    if (x.spike_blame != y.spike_blame) return x.spike_blame > y.spike_blame;
+    return x.risk > y.risk;
+  });
+  return out;
+}
+
+}  // namespace fp8scope::insight

@@ -1,0 +1,71 @@
+#include "run_records.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "fp8scope/statistics_table.h"
+
+namespace fp8scope::insight {
+
+const std::vector<RecordPoint>* TensorRecords::find(const std::string& recipe, std::string* format) const {
+  for (const auto& [key, points] : recipes) {
+    if (key.recipe != recipe) continue;
+    if (format != nullptr) *format = key.format;
+    return &points;
+  }
+  return nullptr;
+}
+
+double statistic(const RecordPoint& p, const char* key) {
+  const Statistic* s = find_statistic(key);
+  if (s == nullptr) return std::nan("");
+  const auto index = static_cast<std::size_t>(s - statistics().data());
+  return index < p.statistics.size() ? p.statistics[index] : std::nan("");
+}
+
+Result<RunRecords> load_run_records(const server::HistoryStore& history, const std::string& run,
+                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  server::HistoryFilter filter;
+  filter.run = run;
+  filter.limit = std::numeric_limits<std::uint32_t>::max();
+  Result<std::uint64_t> total = history.count(filter);
+  if (!total.ok()) return total.status();
+  if (total.value() == 0) return Status::error("run " + run + " has no tensor records in " + history.path());
+
+  RunRecords out;
+  out.run = run;
+  // (tensor, recipe) -> step -> (rank, point): several ranks sample the same tensor; keep one.
+  std::map<std::pair<TensorKey, RecipeKey>, std::map<std::uint64_t, std::pair<std::uint32_t, RecordPoint>>> by_step;
+  Status s = history.query(filter, [&](const server::HistoryRecord& r) {
+    TensorKey tk{r.layer, r.gemm, r.operand};
+    out.tensors[tk].dtype = r.dtype;
+    auto& steps = by_step[{tk, RecipeKey{r.recipe, r.format}}];
+    auto it = steps.find(r.step);
+    if (it == steps.end() || r.rank < it->second.first) {
+      steps[r.step] = {r.rank, RecordPoint{r.step, r.scale, r.scale_current, r.statistics}};
+    }
+    if (++out.records % 4096 == 0 && progress) progress(out.records, total.value());
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (progress) progress(out.records, total.value());
+
+  std::vector<std::uint64_t> gaps;
+  for (auto& [key, steps] : by_step) {
+    auto& points = out.tensors[key.first].recipes[key.second];
+    std::uint64_t previous = 0;
+    for (auto& [step, rank_point] : steps) {
+      if (!points.empty()) gaps.push_back(step - previous);
+      previous = step;
+      points.push_back(std::move(rank_point.second));
+    }
+  }
+  if (!gaps.empty()) {
+    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+    out.sampling_interval = std::max<std::uint64_t>(1, gaps[gaps.size() / 2]);
+  }
+  return out;
+}
+
+}  // namespace fp8scope::insight

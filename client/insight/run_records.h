@@ -1,0 +1,56 @@
+// A run's sampled statistics out of the history, grouped per tensor (layer, gemm, operand) and per
+// recipe and format, in step order: what attribution, advice and the report read.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fp8scope/status.h"
+#include "history_store.h"
+
+namespace fp8scope::insight {
+
+struct TensorKey {
+  std::string layer, gemm, operand;
+  auto operator<=>(const TensorKey&) const = default;
+  std::string name() const { return layer + " " + gemm + " " + operand; }
+};
+
+struct RecipeKey {
+  std::string recipe, format;  // recipe name, or "observed" for the FP8 data the job really cast
+  auto operator<=>(const RecipeKey&) const = default;
+};
+
+struct RecordPoint {
+  std::uint64_t step = 0;
+  double scale = 0, scale_current = 0;
+  std::vector<double> statistics;  // in statistics() order
+};
+
+struct TensorRecords {
+  std::string dtype;                                       // as captured (bf16, e4m3, ...)
+  std::map<RecipeKey, std::vector<RecordPoint>> recipes;   // each in step order, the lowest rank per step
+
+  // The series of `recipe` (its first format), and that format; nullptr when not sampled.
+  const std::vector<RecordPoint>* find(const std::string& recipe, std::string* format = nullptr) const;
+};
+
+struct RunRecords {
+  std::string run;
+  std::map<TensorKey, TensorRecords> tensors;
+  std::uint64_t records = 0;
+  std::uint64_t sampling_interval = 1;  // the median gap between sampled steps
+};
+
+// Reads every record of `run`; progress(done, total) is called as rows arrive (total from a count
+// taken first). An error when the run has no records.
+Result<RunRecords> load_run_records(const server::HistoryStore& history, const std::string& run,
+                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress = nullptr);
+
+// The value of statistic `key` in a point (NaN when the record has none).
+double statistic(const RecordPoint& p, const char* key);
+
+}  // namespace fp8scope::insight

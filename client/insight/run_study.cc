@@ -1,0 +1,39 @@
+#include "run_study.h"
+
+#include "history_series.h"
+
+namespace fp8scope::insight {
+
+Result<RunStudy> study_run(const server::HistoryStore& history, const std::string& run, const std::string& baseline,
+                           const StudyOptions& o, const Progress& progress) {
+  RunStudy study;
+  Result<RunRecords> records = load_run_records(history, run, progress);
+  if (!records.ok()) return records.status();
+  study.records = std::move(records).value();
+
+  Result<std::vector<ScalarPoint>> loss = scalar_series(history, run, o.loss_name);
+  if (!loss.ok()) return loss.status();
+  if (!loss.value().empty()) {
+    study.loss = analyze_run_loss(run, std::move(loss).value(), o.spikes, o.divergence);
+    for (const Spike& s : study.loss->spikes) {
+      study.onsets.push_back(attribute(study.records, s.start_step, "spike", o.attribution));
+    }
+    if (study.loss->divergence) {
+      study.onsets.push_back(attribute(study.records, study.loss->divergence->onset_step, "divergence", o.attribution));
+    }
+  }
+  if (!baseline.empty()) {
+    Result<std::vector<ScalarPoint>> base = scalar_series(history, baseline, o.loss_name);
+    if (!base.ok()) return base.status();
+    if (base.value().empty()) {
+      return Status::error("baseline " + baseline + " has no '" + o.loss_name + "' values in " + history.path());
+    }
+    if (study.loss) {
+      study.comparison = compare_loss(*study.loss, analyze_run_loss(baseline, std::move(base).value(), o.spikes, o.divergence));
+    }
+  }
+  study.advice = advise(study.records, study.onsets);
+  return study;
+}
+
+}  // namespace fp8scope::insight

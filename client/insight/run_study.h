@@ -1,0 +1,39 @@
+// Everything fp8scope concludes about one run, read from the daemon's history: its loss signals
+// (and, with a baseline, the comparison), the tensors that moved at each spike or divergence
+// onset, and the advice per tensor. compare, advise and report all start here.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "advice.h"
+#include "attribution.h"
+#include "history_store.h"
+#include "run_comparison.h"
+#include "run_records.h"
+
+namespace fp8scope::insight {
+
+struct StudyOptions {
+  std::string loss_name = "loss";
+  SpikeOptions spikes;
+  DivergenceOptions divergence;
+  AttributionOptions attribution;
+};
+
+struct RunStudy {
+  RunRecords records;
+  std::optional<RunLoss> loss;                 // when the run logged loss_name
+  std::optional<LossComparison> comparison;    // when a baseline was given and logged it too
+  std::vector<Attribution> onsets;             // one per spike and one for divergence
+  RunAdvice advice;
+};
+
+using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+// An error when the run has no tensor records, or the baseline is named but has no loss.
+Result<RunStudy> study_run(const server::HistoryStore& history, const std::string& run, const std::string& baseline,
+                           const StudyOptions& options, const Progress& progress = nullptr);
+
+}  // namespace fp8scope::insight

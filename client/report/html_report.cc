@@ -1,0 +1,237 @@
+#include "html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "advice_formats.h"
+#include "svg_chart.h"
+
+namespace fp8scope::report {
+namespace {
+
+const char* kStyle = R"css(
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 13px; } td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre { background: #f7f7f7; padding: 10px; border: 1px solid #e2e2e2; overflow-x: auto; font-size: 12px; }
+svg text { font-size: 11px; fill: #333; } svg .chart-title { font-size: 13px; font-weight: bold; }
+.verdict-bad { color: #b00020; font-weight: bold; } .verdict-ok { color: #1b7f3b; font-weight: bold; }
+.risk { display: inline-block; height: 10px; background: #d62728; vertical-align: middle; }
+.muted { color: #777; }
+)css";
+
+std::string number(double v, const char* fmt = "%.3g") {
+  if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
+  char text[48];
+  std::snprintf(text, sizeof text, fmt, v);
+  return text;
+}
+
+std::string cell(const std::string& text, bool numeric = false) {
+  return std::string(numeric ? "<td class='num'>" : "<td>") + html_escape(text) + "</td>";
+}
+
+void loss_section(const insight::RunStudy& s, std::ostringstream& out) {
+  out << "<h2>Loss</h2>";
+  if (!s.loss) {
+    out << "<p class='muted'>Run " << html_escape(s.records.run)
+        << " logged no loss (fp8scope log, the C API or the Python helper record it).</p>";
+    return;
+  }
+  LineChart chart;
+  chart.title = "loss per step";
+  chart.x_label = "step";
+  chart.y_label = "loss";
+  double lo = INFINITY, hi = 0;
+  auto add = [&](const insight::RunLoss& r, const char* colour) {
+    LineSeries series{r.run, colour, {}};
+    for (const insight::ScalarPoint& p : r.series) {
+      series.points.emplace_back(static_cast<double>(p.step), p.value);
+      if (std::isfinite(p.value) && p.value > 0) lo = std::min(lo, p.value), hi = std::max(hi, p.value);
+    }
+    chart.series.push_back(std::move(series));
+    for (const insight::Spike& sp : r.spikes) {
+      const auto rec = sp.steps_to_recover();
+      chart.markers.push_back({static_cast<double>(sp.peak_step), sp.peak,
+                               r.run + ": spike at step " + std::to_string(sp.peak_step) + ", " + number(sp.height) +
+                                   "x, " + (rec ? std::to_string(*rec) + " steps to recover" : "not recovered"),
+                               colour});
+    }
+    if (r.divergence) chart.rules.emplace_back(static_cast<double>(r.divergence->onset_step), r.run + ": divergence onset");
+  };
+  add(*s.loss, "#ff7f0e");
+  if (s.comparison) add(s.comparison->baseline, "#1f77b4");
+  chart.log_y = hi > 10 * lo;
+  out << render(chart);
+  if (s.comparison) {
+    const insight::LossComparison& c = *s.comparison;
+    out << "<p class='" << (c.run_worse ? "verdict-bad" : "verdict-ok") << "'>"
+        << (c.run_worse ? "Run " + html_escape(c.run.run) + " is worse than baseline " + html_escape(c.baseline.run)
+                        : "No loss signal sets run " + html_escape(c.run.run) + " apart from baseline " +
+                              html_escape(c.baseline.run))
+        << "</p><ul>";
+    for (const std::string& f : c.findings) out << "<li>it " << html_escape(f) << "</li>";
+    out << "</ul><table><tr><th></th><th>run " << html_escape(c.run.run) << "</th><th>baseline "
+        << html_escape(c.baseline.run) << "</th></tr>";
+    auto row = [&](const char* label, const std::string& a, const std::string& b) {
+      out << "<tr><th>" << label << "</th>" << cell(a, true) << cell(b, true) << "</tr>";
+    };
+    row("points", std::to_string(c.run.series.size()), std::to_string(c.baseline.series.size()));
+    row("spikes", std::to_string(c.run.spikes.size()), std::to_string(c.baseline.spikes.size()));
+    row("spikes per 1k steps", number(c.run.spikes_per_1k_steps), number(c.baseline.spikes_per_1k_steps));
+    auto recovery = [](const insight::RunLoss& r) {
+      return r.median_recovery_steps ? number(*r.median_recovery_steps, "%.0f") : std::string("-");
+    };
+    row("median steps to recover", recovery(c.run), recovery(c.baseline));
+    row("never recovered", std::to_string(c.run.unrecovered), std::to_string(c.baseline.unrecovered));
+    auto diverged = [](const insight::RunLoss& r) {
+      return r.divergence ? "from step " + std::to_string(r.divergence->onset_step) : std::string("no");
+    };
+    row("diverged", diverged(c.run), diverged(c.baseline));
+    out << "</table>";
+  }
+}
+
+void attribution_section(const insight::RunStudy& s, std::ostringstream& out) {
+  out << "<h2>Tensors that moved at each loss onset</h2>";
+  if (s.onsets.empty()) {
+    out << "<p class='muted'>No spike or divergence in the run's loss: nothing to attribute.</p>";
+    return;
+  }
+  for (const insight::Attribution& a : s.onsets) {
+    out << "<h3>" << html_escape(a.cause) << " at step " << a.onset_step << "</h3>";
+    if (a.suspects.empty()) {
+      out << "<p class='muted'>No tensor was sampled both before and around this step.</p>";
+      continue;
+    }
+    out << "<table><tr><th>#</th><th>layer</th><th>gemm</th><th>operand</th><th>recipe</th><th>signal</th>"
+           "<th>before</th><th>at</th><th>step</th><th>score (robust sigmas)</th></tr>";
+    for (std::size_t i = 0; i < std::min<std::size_t>(8, a.suspects.size()); ++i) {
+      const insight::Suspect& x = a.suspects[i];
+      out << "<tr>" << cell(std::to_string(i + 1), true) << cell(x.tensor.layer) << cell(x.tensor.gemm)
+          << cell(x.tensor.operand) << cell(x.recipe.recipe + " " + x.recipe.format) << cell(x.signal)
+          << cell(number(x.before), true) << cell(number(x.at), true) << cell(std::to_string(x.at_step), true)
+          << cell(number(x.score, "%.1f"), true) << "</tr>";
+    }
+    out << "</table>";
+  }
+}
+
+void advice_section(const insight::RunStudy& s, std::ostringstream& out) {
+  out << "<h2>Advice</h2><table><tr><th>risk</th><th>layer</th><th>gemm</th><th>operand</th><th>underflow "
+         "(current)</th><th>overflow (delayed)</th><th>SQNR dB</th><th>1-cosine</th><th>onsets led</th>"
+         "<th>replay: history, margin</th><th>recommendation</th><th>why</th></tr>";
+  for (const insight::TensorAdvice& t : s.advice.tensors) {
+    std::string replay = "-";
+    if (t.replay) replay = std::to_string(t.replay->best.history_len) + ", " + std::to_string(t.replay->best.margin);
+    out << "<tr><td class='num'><span class='risk' style='width:" << static_cast<int>(40 * t.risk) << "px'></span> "
+        << number(t.risk, "%.2f") << "</td>" << cell(t.tensor.layer) << cell(t.tensor.gemm) << cell(t.tensor.operand)
+        << cell(number(t.underflow_current), true) << cell(number(t.overflow_delayed), true)
+        << cell(number(t.sqnr_current_db, "%.1f"), true) << cell(number(t.one_minus_cosine), true)
+        << cell(std::to_string(t.spike_blame), true) << cell(replay)
+        << cell(insight::recommendation_name(t.recommendation)) << cell(t.reason) << "</tr>";
+  }
+  out << "</table>";
+  std::ostringstream yaml, megatron;
+  insight::write_te_debug_yaml(s.advice, yaml);
+  insight::write_megatron_layers(s.advice, megatron);
+  out << "<h3>Transformer Engine debug-API config</h3><pre>" << html_escape(yaml.str()) << "</pre>"
+      << "<h3>Megatron layers to keep in BF16</h3><pre>" << html_escape(megatron.str()) << "</pre>";
+}
+
+// Rows: the riskiest tensors; columns: sampled steps bucketed; a cell holds the bucket's worst value.
+void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
+  out << "<h2>Underflow and overflow per tensor and step</h2>";
+  std::vector<std::uint64_t> steps;
+  for (const auto& [key, t] : s.records.tensors) {
+    for (const auto& [recipe, points] : t.recipes) {
+      for (const insight::RecordPoint& p : points) steps.push_back(p.step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  if (steps.empty()) return;
+  const std::size_t columns = std::min(o.heatmap_columns, steps.size());
+  auto column_of = [&](std::uint64_t step) {
+    const auto at = static_cast<std::size_t>(std::lower_bound(steps.begin(), steps.end(), step) - steps.begin());
+    return at * columns / steps.size();
+  };
+  struct Map {
+    const char* recipe;
+    const char* statistic;
+    const char* title;
+  };
+  for (const Map& spec : {Map{"tensor_current", "underflow_ratio", "underflow ratio, current scaling"},
+                          Map{"tensor_delayed", "overflow_ratio", "overflow ratio, delayed scaling"}}) {
+    Heatmap map;
+    map.title = spec.title;
+    map.value_label = spec.statistic;
+    for (std::size_t c = 0; c < columns; ++c) map.columns.push_back(static_cast<double>(steps[c * steps.size() / columns]));
+    for (const insight::TensorAdvice& t : s.advice.tensors) {
+      if (map.rows.size() == o.heatmap_rows) break;
+      const auto* points = s.records.tensors.at(t.tensor).find(spec.recipe);
+      if (points == nullptr) continue;
+      std::vector<double> row(columns, std::nan(""));
+      for (const insight::RecordPoint& p : *points) {
+        double& slot = row[column_of(p.step)];
+        const double v = insight::statistic(p, spec.statistic);
+        if (std::isfinite(v) && (std::isnan(slot) || v > slot)) slot = v;
+      }
+      map.rows.push_back(t.tensor.name());
+      map.values.push_back(std::move(row));
+    }
+    if (!map.rows.empty()) out << "<div>" << render(map) << "</div>";
+  }
+}
+
+void scale_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
+  out << "<h2>Delayed against current scale</h2><p class='muted'>Where delayed scaling's scale (from the amax "
+         "history) rises above the scale current scaling would choose for the same tensor, the cast clips.</p>";
+  std::size_t drawn = 0;
+  for (const insight::TensorAdvice& t : s.advice.tensors) {
+    if (drawn == o.scale_plots) break;
+    const auto* delayed = s.records.tensors.at(t.tensor).find("tensor_delayed");
+    if (delayed == nullptr) continue;
+    LineChart chart;
+    chart.title = t.tensor.name();
+    chart.x_label = "step";
+    chart.y_label = "scale";
+    chart.log_y = true;
+    chart.height = 240;
+    LineSeries d{"delayed", "#d62728", {}}, c{"current", "#2ca02c", {}};
+    for (const insight::RecordPoint& p : *delayed) {
+      d.points.emplace_back(static_cast<double>(p.step), p.scale);
+      c.points.emplace_back(static_cast<double>(p.step), p.scale_current);
+    }
+    chart.series = {d, c};
+    out << render(chart);
+    ++drawn;
+  }
+  if (drawn == 0) out << "<p class='muted'>The run has no delayed-scaling records (policy recipes).</p>";
+}
+
+}  // namespace
+
+std::string html_report(const insight::RunStudy& s, const ReportOptions& o) {
+  std::ostringstream out;
+  const std::string title = "fp8scope report: run " + s.records.run +
+                            (s.comparison ? " against baseline " + s.comparison->baseline.run : std::string());
+  out << "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>" << html_escape(title)
+      << "</title><style>" << kStyle << "</style></head><body><h1>" << html_escape(title) << "</h1><p class='muted'>"
+      << s.records.records << " records of " << s.records.tensors.size() << " tensors, sampled every "
+      << s.records.sampling_interval << " steps; history " << html_escape(o.data_dir) << "; "
+      << html_escape(o.generated_by) << "</p>";
+  loss_section(s, out);
+  attribution_section(s, out);
+  advice_section(s, out);
+  heatmap_section(s, o, out);
+  scale_section(s, o, out);
+  out << "</body></html>\n";
+  return out.str();
+}
+
+}  // namespace fp8scope::report
