@@ -25,9 +25,9 @@ for _ in $(seq 100); do [ -s "$data/ready.json" ] && break; sleep 0.1; done
 read -r grpc metrics < <(/usr/bin/python3 -c "import json; r = json.load(open('$data/ready.json')); print(r['grpc'], r['metrics'])")
 for step in 1 2 3 4; do
   /usr/bin/python3 scripts/make_demo_tensors.py build/demo "$step" > /dev/null
-  "$fp8scope" push build/demo/activations_bf16.npy --dtype bf16 --endpoint "$grpc" --job demo --run fp8 \
+  "$fp8scope" push build/demo/activations_bf16.npy --dtype bf16 --endpoint "$grpc" --job demo --run pushed \
     --layer blocks.0.attn.qkv --gemm fprop --operand x --step "$step"
-  "$fp8scope" push build/demo/gradients.npy --endpoint "$grpc" --job demo --run fp8 \
+  "$fp8scope" push build/demo/gradients.npy --endpoint "$grpc" --job demo --run pushed \
     --layer blocks.0.mlp.fc1 --gemm wgrad --operand dy --step "$step"
 done
 for _ in $(seq 100); do  # the last samples are analyzed asynchronously
@@ -49,11 +49,14 @@ PY
 trainer=build/tests/trainer/tiny_trainer
 if [ -x "$trainer" ]; then
   echo; echo "== The hook: a small MLP trains through cuBLASLt/cuBLAS (CPU stand-ins for the GPU libraries)"
-  echo "   under fp8scope run, in BF16 and then in FP8 with delayed scaling; every 5th step is sampled"
-  "$fp8scope" run --endpoint "$grpc" --every 5 --job tiny --run bf16 -- "$trainer" --steps 30 --mode bf16
-  "$fp8scope" run --endpoint "$grpc" --every 5 --job tiny --run fp8 -- "$trainer" --steps 30 --mode fp8
-  for _ in $(seq 200); do  # 8 pushed + 2 runs x 6 sampled steps x 18 operands
-    "$fp8scope" status --endpoint "$grpc" --json | grep -q '"samples_analyzed":"224"' && break
+  echo "   under fp8scope run, in BF16 and then in FP8 with delayed scaling; every 4th step is sampled;"
+  echo "   both see the same planted data outlier at step 60 (one input feature 64x out of range)"
+  for mode in bf16 fp8; do
+    "$fp8scope" run --endpoint "$grpc" --every 4 --job tiny --run "$mode" -- \
+      "$trainer" --steps 120 --mode "$mode" --outlier-step 60
+  done
+  for _ in $(seq 600); do  # 8 pushed + 2 runs x 30 sampled steps x 18 operands
+    "$fp8scope" status --endpoint "$grpc" --json | grep -q '"samples_analyzed":"1088"' && break
     sleep 0.1
   done
   echo; echo "== fp8scope tensors --sort underflow --top 8 (what each tensor would lose in E4M3/E5M2 under current scaling)"
@@ -63,4 +66,14 @@ if [ -x "$trainer" ]; then
 fi
 echo; echo "== fp8scope status"
 "$fp8scope" status --endpoint "$grpc"
-kill -TERM "$daemon"; wait "$daemon"; trap - EXIT
+kill -TERM "$daemon"; wait "$daemon"; trap - EXIT  # SIGTERM drains: every record is in the history
+
+if [ -x "$trainer" ]; then
+  echo; echo "== fp8scope compare --run fp8 --baseline bf16 (the loss, from the hook's C API)"
+  "$fp8scope" compare --data-dir "$data" --run fp8 --baseline bf16
+  echo; echo "== fp8scope advise --run fp8 --baseline bf16 --top 8 (the FP8 run's what-ifs come from the BF16 tensors)"
+  "$fp8scope" advise --data-dir "$data" --run fp8 --baseline bf16 --top 8
+  echo; echo "== fp8scope report --run fp8 --baseline bf16"
+  "$fp8scope" report --data-dir "$data" --run fp8 --baseline bf16 -o build/demo/report.html
+  echo "   open build/demo/report.html in a browser (one file, no network needed)"
+fi

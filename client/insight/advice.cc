@@ -56,8 +56,8 @@ struct Fine {
   const char* signal;
   double fine;
 };
-constexpr Fine kFine[] = {{"underflow_ratio", 0},  {"overflow_ratio", 0}, {"sqnr_db", 30},
-                          {"1-cosine", 0},         {"lagging_share", 0},  {"spike_blame", 0}};
+constexpr Fine kFine[] = {{"underflow_ratio", 0}, {"overflow_ratio", 0}, {"sqnr_db", 30},
+                          {"1-cosine", 0},        {"lagging_share", 0},  {"spike_blame", 0}};
 
 bool at_least(const char* signal, double v, bool severe) {
   const Threshold& t = threshold(signal);
@@ -101,36 +101,49 @@ const std::vector<Threshold>& advice_thresholds() {
   return table;
 }
 
-RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets) {
+RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, const RunRecords* baseline) {
   RunAdvice out;
   out.run = run.run;
-  for (const auto& [key, records] : run.tensors) {
+  for (const auto& [key, own] : run.tensors) {
     TensorAdvice a;
     a.tensor = key;
-    std::string current_format = "e4m3";
-    const auto* current = records.find("tensor_current", &current_format);
-    const auto* delayed = records.find("tensor_delayed", current != nullptr ? nullptr : &current_format);
-    for (const auto& [recipe, points] : records.recipes) {
-      if (recipe.recipe == "observed") a.observed_format = recipe.format;
+    const TensorRecords* what_if = &own;
+    a.what_if_source = run.run;
+    if (own.find("tensor_current") == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {
+      if (auto it = baseline->tensors.find(key); it != baseline->tensors.end()) {
+        what_if = &it->second;
+        a.what_if_source = baseline->run;
+      }
     }
+    std::string current_format = "e4m3";
+    const auto* current = what_if->find("tensor_current", &current_format);
+    const auto* delayed = what_if->find("tensor_delayed", current != nullptr ? nullptr : &current_format);
+    if (current == nullptr && delayed == nullptr) a.what_if_source.clear();
+    std::string observed_format;
+    const auto* observed = own.find("observed", &observed_format);
+    if (observed != nullptr) a.observed_format = observed_format;
+    a.saturation_observed = mean_of(series(observed, "saturation_ratio"));
     a.underflow_current = median_of(series(current, "underflow_ratio"));
     a.sqnr_current_db = median_of(series(current, "sqnr_db"));
     std::vector<double> cosine = series(current, "cosine");
     for (double& c : cosine) c = 1.0 - c;
     a.one_minus_cosine = median_of(cosine);
     a.overflow_delayed = mean_of(series(delayed, "overflow_ratio"));
+    // The job's own scales when it ran FP8 (what really lagged), else the delayed what-if's.
     a.lagging_share = std::nan("");
-    if (delayed != nullptr && !delayed->empty()) {
+    if (const auto* lag_source = observed != nullptr ? observed : delayed; lag_source != nullptr && !lag_source->empty()) {
       std::size_t lagging = 0;
-      for (const RecordPoint& p : *delayed) lagging += p.scale > p.scale_current * (1.0 + 1e-6);
-      a.lagging_share = static_cast<double>(lagging) / static_cast<double>(delayed->size());
+      for (const RecordPoint& p : *lag_source) lagging += p.scale > p.scale_current * (1.0 + 1e-6);
+      a.lagging_share = static_cast<double>(lagging) / static_cast<double>(lag_source->size());
     }
     for (const Attribution& onset : onsets) {
       if (!onset.suspects.empty() && onset.suspects.front().tensor == key && onset.suspects.front().score >= kBlameScore) {
         ++a.spike_blame;
       }
     }
-    const std::vector<RecordPoint>* amax_source = current != nullptr ? current : delayed;
+    // The run's own amaxes when it has them (the observed FP8 data dequantized), for the replay.
+    const std::vector<RecordPoint>* amax_source = observed != nullptr ? observed : current != nullptr ? current : delayed;
+    if (observed != nullptr) current_format = observed_format;
     if (amax_source != nullptr) {
       std::vector<AmaxPoint> amax;
       for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
@@ -138,8 +151,11 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets) 
                                          run.sampling_interval);
     }
 
-    const double values[] = {a.underflow_current, a.overflow_delayed, a.sqnr_current_db,
-                             a.one_minus_cosine,  a.lagging_share,    static_cast<double>(a.spike_blame)};
+    // Where the job ran FP8 its own scales say whether delayed scaling clipped (the lag); the
+    // delayed what-if, replayed on sampled steps only, would overstate it.
+    const double what_if_overflow = observed != nullptr ? std::nan("") : a.overflow_delayed;
+    const double values[] = {a.underflow_current, what_if_overflow, a.sqnr_current_db,
+                             a.one_minus_cosine,  a.lagging_share,  static_cast<double>(a.spike_blame)};
     for (std::size_t i = 0; i < std::size(kFine); ++i) {
       const double l = level(kFine[i].fine, threshold(kFine[i].signal), values[i]);
       if (l > a.risk) a.risk = l, a.driver = kFine[i].signal;
@@ -149,7 +165,7 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets) 
     const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true) ||
                                     at_least("sqnr_db", a.sqnr_current_db, true) ||
                                     at_least("1-cosine", a.one_minus_cosine, true);
-    const bool lagging = at_least("overflow_ratio", a.overflow_delayed, false) ||
+    const bool lagging = at_least("overflow_ratio", what_if_overflow, false) ||
                          at_least("lagging_share", a.lagging_share, false);
     if (key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > kE4m3Binades) {
       a.recommendation = Recommendation::kE5m2ForDy;
@@ -163,9 +179,14 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets) 
       const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
       const bool tuning_fixes = r != nullptr && r->best.clipped_steps == 0 && r->te_default.clipped_steps > 0;
       a.recommendation = tuning_fixes ? Recommendation::kTuneDelayed : Recommendation::kCurrentScaling;
-      std::string why = format("delayed scaling clips %.3g of the elements and its scale exceeds current's at %.0f%% "
-                               "of the sampled steps",
-                               a.overflow_delayed, 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0));
+      const double share = 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0);
+      std::string why = observed != nullptr
+                            ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
+                                     "(%.3g of its FP8 codes at +-max)",
+                                     share, a.saturation_observed)
+                            : format("delayed scaling clips %.3g of the elements and its scale exceeds current's at "
+                                     "%.0f%% of the sampled steps",
+                                     a.overflow_delayed, share);
       if (a.spike_blame > 0) why += format("; it moved most at %zu loss onset(s)", a.spike_blame);
       if (tuning_fixes) {
         why += format("; replay: amax_history_len=%d margin=%d clips no sampled step (TE's default clips %zu)",

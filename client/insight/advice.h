@@ -40,7 +40,10 @@ struct TensorAdvice {
   // Medians over the run's samples (NaN when not sampled).
   double underflow_current = 0, overflow_delayed = 0, sqnr_current_db = 0, one_minus_cosine = 0;
   double lagging_share = 0;        // sampled steps where delayed scaling clipped (scale above current)
+  double saturation_observed = 0;  // share of the job's own FP8 codes at +-max (mean; informational:
+                                   // with margin 0 the amax itself lands there)
   std::size_t spike_blame = 0;     // onsets at which this tensor was the first suspect
+  std::string what_if_source;      // whose BF16 tensor the what-ifs come from: the run or its baseline
   std::optional<ReplaySuggestion> replay;
   std::string observed_format;     // the FP8 format the job cast this tensor to, if it was FP8
 };
@@ -50,6 +53,9 @@ struct RunAdvice {
   std::vector<TensorAdvice> tensors;  // highest risk first
 };
 
-RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets);
+// An FP8 run captures its tensors already cast (its own scale and codes, recipe "observed"), so
+// what current and delayed scaling would do to them comes from the same tensor of the BF16
+// baseline when the run has no BF16 capture of its own.
+RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, const RunRecords* baseline = nullptr);
 
 }  // namespace fp8scope::insight

@@ -57,8 +57,8 @@ int transformer_layer_index(const std::string& module) {
 
 void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_rows) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-9s %-9s %-7s %-9s %-6s %s\n", "risk", "layer", "gemm", "op",
-                "underflow", "d.overflw", "sqnr_dB", "1-cosine", "blame", "recommendation");
+  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-9s %-9s %-7s %-9s %-9s %-5s %s\n", "risk", "layer", "gemm",
+                "op", "underflow", "d.overflw", "sqnr_dB", "1-cosine", "fp8_sat", "blame", "recommendation");
   out << line;
   std::size_t rows = 0;
   for (const TensorAdvice& t : a.tensors) {
@@ -66,12 +66,20 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
       out << "... " << a.tensors.size() - max_rows << " more tensors (all of them with --top 0)\n";
       break;
     }
-    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-9s %-9s %-7s %-9s %-6zu %s\n", t.risk,
+    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
                   t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(),
                   number(t.underflow_current).c_str(), number(t.overflow_delayed).c_str(),
-                  number(t.sqnr_current_db, "%.1f").c_str(), number(t.one_minus_cosine).c_str(), t.spike_blame,
-                  recommendation_name(t.recommendation));
+                  number(t.sqnr_current_db, "%.1f").c_str(), number(t.one_minus_cosine).c_str(),
+                  number(t.saturation_observed).c_str(), t.spike_blame, recommendation_name(t.recommendation));
     out << line;
+  }
+  std::set<std::string> sources;
+  for (const TensorAdvice& t : a.tensors) {
+    if (!t.what_if_source.empty() && t.what_if_source != a.run) sources.insert(t.what_if_source);
+  }
+  if (!sources.empty()) {
+    out << "(underflow, overflow, SQNR and 1-cosine of tensors run " << a.run << " captured only in FP8 come from the same "
+        << "tensors of " << join(sources, ", ") << ")\n";
   }
   out << "\nwhy, for each tensor not kept in FP8 as it is:\n";
   for (const TensorAdvice& t : a.tensors) {
@@ -179,6 +187,8 @@ std::string advice_json(const RunAdvice& a) {
                         {"sqnr_current_db", finite(t.sqnr_current_db)},
                         {"one_minus_cosine", finite(t.one_minus_cosine)},
                         {"lagging_share", finite(t.lagging_share)},
+                        {"saturation_observed", finite(t.saturation_observed)},
+                        {"what_if_source", t.what_if_source},
                         {"spike_blame", t.spike_blame}};
     if (t.replay) {
       j["replay"] = {{"amax_history_len", t.replay->best.history_len},

@@ -26,6 +26,8 @@ const std::vector<Signal>& signals() {
   static const std::vector<Signal> table = {
       {"underflow_ratio", 1e-3, false, [](const RecordPoint& p) { return statistic(p, "underflow_ratio"); }},
       {"overflow_ratio", 1e-4, false, [](const RecordPoint& p) { return statistic(p, "overflow_ratio"); }},
+      // Codes at +-max: for the job's own FP8 data the only trace of clipping (its amax is clipped too).
+      {"saturation_ratio", 1e-3, false, [](const RecordPoint& p) { return statistic(p, "saturation_ratio"); }},
       {"mse", 0.1, false, [](const RecordPoint& p) { return log10_or_nan(statistic(p, "mse")); }},
       {"1-cosine", 0.1, false, [](const RecordPoint& p) { return log10_or_nan(1.0 - statistic(p, "cosine")); }},
       // Delayed scaling's scale over the scale current scaling would choose: above 0 it clips.

@@ -1,5 +1,5 @@
 // Which tensors changed at a loss spike or divergence onset: for each tensor and recipe, how far
-// its underflow, overflow, error (MSE, 1 - cosine) and scale lag around the onset step moved from
+// its underflow, overflow, saturation, error (MSE, 1 - cosine) and scale lag around the onset step moved from
 // its own recent past, in robust sigmas of that past. The tensors that moved most come first.
 #pragma once
 
@@ -20,7 +20,7 @@ struct AttributionOptions {
 struct Suspect {
   TensorKey tensor;
   RecipeKey recipe;
-  std::string signal;       // underflow_ratio, overflow_ratio, mse, 1-cosine, scale_lag_log2
+  std::string signal;       // underflow_ratio, overflow_ratio, saturation_ratio, mse, 1-cosine, scale_lag_log2
   double before = 0;        // the signal's median before the onset
   double at = 0;            // its worst value in the onset window
   double score = 0;         // (at - before) in robust sigmas of the past, on the signal's scale

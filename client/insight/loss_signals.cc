@@ -25,18 +25,26 @@ struct Baseline {
   bool valid = false;
 };
 
+// The loss level just before a point is the median of the window's last few points; its noise is
+// the spread of the window's step-to-step changes (MAD of first differences / sqrt 2), which a
+// falling trend, unlike the spread of the values themselves, does not inflate.
+constexpr std::size_t kLevelPoints = 10;
+
 Baseline baseline_of(const std::vector<ScalarPoint>& s, std::size_t begin, std::size_t end, std::size_t min_points) {
   std::vector<double> logs;
   for (std::size_t i = begin; i < end; ++i) {
     if (usable(s[i].value)) logs.push_back(std::log(s[i].value));
   }
   Baseline b;
-  if (logs.size() < min_points) return b;
-  b.center = median(logs);
+  if (logs.size() < min_points || logs.size() < 3) return b;
+  b.center = median(std::vector<double>(logs.end() - static_cast<std::ptrdiff_t>(std::min(kLevelPoints, logs.size())), logs.end()));
+  std::vector<double> steps;
+  for (std::size_t i = 1; i < logs.size(); ++i) steps.push_back(logs[i] - logs[i - 1]);
+  const double typical = median(steps);
   std::vector<double> deviations;
-  for (double l : logs) deviations.push_back(std::fabs(l - b.center));
+  for (double d : steps) deviations.push_back(std::fabs(d - typical));
   // A perfectly flat window has no spread; a floor of 0.1% keeps the z-score finite.
-  b.sigma = std::max(kMadToSigma * median(deviations), 1e-3);
+  b.sigma = std::max(kMadToSigma * median(deviations) / std::sqrt(2.0), 1e-3);
   b.valid = true;
   return b;
 }

@@ -1,5 +1,6 @@
 // What a run's loss curve says: spikes (a robust z-score of log-loss against a trailing window:
-// median and MAD, so earlier spikes do not hide later ones) with their height and the steps to
+// the median of its last points as the level, the MAD of its step-to-step changes as the noise, so
+// neither a falling trend nor earlier spikes hide a spike) with their height and the steps to
 // recover, and divergence (the loss leaves its best level for good). Plain functions on a series,
 // so the daemon's history, a file or a test can feed them.
 #pragma once

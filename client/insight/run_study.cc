@@ -28,11 +28,12 @@ Result<RunStudy> study_run(const server::HistoryStore& history, const std::strin
     if (base.value().empty()) {
       return Status::error("baseline " + baseline + " has no '" + o.loss_name + "' values in " + history.path());
     }
+    if (auto b = load_run_records(history, baseline, progress); b.ok()) study.baseline_records = std::move(b).value();
     if (study.loss) {
       study.comparison = compare_loss(*study.loss, analyze_run_loss(baseline, std::move(base).value(), o.spikes, o.divergence));
     }
   }
-  study.advice = advise(study.records, study.onsets);
+  study.advice = advise(study.records, study.onsets, study.baseline_records ? &*study.baseline_records : nullptr);
   return study;
 }
 

@@ -24,6 +24,7 @@ struct StudyOptions {
 
 struct RunStudy {
   RunRecords records;
+  std::optional<RunRecords> baseline_records;  // when the baseline sampled tensors
   std::optional<RunLoss> loss;                 // when the run logged loss_name
   std::optional<LossComparison> comparison;    // when a baseline was given and logged it too
   std::vector<Attribution> onsets;             // one per spike and one for divergence

@@ -123,7 +123,8 @@ void attribution_section(const insight::RunStudy& s, std::ostringstream& out) {
 
 void advice_section(const insight::RunStudy& s, std::ostringstream& out) {
   out << "<h2>Advice</h2><table><tr><th>risk</th><th>layer</th><th>gemm</th><th>operand</th><th>underflow "
-         "(current)</th><th>overflow (delayed)</th><th>SQNR dB</th><th>1-cosine</th><th>onsets led</th>"
+         "(current)</th><th>overflow (delayed)</th><th>SQNR dB</th><th>1-cosine</th><th>what-ifs from</th>"
+         "<th>FP8 codes at max</th><th>onsets led</th>"
          "<th>replay: history, margin</th><th>recommendation</th><th>why</th></tr>";
   for (const insight::TensorAdvice& t : s.advice.tensors) {
     std::string replay = "-";
@@ -132,6 +133,7 @@ void advice_section(const insight::RunStudy& s, std::ostringstream& out) {
         << number(t.risk, "%.2f") << "</td>" << cell(t.tensor.layer) << cell(t.tensor.gemm) << cell(t.tensor.operand)
         << cell(number(t.underflow_current), true) << cell(number(t.overflow_delayed), true)
         << cell(number(t.sqnr_current_db, "%.1f"), true) << cell(number(t.one_minus_cosine), true)
+        << cell(t.what_if_source.empty() ? "-" : t.what_if_source) << cell(number(t.saturation_observed), true)
         << cell(std::to_string(t.spike_blame), true) << cell(replay)
         << cell(insight::recommendation_name(t.recommendation)) << cell(t.reason) << "</tr>";
   }

@@ -41,6 +41,8 @@ struct Options {
   std::string dump_dir;
   int step_sleep_ms = 0;
   int fork_at_step = -1;
+  int outlier_step = -1;
+  float outlier_scale = 64.0f;
   bool capture_probe = false;
   bool no_step_api = false;
 };
@@ -250,7 +252,11 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
 
 double Trainer::step(int step) {
   if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
-  const Matrix x = random_normal(o_.batch, kInputs, 1.0f, rng_);
+  Matrix x = random_normal(o_.batch, kInputs, 1.0f, rng_);
+  // A planted data outlier: one input feature of this step's batch far out of its usual range.
+  if (step == o_.outlier_step) {
+    for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols] *= o_.outlier_scale;
+  }
   const Matrix target = teacher(x, t1_, t2_);
   Matrix a = x;
   for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
@@ -318,6 +324,8 @@ int main(int argc, char** argv) {
   app.add_option("--dump-step", o.dump_step, "Write every GEMM operand of this step as .npy into --dump-dir");
   app.add_option("--dump-dir", o.dump_dir, "Where --dump-step writes");
   app.add_option("--step-sleep-ms", o.step_sleep_ms, "Sleep this long after each step");
+  app.add_option("--outlier-step", o.outlier_step, "At this step scale input feature 0 of the batch by --outlier-scale");
+  app.add_option("--outlier-scale", o.outlier_scale, "How far out the planted outlier is")->check(CLI::Range(1.0f, 1e6f));
   app.add_option("--fork-at-step", o.fork_at_step, "At this step fork a child that runs one GEMM (CPU fixtures only)");
   app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
   app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
