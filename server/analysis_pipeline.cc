@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include <spdlog/spdlog.h>
 
+#include "fp8scope/code_digest.h"
 #include "fp8scope/gemm_check.h"
 #include "fp8scope/recipe_analysis.h"
 #include "fp8scope/scale_rules.h"
@@ -28,6 +30,12 @@ struct Outcome {
   QuantStats stats;
   bool what_if = true;  // false for observed FP8 data: only saturation and scale mean something
 };
+
+std::string hex_digest(std::uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
 
 std::vector<RecipeKind> policy_recipes(const v1::Policy& p) {
   std::vector<RecipeKind> kinds;
@@ -205,6 +213,13 @@ void AnalysisPipeline::process(Sample& s) {
       if (st.per_recipe && meaningful) set((std::string("fp8scope_") + st.metric_name()).c_str(), labels, v);
     }
     if (o.what_if) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
+    // Fingerprints of FP8 codes for the inference check: the job's own codes, and the codes a
+    // weight's per-tensor current cast would write (the scale a PTQ export or TE would choose).
+    if (!o.what_if) {
+      rec.codes_digest = hex_digest(code_digest(s.payload));
+    } else if (operand == Operand::kW && o.recipe == "tensor_current" && o.scale) {
+      rec.codes_digest = hex_digest(quantized_code_digest(view, o.format, static_cast<float>(*o.scale)));
+    }
     if (o.what_if && o.recipe == "tensor_current") {
       // Current scaling maps amax to the format's max, so no bin above floor(log2 max) has mass:
       // those series are left out.

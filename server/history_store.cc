@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS records (
   id INTEGER PRIMARY KEY, time REAL NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL, rank INTEGER NOT NULL,
   step INTEGER NOT NULL, layer TEXT NOT NULL, gemm TEXT NOT NULL, operand TEXT NOT NULL, dtype TEXT NOT NULL,
   numel INTEGER NOT NULL, recipe TEXT NOT NULL, format TEXT NOT NULL, scale REAL, scale_max REAL,
-  scale_current REAL, histogram BLOB);
+  scale_current REAL, histogram BLOB, codes_digest TEXT);
 CREATE INDEX IF NOT EXISTS records_by_run ON records(run, step);
 CREATE INDEX IF NOT EXISTS records_by_layer ON records(layer, gemm, operand);
 CREATE TABLE IF NOT EXISTS scalars (
@@ -78,6 +78,15 @@ Result<sqlite3*> open_db(const std::string& path, bool read_only = false) {
 
 std::string stat_column(const Statistic& s) { return std::string("stat_") + s.key; }
 
+bool has_column(sqlite3* db, const std::string& column) {
+  sqlite3_stmt* probe = nullptr;
+  const std::string sql = "SELECT 1 FROM pragma_table_info('records') WHERE name = '" + column + "'";
+  sqlite3_prepare_v2(db, sql.c_str(), -1, &probe, nullptr);
+  const bool present = sqlite3_step(probe) == SQLITE_ROW;
+  sqlite3_finalize(probe);
+  return present;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& data_dir) {
@@ -95,16 +104,17 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& data
   // One column per statistic; a store from an older daemon gains the new ones.
   for (const Statistic& s : statistics()) {
     const std::string column = stat_column(s);
-    sqlite3_stmt* probe = nullptr;
-    const std::string sql = "SELECT 1 FROM pragma_table_info('records') WHERE name = '" + column + "'";
-    sqlite3_prepare_v2(db, sql.c_str(), -1, &probe, nullptr);
-    const bool present = sqlite3_step(probe) == SQLITE_ROW;
-    sqlite3_finalize(probe);
-    if (!present) {
+    if (!has_column(db, column)) {
       if (Status st = exec(db, "ALTER TABLE records ADD COLUMN " + column + " REAL"); !st.ok()) {
         sqlite3_close(db);
         return Status::error(path + ": " + st.message());
       }
+    }
+  }
+  if (!has_column(db, "codes_digest")) {
+    if (Status st = exec(db, "ALTER TABLE records ADD COLUMN codes_digest TEXT"); !st.ok()) {
+      sqlite3_close(db);
+      return Status::error(path + ": " + st.message());
     }
   }
   Result<sqlite3*> r = open_db(path);
@@ -127,7 +137,7 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::open_read_only(const std::st
 }
 
 HistoryStore::HistoryStore(std::string path, sqlite3* write_db, sqlite3* read_db)
-    : path_(std::move(path)), write_db_(write_db), read_db_(read_db) {
+    : path_(std::move(path)), write_db_(write_db), read_db_(read_db), has_digest_(has_column(read_db, "codes_digest")) {
   sqlite3_stmt* count = nullptr;
   sqlite3_prepare_v2(read_db_, "SELECT COUNT(*) FROM records", -1, &count, nullptr);
   if (sqlite3_step(count) == SQLITE_ROW) records_ = static_cast<std::uint64_t>(sqlite3_column_int64(count, 0));
@@ -209,7 +219,7 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
     insert += ", " + stat_column(s);
     values += ",?";
   }
-  insert += values + ")";
+  insert += ", codes_digest" + values + ",?)";
   sqlite3_stmt* rec = nullptr;
   sqlite3_stmt* sc = nullptr;
   if (sqlite3_prepare_v2(write_db_, insert.c_str(), -1, &rec, nullptr) != SQLITE_OK ||
@@ -239,6 +249,8 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
         const double v = k < r->statistics.size() ? r->statistics[k] : std::nan("");
         std::isnan(v) ? sqlite3_bind_null(rec, i++) : sqlite3_bind_double(rec, i++, v);
       }
+      r->codes_digest.empty() ? sqlite3_bind_null(rec, i++)
+                              : sqlite3_bind_text(rec, i++, r->codes_digest.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(rec) != SQLITE_DONE) status = sql_error(write_db_, "insert record");
       sqlite3_reset(rec);
       ++records;
@@ -302,6 +314,7 @@ Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(cons
   std::string sql = "SELECT time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
                     "scale_max, scale_current, histogram";
   for (const Statistic& s : statistics()) sql += ", " + stat_column(s);
+  sql += has_digest_ ? ", codes_digest" : ", NULL";  // a read-only store from an older daemon lacks it
   sql += std::string(kFilterWhere) + " ORDER BY id LIMIT ?9";
   std::lock_guard<std::mutex> lock(read_mu_);
   sqlite3_stmt* q = nullptr;
@@ -336,6 +349,7 @@ Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(cons
       const int col = 16 + static_cast<int>(k);
       r.statistics.push_back(sqlite3_column_type(q, col) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(q, col));
     }
+    r.codes_digest = text(16 + static_cast<int>(statistics().size()));
     if (!each(r)) break;
   }
   Status s = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? Status() : sql_error(read_db_, "query");

@@ -32,6 +32,8 @@ struct HistoryRecord {
   double scale = 0, scale_max = 0, scale_current = 0;
   std::vector<double> statistics;            // in statistics() order
   std::vector<std::uint64_t> histogram;      // log2|x*s| bins (kHistogramBins)
+  std::string codes_digest;                  // hex code_digest() of the FP8 codes: the job's own
+                                             // (observed) or a weight's under tensor_current; "" = none
 };
 
 struct ScalarRecord {
@@ -89,6 +91,7 @@ class HistoryStore {
   bool stopping_ = false;
   std::string last_error_;
   std::thread writer_;
+  bool has_digest_;
 };
 
 }  // namespace fp8scope::server

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "attribution.h"
 #include "connection_flags.h"
 #include "history_series.h"
+#include "inference_check.h"
 #include "run_comparison.h"
 
 namespace fp8scope::cli {
@@ -95,10 +97,73 @@ void print_table(const insight::LossComparison& c, const std::string& name, std:
   }
 }
 
+nlohmann::json to_json(const insight::InferenceCheck& c) {
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json weights = nlohmann::json::array(), outputs = nlohmann::json::array();
+  for (const insight::WeightCheck& w : c.weights) {
+    weights.push_back({{"layer", w.tensor.layer},
+                       {"verdict", insight::weight_verdict_name(w.verdict)},
+                       {"detail", w.detail},
+                       {"step", w.step},
+                       {"format", w.format},
+                       {"scale", w.scale},
+                       {"training_step", w.training_step},
+                       {"training_format", w.training_format},
+                       {"training_scale", w.training_scale},
+                       {"training_source", w.training_source}});
+  }
+  for (const insight::OutputCheck& x : c.outputs) {
+    outputs.push_back({{"layer", x.layer},
+                       {"accumulate", x.accumulate},
+                       {"run_cosine", finite(x.run_cosine)},
+                       {"run_mse", finite(x.run_mse)},
+                       {"training_cosine", finite(x.training_cosine)},
+                       {"training_mse", finite(x.training_mse)}});
+  }
+  return {{"run", c.run}, {"training", c.training}, {"flagged", c.flagged}, {"weights", weights}, {"outputs", outputs}};
+}
+
+void print_inference(const insight::InferenceCheck& c, std::ostream& out) {
+  out << "\ninference check: the FP8 weights run " << c.run << " used against what training run " << c.training
+      << " ended with\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-40s %-16s %-12s %-12s %s\n", "layer", "verdict", "scale", "training", "detail");
+  out << line;
+  for (const insight::WeightCheck& w : c.weights) {
+    std::snprintf(line, sizeof line, "  %-40s %-16s %-12.7g %-12.7g %s\n", w.tensor.layer.c_str(),
+                  insight::weight_verdict_name(w.verdict), w.scale, w.training_scale, w.detail.c_str());
+    out << line;
+  }
+  out << (c.flagged ? "verdict: " + std::to_string(c.flagged) + " of " + std::to_string(c.weights.size()) +
+                          " FP8 weights differ from training's\n"
+                    : "verdict: every FP8 weight matches training's scale and codes\n");
+  if (c.outputs.empty()) {
+    out << "  (no BF16 (X, W) pair captured on either side: the daemon's GEMM check has no FP8-vs-BF16 output to show)\n";
+    return;
+  }
+  out << "\n  FP8 GEMM outputs against BF16 outputs (the daemon's GEMM check, where BF16 pairs were captured):\n";
+  std::snprintf(line, sizeof line, "  %-40s %-10s %-12s %-12s %-12s %s\n", "layer", "accumulate", "cosine run",
+                "mse run", "cosine train", "mse train");
+  out << line;
+  auto num = [](double v) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%.6g", v);
+    return std::isfinite(v) ? std::string(t) : std::string("-");
+  };
+  for (const insight::OutputCheck& x : c.outputs) {
+    std::snprintf(line, sizeof line, "  %-40s %-10s %-12s %-12s %-12s %s\n", x.layer.c_str(), x.accumulate.c_str(),
+                  num(x.run_cosine).c_str(), num(x.run_mse).c_str(), num(x.training_cosine).c_str(),
+                  num(x.training_mse).c_str());
+    out << line;
+  }
+}
+
 }  // namespace
 
 void add_compare_command(CLI::App& app, CompareOptions& o) {
-  CLI::App* cmd = app.add_subcommand("compare", "A run's loss against its baseline's: spikes, recovery, divergence, and the tensors behind them");
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "A run against its baseline: loss spikes, recovery, divergence and the tensors behind them; for an "
+                 "FP8 inference run, its weight scales and codes against training's");
   add_study_flags(cmd, o.study, true);
   cmd->add_option("--suspects", o.suspects, "Tensors listed per spike or divergence onset")->capture_default_str();
   cmd->add_flag("--json", o.json, "One JSON object");
@@ -111,57 +176,80 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
     return kUsage;
   }
   const insight::StudyOptions& options = o.study.options;
-  insight::RunLoss sides[2];
+
+  // The loss of both runs, when both logged it (an inference run usually has none).
+  std::vector<insight::ScalarPoint> series[2];
   const std::string* runs[2] = {&o.study.run, &o.study.baseline};
   for (int i = 0; i < 2; ++i) {
-    auto series = insight::scalar_series(*history.value(), *runs[i], options.loss_name);
-    if (!series.ok()) {
-      err << "fp8scope compare: " << series.message() << "\n";
+    auto s = insight::scalar_series(*history.value(), *runs[i], options.loss_name);
+    if (!s.ok()) {
+      err << "fp8scope compare: " << s.message() << "\n";
       return kUsage;
     }
-    if (series.value().empty()) {
-      std::string known;
-      if (auto all = insight::runs_with_scalar(*history.value(), options.loss_name); all.ok()) {
-        for (const std::string& r : all.value()) known += (known.empty() ? "" : ", ") + r;
-      }
-      err << "fp8scope compare: no '" << options.loss_name << "' values for run " << *runs[i] << " in "
-          << o.study.data_dir << " (runs that have them: " << (known.empty() ? "none" : known) << ")\n";
-      return kUsage;
-    }
-    sides[i] = insight::analyze_run_loss(*runs[i], std::move(series).value(), options.spikes, options.divergence);
+    series[i] = std::move(s).value();
   }
-  const insight::LossComparison c = insight::compare_loss(std::move(sides[0]), std::move(sides[1]));
+  std::optional<insight::LossComparison> loss;
+  if (!series[0].empty() && !series[1].empty()) {
+    loss = insight::compare_loss(
+        insight::analyze_run_loss(o.study.run, std::move(series[0]), options.spikes, options.divergence),
+        insight::analyze_run_loss(o.study.baseline, std::move(series[1]), options.spikes, options.divergence));
+  }
 
-  // The tensors behind the run's onsets, when it sampled any (a run may have logged only its loss).
-  std::vector<insight::Attribution> onsets;
+  // The tensors of both runs, when they sampled any: the run's onsets, and the inference check.
   ProgressBar bar(err, "reading history", o.study.progress || isatty(STDERR_FILENO));
-  auto records = insight::load_run_records(*history.value(), o.study.run,
-                                           [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); });
+  auto progress = [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
+  auto records = insight::load_run_records(*history.value(), o.study.run, progress);
+  auto baseline_records = insight::load_run_records(*history.value(), o.study.baseline, progress);
   bar.finish();
-  if (records.ok()) {
-    for (const insight::Spike& s : c.run.spikes) {
+  std::vector<insight::Attribution> onsets;
+  if (loss && records.ok()) {
+    for (const insight::Spike& s : loss->run.spikes) {
       onsets.push_back(insight::attribute(records.value(), s.start_step, "spike", options.attribution));
     }
-    if (c.run.divergence) {
-      onsets.push_back(insight::attribute(records.value(), c.run.divergence->onset_step, "divergence", options.attribution));
+    if (loss->run.divergence) {
+      onsets.push_back(insight::attribute(records.value(), loss->run.divergence->onset_step, "divergence", options.attribution));
     }
+  }
+  std::optional<insight::InferenceCheck> inference;
+  if (records.ok() && baseline_records.ok()) inference = insight::check_inference(records.value(), baseline_records.value());
+
+  if (!loss && !inference) {
+    std::string known;
+    if (auto all = insight::runs_with_scalar(*history.value(), options.loss_name); all.ok()) {
+      for (const std::string& r : all.value()) known += (known.empty() ? "" : ", ") + r;
+    }
+    err << "fp8scope compare: nothing to compare in " << o.study.data_dir << ": runs " << o.study.run << " and "
+        << o.study.baseline << " do not both have '" << options.loss_name << "' values (runs that have them: "
+        << (known.empty() ? "none" : known) << "), and run " << o.study.run
+        << " captured no FP8 forward weights to check against the baseline's\n";
+    return kUsage;
   }
   if (o.json) {
-    nlohmann::json attribution = nlohmann::json::array();
-    for (const insight::Attribution& a : onsets) {
-      nlohmann::json suspects = nlohmann::json::array();
-      for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) suspects.push_back(to_json(a.suspects[i]));
-      attribution.push_back({{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}});
+    nlohmann::json j = {{"name", options.loss_name}};
+    if (loss) {
+      nlohmann::json attribution = nlohmann::json::array();
+      for (const insight::Attribution& a : onsets) {
+        nlohmann::json suspects = nlohmann::json::array();
+        for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) suspects.push_back(to_json(a.suspects[i]));
+        attribution.push_back({{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}});
+      }
+      j.update({{"run", to_json(loss->run)},
+                {"baseline", to_json(loss->baseline)},
+                {"run_worse", loss->run_worse},
+                {"findings", loss->findings},
+                {"attribution", attribution}});
     }
-    out << nlohmann::json{{"name", options.loss_name},  {"run", to_json(c.run)}, {"baseline", to_json(c.baseline)},
-                          {"run_worse", c.run_worse}, {"findings", c.findings}, {"attribution", attribution}}
-               .dump()
-        << "\n";
+    if (inference) j["inference_check"] = to_json(*inference);
+    out << j.dump() << "\n";
     return 0;
   }
-  print_table(c, options.loss_name, out);
-  if (!records.ok() && !c.run.spikes.empty()) {
-    out << "\n(run " << o.study.run << " sampled no tensors, so its onsets cannot be attributed)\n";
+  if (loss) {
+    print_table(*loss, options.loss_name, out);
+    if (!records.ok() && !loss->run.spikes.empty()) {
+      out << "\n(run " << o.study.run << " sampled no tensors, so its onsets cannot be attributed)\n";
+    }
+  } else {
+    out << "(no '" << options.loss_name << "' values on both sides: the loss is not compared)\n";
   }
   for (const insight::Attribution& a : onsets) {
     out << "\n" << a.cause << " at step " << a.onset_step << ": the tensors that moved most\n";
@@ -176,6 +264,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
     }
     if (a.suspects.empty()) out << "  no tensor was sampled both before and around this step\n";
   }
+  if (inference) print_inference(*inference, out);
   return 0;
 }
 

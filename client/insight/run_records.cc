@@ -43,7 +43,7 @@ Result<RunRecords> load_run_records(const server::HistoryStore& history, const s
     auto& steps = by_step[{tk, RecipeKey{r.recipe, r.format}}];
     auto it = steps.find(r.step);
     if (it == steps.end() || r.rank < it->second.first) {
-      steps[r.step] = {r.rank, RecordPoint{r.step, r.scale, r.scale_current, r.statistics}};
+      steps[r.step] = {r.rank, RecordPoint{r.step, r.scale, r.scale_current, r.statistics, r.codes_digest}};
     }
     if (++out.records % 4096 == 0 && progress) progress(out.records, total.value());
     return true;

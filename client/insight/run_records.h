@@ -28,6 +28,7 @@ struct RecordPoint {
   std::uint64_t step = 0;
   double scale = 0, scale_current = 0;
   std::vector<double> statistics;  // in statistics() order
+  std::string codes_digest;        // see HistoryRecord
 };
 
 struct TensorRecords {

@@ -25,11 +25,16 @@ Result<RunStudy> study_run(const server::HistoryStore& history, const std::strin
   if (!baseline.empty()) {
     Result<std::vector<ScalarPoint>> base = scalar_series(history, baseline, o.loss_name);
     if (!base.ok()) return base.status();
-    if (base.value().empty()) {
-      return Status::error("baseline " + baseline + " has no '" + o.loss_name + "' values in " + history.path());
+    auto b = load_run_records(history, baseline, progress);
+    if (base.value().empty() && !b.ok()) {
+      return Status::error("baseline " + baseline + " has neither '" + o.loss_name + "' values nor tensor records in " +
+                           history.path());
     }
-    if (auto b = load_run_records(history, baseline, progress); b.ok()) study.baseline_records = std::move(b).value();
-    if (study.loss) {
+    if (b.ok()) {
+      study.baseline_records = std::move(b).value();
+      study.inference = check_inference(study.records, *study.baseline_records);
+    }
+    if (study.loss && !base.value().empty()) {
       study.comparison = compare_loss(*study.loss, analyze_run_loss(baseline, std::move(base).value(), o.spikes, o.divergence));
     }
   }

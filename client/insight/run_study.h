@@ -10,6 +10,7 @@
 #include "advice.h"
 #include "attribution.h"
 #include "history_store.h"
+#include "inference_check.h"
 #include "run_comparison.h"
 #include "run_records.h"
 
@@ -27,13 +28,14 @@ struct RunStudy {
   std::optional<RunRecords> baseline_records;  // when the baseline sampled tensors
   std::optional<RunLoss> loss;                 // when the run logged loss_name
   std::optional<LossComparison> comparison;    // when a baseline was given and logged it too
+  std::optional<InferenceCheck> inference;     // when the run used FP8 weights the baseline sampled
   std::vector<Attribution> onsets;             // one per spike and one for divergence
   RunAdvice advice;
 };
 
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
-// An error when the run has no tensor records, or the baseline is named but has no loss.
+// An error when the run has no tensor records, or the baseline is named but has neither loss nor records.
 Result<RunStudy> study_run(const server::HistoryStore& history, const std::string& run, const std::string& baseline,
                            const StudyOptions& options, const Progress& progress = nullptr);
 

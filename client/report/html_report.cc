@@ -146,6 +146,34 @@ void advice_section(const insight::RunStudy& s, std::ostringstream& out) {
 }
 
 // Rows: the riskiest tensors; columns: sampled steps bucketed; a cell holds the bucket's worst value.
+void inference_section(const insight::RunStudy& s, std::ostringstream& out) {
+  if (!s.inference) return;
+  const insight::InferenceCheck& c = *s.inference;
+  out << "<h2>Inference check</h2><p class='" << (c.flagged ? "verdict-bad" : "verdict-ok") << "'>"
+      << (c.flagged ? std::to_string(c.flagged) + " of " + std::to_string(c.weights.size()) +
+                          " FP8 weights of run " + html_escape(c.run) + " differ from what training run " +
+                          html_escape(c.training) + " ended with"
+                    : "Every FP8 weight of run " + html_escape(c.run) + " matches training run " +
+                          html_escape(c.training) + "'s scale and codes")
+      << "</p><table><tr><th>layer</th><th>verdict</th><th>format</th><th>scale</th><th>training scale</th>"
+         "<th>training source</th><th>detail</th></tr>";
+  for (const insight::WeightCheck& w : c.weights) {
+    out << "<tr>" << cell(w.tensor.layer) << cell(insight::weight_verdict_name(w.verdict)) << cell(w.format)
+        << cell(number(w.scale, "%.7g"), true) << cell(number(w.training_scale, "%.7g"), true)
+        << cell(w.training_source) << cell(w.detail) << "</tr>";
+  }
+  out << "</table>";
+  if (c.outputs.empty()) return;
+  out << "<h3>FP8 GEMM outputs against BF16 outputs (the daemon's GEMM check)</h3><table><tr><th>layer</th>"
+         "<th>accumulate</th><th>cosine, run</th><th>MSE, run</th><th>cosine, training</th><th>MSE, training</th></tr>";
+  for (const insight::OutputCheck& x : c.outputs) {
+    out << "<tr>" << cell(x.layer) << cell(x.accumulate) << cell(number(x.run_cosine, "%.6g"), true)
+        << cell(number(x.run_mse), true) << cell(number(x.training_cosine, "%.6g"), true)
+        << cell(number(x.training_mse), true) << "</tr>";
+  }
+  out << "</table>";
+}
+
 void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
   out << "<h2>Underflow and overflow per tensor and step</h2>";
   std::vector<std::uint64_t> steps;
@@ -230,6 +258,7 @@ std::string html_report(const insight::RunStudy& s, const ReportOptions& o) {
   loss_section(s, out);
   attribution_section(s, out);
   advice_section(s, out);
+  inference_section(s, out);
   heatmap_section(s, o, out);
   scale_section(s, o, out);
   out << "</body></html>\n";

@@ -1,6 +1,7 @@
 // `fp8scope report`: one self-contained HTML file (inline CSS and SVG, no script, no network) of
 // what fp8scope concludes about a run: the loss curves with spikes marked, the tensors that moved
-// at each onset, the advice table with its TE debug-API YAML and Megatron list, heatmaps of
+// at each onset, the advice table with its TE debug-API YAML and Megatron list, the inference
+// check when the run used FP8 weights its baseline trained, heatmaps of
 // underflow and overflow per tensor and step, and delayed against current scale.
 #pragma once
 

@@ -3,6 +3,8 @@
 // jumps at steps 40 and 65, exactly where its loss spikes, and blocks.3 spans more binades than
 // FP8 holds. A BF16 baseline logs a clean loss. compare, advise and report must name blocks.2 at
 // both spikes, send blocks.3 to BF16, and the report must render in a real headless browser.
+// Then an FP8 inference run against its BF16 training run: one weight with the wrong scale, one
+// with the right scale but other codes, one training never had; compare must flag exactly those.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -12,6 +14,7 @@
 
 #include "../support/daemon_fixture.h"
 #include "../support/temp_dir.h"
+#include "fp8scope/fp8_cast.h"
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/wire.h"
 
@@ -45,6 +48,23 @@ std::vector<float> activation(int layer, int step, std::mt19937& rng) {
   return v;
 }
 
+v1::TensorHeader header(const std::string& layer, std::uint64_t step, v1::Operand operand, v1::DType dtype) {
+  v1::TensorHeader h;
+  h.set_step(step);
+  h.set_layer(layer);
+  h.set_gemm(v1::GEMM_FPROP);
+  h.set_operand(operand);
+  h.set_dtype(dtype);
+  h.add_shape(kRows);
+  h.add_shape(kCols);
+  return h;
+}
+
+template <class T>
+std::span<const std::uint8_t> bytes_of(const std::vector<T>& v) {
+  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
 void stream_run(const DaemonProcess& d, const std::string& run, bool with_tensors, bool with_spikes) {
   v1::Hello hello = make_hello("insight", run, 0, 1, 1);
   ConnectionOptions to;
@@ -56,15 +76,9 @@ void stream_run(const DaemonProcess& d, const std::string& run, bool with_tensor
     if (with_tensors) {
       for (int layer = 0; layer < kLayers; ++layer) {
         const std::vector<float> x = activation(layer, step, rng);
-        v1::TensorHeader h;
-        h.set_step(static_cast<std::uint64_t>(step));
-        h.set_layer("blocks." + std::to_string(layer) + ".mlp.fc1");
-        h.set_gemm(v1::GEMM_FPROP);
-        h.set_operand(v1::OPERAND_X);
-        h.set_dtype(v1::DTYPE_F32);
-        h.add_shape(kRows);
-        h.add_shape(kCols);
-        REQUIRE(stream.value()->send(h, {reinterpret_cast<const std::uint8_t*>(x.data()), x.size() * sizeof(float)}).ok());
+        const v1::TensorHeader h = header("blocks." + std::to_string(layer) + ".mlp.fc1", static_cast<std::uint64_t>(step),
+                                          v1::OPERAND_X, v1::DTYPE_F32);
+        REQUIRE(stream.value()->send(h, bytes_of(x)).ok());
       }
     }
     double loss = clean_loss(step, rng);
@@ -258,4 +272,114 @@ TEST_CASE("the report names blocks.2 first and renders in headless chromium with
   REQUIRE(dumped.exit_code == 0);
   CHECK(dumped.out.find("<svg") != std::string::npos);
   CHECK(dumped.out.find("overflow ratio, delayed scaling") != std::string::npos);
+}
+
+namespace {
+
+// A weight's E4M3 codes as TE casts them: fp32(w * scale), nearest even, satfinite.
+std::vector<std::uint8_t> cast_e4m3(const std::vector<float>& w, float scale) {
+  std::vector<std::uint8_t> codes;
+  for (float x : w) codes.push_back(encode<kE4M3>(mul_rn(x, scale), Saturation::kSatFinite).code);
+  return codes;
+}
+
+float current_scale_of(const std::vector<float>& w) {
+  float amax = 0;
+  for (float x : w) amax = std::max(amax, std::fabs(x));
+  return 448.0f / amax;
+}
+
+}  // namespace
+
+TEST_CASE("compare flags the inference weights whose scale or codes are not training's", "[insight][inference]") {
+  TempDir dir;
+  const std::string data = dir.file("data");
+  DaemonProcess daemon(data);
+  ConnectionOptions to;
+  to.endpoint = daemon.grpc();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<std::vector<float>> weights(kLayers, std::vector<float>(kRows * kCols));
+
+  // Training, in BF16 (F32 here): three steps of every layer's weight, and one activation of
+  // blocks.0 so the daemon's GEMM check compares an FP8 output with the BF16 one.
+  {
+    auto train = SampleStream::open(to, make_hello("insight", "train-bf16", 0, 1, 1));
+    REQUIRE(train.ok());
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      for (int l = 0; l < kLayers; ++l) {
+        for (float& w : weights[l]) w += normal(rng);
+        REQUIRE(train.value()->send(header("blocks." + std::to_string(l) + ".mlp.fc1", step, v1::OPERAND_W, v1::DTYPE_F32),
+                                    bytes_of(weights[l])).ok());
+      }
+      const std::vector<float> x = activation(0, static_cast<int>(step), rng);
+      REQUIRE(train.value()->send(header("blocks.0.mlp.fc1", step, v1::OPERAND_X, v1::DTYPE_F32), bytes_of(x)).ok());
+    }
+    REQUIRE(train.value()->wait_for_acks(120).ok());
+    REQUIRE(train.value()->close().ok());
+  }
+  // Inference, in FP8: blocks.0 and .1 exactly as training would cast them; blocks.2 with twice
+  // the scale; blocks.3 with the right scale but a weight that is not the trained one; and a head
+  // training never sampled.
+  {
+    auto serve = SampleStream::open(to, make_hello("insight", "serve-fp8", 0, 1, 1));
+    REQUIRE(serve.ok());
+    for (int l = 0; l <= kLayers; ++l) {
+      std::vector<float> w = weights[static_cast<std::size_t>(std::min(l, kLayers - 1))];
+      float scale = current_scale_of(w);
+      if (l == 2) scale *= 2.0f;
+      if (l == 3) w[100] += 0.05f;
+      v1::TensorHeader h = header(l == kLayers ? "lm_head" : "blocks." + std::to_string(l) + ".mlp.fc1", 7,
+                                  v1::OPERAND_W, v1::DTYPE_E4M3);
+      h.set_scale_inv(1.0f / scale);
+      REQUIRE(serve.value()->send(h, bytes_of(cast_e4m3(w, scale))).ok());
+    }
+    REQUIRE(serve.value()->wait_for_acks(120).ok());
+    REQUIRE(serve.value()->close().ok());
+  }
+
+  json check;
+  REQUIRE(eventually([&] {
+    const ProcessResult c = cli({"compare", "--data-dir", data, "--run", "serve-fp8", "--baseline", "train-bf16", "--json"});
+    if (c.exit_code != 0) return false;
+    check = json::parse(c.out)["inference_check"];
+    return check["weights"].size() == kLayers + 1 && !check["outputs"].empty();
+  }));
+  INFO(check.dump(2));
+  CHECK(check["flagged"] == 2);
+  std::map<std::string, std::string> verdicts;
+  for (const json& w : check["weights"]) verdicts[w["layer"]] = w["verdict"];
+  CHECK(verdicts["blocks.0.mlp.fc1"] == "matches");
+  CHECK(verdicts["blocks.1.mlp.fc1"] == "matches");
+  CHECK(verdicts["blocks.2.mlp.fc1"] == "scale differs");
+  CHECK(verdicts["blocks.3.mlp.fc1"] == "codes differ");
+  CHECK(verdicts["lm_head"] == "not in training");
+  for (const json& w : check["weights"]) {
+    if (w["layer"] == "blocks.0.mlp.fc1") {
+      CHECK(w["training_source"] == "tensor_current");
+      CHECK(w["training_step"] == 2);
+    }
+  }
+  // The GEMM check saw training's BF16 pair of blocks.0: its FP8 output error is shown.
+  REQUIRE(check["outputs"].size() == 1);
+  CHECK(check["outputs"][0]["layer"] == "blocks.0.mlp.fc1");
+  CHECK(check["outputs"][0]["training_cosine"].get<double>() > 0.99);
+  CHECK(check["outputs"][0]["run_cosine"].is_null());
+
+  const ProcessResult table = cli({"compare", "--data-dir", data, "--run", "serve-fp8", "--baseline", "train-bf16"});
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("the loss is not compared"));
+  CHECK_THAT(table.out, Catch::Contains("verdict: 2 of 5 FP8 weights differ from training's"));
+  // Against itself, everything matches.
+  const ProcessResult same = cli({"compare", "--data-dir", data, "--run", "serve-fp8", "--baseline", "serve-fp8", "--json"});
+  REQUIRE(same.exit_code == 0);
+  CHECK(json::parse(same.out)["inference_check"]["flagged"] == 0);
+  // The report of the inference run carries the same check.
+  const std::string html = dir.file("serve.html");
+  REQUIRE(cli({"report", "--data-dir", data, "--run", "serve-fp8", "--baseline", "train-bf16", "-o", html}).exit_code == 0);
+  std::ifstream in(html);
+  std::stringstream page;
+  page << in.rdbuf();
+  CHECK_THAT(page.str(), Catch::Contains("2 of 5 FP8 weights of run serve-fp8 differ from what training run train-bf16 ended with"));
+  CHECK_THAT(page.str(), Catch::Contains("<td>scale differs</td>"));
 }

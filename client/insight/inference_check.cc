@@ -1,0 +1,139 @@
+#include "inference_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace fp8scope::insight {
+namespace {
+
+template <class... Args>
+std::string format(const char* fmt, Args... args) {
+  char text[256];
+  std::snprintf(text, sizeof text, fmt, args...);
+  return text;
+}
+
+const RecordPoint* latest(const std::vector<RecordPoint>* points) {
+  return points == nullptr || points->empty() ? nullptr : &points->back();
+}
+
+double median_statistic(const std::vector<RecordPoint>& points, const char* key) {
+  std::vector<double> v;
+  for (const RecordPoint& p : points) {
+    if (const double x = statistic(p, key); std::isfinite(x)) v.push_back(x);
+  }
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+bool flagged(WeightVerdict v) {
+  return v == WeightVerdict::kScaleDiffers || v == WeightVerdict::kCodesDiffer || v == WeightVerdict::kFormatDiffers;
+}
+
+WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std::string& inf_format,
+                         const TensorRecords* training) {
+  WeightCheck c;
+  c.tensor = key;
+  c.step = inf.step;
+  c.format = inf_format;
+  c.scale = inf.scale;
+  if (training == nullptr) {
+    c.verdict = WeightVerdict::kNotInTraining;
+    c.detail = "training captured no weight of this layer and GEMM";
+    return c;
+  }
+  // Trained in FP8: the codes and scale training's last step used. Trained in BF16: the scale and
+  // codes a per-tensor cast of the final weight gives.
+  std::string source = "observed", fmt;
+  const RecordPoint* ref = latest(training->find("observed", &fmt));
+  if (ref == nullptr) {
+    source = "tensor_current";
+    ref = latest(training->find("tensor_current", &fmt));
+  }
+  if (ref == nullptr) {
+    c.verdict = WeightVerdict::kNotComparable;
+    c.detail = "training's capture of this weight has neither FP8 codes nor a current-scaling cast";
+    return c;
+  }
+  c.training_step = ref->step;
+  c.training_format = fmt;
+  c.training_scale = ref->scale;
+  c.training_source = source;
+  if (fmt != inf_format) {
+    c.verdict = WeightVerdict::kFormatDiffers;
+    c.detail = "inference casts to " + inf_format + ", training to " + fmt;
+  } else if (!(std::fabs(inf.scale - ref->scale) <= kScaleTolerance * std::fabs(ref->scale))) {
+    c.verdict = WeightVerdict::kScaleDiffers;
+    c.detail = format("scale %.7g, training ended with %.7g (%+.2f binades)", inf.scale, ref->scale,
+                      std::log2(inf.scale / ref->scale));
+  } else if (inf.codes_digest.empty() || ref->codes_digest.empty()) {
+    c.verdict = WeightVerdict::kNotComparable;
+    c.detail = "the same scale; no code fingerprint on one side (a daemon older than the inference check)";
+  } else if (inf.codes_digest != ref->codes_digest) {
+    c.verdict = WeightVerdict::kCodesDiffer;
+    c.detail = "the same scale, but the FP8 codes differ from the trained weight cast with it (another "
+               "checkpoint, layout or rounding)";
+  } else {
+    c.verdict = WeightVerdict::kMatches;
+    c.detail = "the same scale and the same codes";
+  }
+  return c;
+}
+
+}  // namespace
+
+const char* weight_verdict_name(WeightVerdict v) {
+  switch (v) {
+    case WeightVerdict::kMatches: return "matches";
+    case WeightVerdict::kScaleDiffers: return "scale differs";
+    case WeightVerdict::kCodesDiffer: return "codes differ";
+    case WeightVerdict::kFormatDiffers: return "format differs";
+    case WeightVerdict::kNotInTraining: return "not in training";
+    case WeightVerdict::kNotComparable: return "not comparable";
+  }
+  return "?";
+}
+
+std::optional<InferenceCheck> check_inference(const RunRecords& inference, const RunRecords& training) {
+  InferenceCheck out;
+  out.run = inference.run;
+  out.training = training.run;
+  for (const auto& [key, records] : inference.tensors) {
+    if (key.gemm != "fprop" || key.operand != "w") continue;
+    std::string fmt;
+    const RecordPoint* inf = latest(records.find("observed", &fmt));
+    if (inf == nullptr) continue;  // inference ran this GEMM in high precision
+    auto it = training.tensors.find(key);
+    out.weights.push_back(check_weight(key, *inf, fmt, it == training.tensors.end() ? nullptr : &it->second));
+    out.flagged += flagged(out.weights.back().verdict);
+  }
+  if (out.weights.empty()) return std::nullopt;
+  std::stable_sort(out.weights.begin(), out.weights.end(), [](const WeightCheck& a, const WeightCheck& b) {
+    return flagged(a.verdict) > flagged(b.verdict);
+  });
+
+  // The GEMM check's output error per layer, where either side captured a BF16 (X, W) pair.
+  std::map<std::pair<std::string, std::string>, OutputCheck> outputs;
+  for (const RunRecords* side : {&inference, &training}) {
+    for (const auto& [key, records] : side->tensors) {
+      if (key.operand != "y") continue;
+      for (const auto& [recipe, points] : records.recipes) {
+        const std::string accumulate = recipe.recipe.rfind("gemm_", 0) == 0 ? recipe.recipe.substr(5) : recipe.recipe;
+        auto [it, added] = outputs.try_emplace({key.layer, accumulate});
+        OutputCheck& o = it->second;
+        if (added) {
+          o = OutputCheck{key.layer, accumulate, std::nan(""), std::nan(""), std::nan(""), std::nan("")};
+        }
+        (side == &inference ? o.run_cosine : o.training_cosine) = median_statistic(points, "cosine");
+        (side == &inference ? o.run_mse : o.training_mse) = median_statistic(points, "mse");
+      }
+    }
+  }
+  for (auto& [key, o] : outputs) out.outputs.push_back(o);
+  return out;
+}
+
+}  // namespace fp8scope::insight
