@@ -1,6 +1,8 @@
 // The SQLite history: what was added is there after flush, filters work, and it survives reopening.
 #include "history_store.h"
 
+#include <sqlite3.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -76,4 +78,53 @@ TEST_CASE("an unwritable data dir is an error naming it", "[history_store]") {
   auto store = HistoryStore::open("/proc/fp8scope-cannot-be-here");
   REQUIRE(!store.ok());
   CHECK(store.message().find("/proc/fp8scope-cannot-be-here") != std::string::npos);
+}
+
+TEST_CASE("code fingerprints are stored; a store without their column still reads, and gains it", "[history_store]") {
+  fp8scope::testing::TempDir dir;
+  {
+    auto store = HistoryStore::open(dir.path());
+    REQUIRE(store.ok());
+    HistoryRecord r = record("serve", "blocks.0.mlp", 3, 0.0);
+    r.codes_digest = "0123456789abcdef";
+    store.value()->add(r);
+    store.value()->add(record("serve", "blocks.1.mlp", 3, 0.0));
+    REQUIRE(store.value()->flush().ok());
+  }
+  auto digests = [&](const HistoryStore& s) {
+    std::vector<std::string> out;
+    REQUIRE(s.query(HistoryFilter(), [&](const HistoryRecord& r) {
+      out.push_back(r.codes_digest);
+      return true;
+    }).ok());
+    return out;
+  };
+  {
+    auto reader = HistoryStore::open_read_only(dir.path());
+    REQUIRE(reader.ok());
+    CHECK(digests(*reader.value()) == std::vector<std::string>{"0123456789abcdef", ""});
+    HistoryFilter serve;
+    serve.run = "serve";
+    CHECK(reader.value()->count(serve).value() == 2);
+    serve.layer_regex = "1";
+    CHECK(reader.value()->count(serve).value() == 1);
+  }
+  // A daemon from before the inference check wrote no such column.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((dir.path() + "/history.sqlite").c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "ALTER TABLE records DROP COLUMN codes_digest", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  {
+    auto reader = HistoryStore::open_read_only(dir.path());
+    REQUIRE(reader.ok());
+    CHECK(digests(*reader.value()) == std::vector<std::string>{"", ""});
+  }
+  auto store = HistoryStore::open(dir.path());
+  REQUIRE(store.ok());
+  HistoryRecord r = record("serve", "blocks.2.mlp", 4, 0.0);
+  r.codes_digest = "fedcba9876543210";
+  store.value()->add(r);
+  REQUIRE(store.value()->flush().ok());
+  CHECK(digests(*store.value()).back() == "fedcba9876543210");
+  CHECK(!HistoryStore::open_read_only(dir.file("nowhere")).ok());
 }
