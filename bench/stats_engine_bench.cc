@@ -2,7 +2,9 @@
 // five, against memcpy of the same bytes in the same run. Targets: one recipe <= 3x memcpy; all
 // five <= 3.5x one recipe. The ratios are printed as counters: "x_memcpy", and "x_one_recipe"
 // (all five against tensor_current alone). recipe:N is RecipeKind N (1 tensor_current,
-// 2 tensor_delayed, 3 mxfp8, 4 block_1x128, 5 block_128x128).
+// 2 tensor_delayed, 3 mxfp8, 4 block_1x128, 5 block_128x128). BM_WeightCodeDigest is the extra
+// pass the daemon makes over each sampled weight for the inference check (one thread, no target;
+// "x_one_recipe" puts it beside tensor_current's statistics).
 //   stats_engine_bench [--fp8scope_mib=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
 
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/code_digest.h"
 #include "fp8scope/cpu_engine.h"
 
 using namespace fp8scope;
@@ -86,6 +89,12 @@ void BM_AllRecipes(benchmark::State& state) {
   run_recipes(state, std::vector<RecipeKind>(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds)));
 }
 
+void BM_WeightCodeDigest(benchmark::State& state) {
+  const TensorView t = view();
+  for (auto _ : state) benchmark::DoNotOptimize(quantized_code_digest(t, Fp8Format::kE4M3, 100.0f));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.numel() * 2));
+}
+
 // Reports each run's mean time as a ratio to the baselines measured earlier in the same process.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -99,7 +108,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
       if (name.rfind("BM_OneRecipe/recipe:1", 0) == 0) g_one_recipe_seconds = seconds;  // tensor_current
       if (g_memcpy_seconds > 0 && name.rfind("BM_Memcpy", 0) != 0) r.counters["x_memcpy"] = seconds / g_memcpy_seconds;
-      if (g_one_recipe_seconds > 0 && name.rfind("BM_AllRecipes", 0) == 0) {
+      if (g_one_recipe_seconds > 0 && (name.rfind("BM_AllRecipes", 0) == 0 || name.rfind("BM_WeightCodeDigest", 0) == 0)) {
         r.counters["x_one_recipe"] = seconds / g_one_recipe_seconds;
       }
     }
@@ -112,6 +121,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 BENCHMARK(BM_Memcpy)->UseRealTime();
 BENCHMARK(BM_OneRecipe)->UseRealTime()->DenseRange(1, 5)->ArgName("recipe");
 BENCHMARK(BM_AllRecipes)->UseRealTime();
+BENCHMARK(BM_WeightCodeDigest)->UseRealTime();
 
 int main(int argc, char** argv) {
   std::vector<char*> args;
