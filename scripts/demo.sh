@@ -53,10 +53,14 @@ if [ -x "$trainer" ]; then
   echo "   both see the same planted data outlier at step 60 (one input feature 64x out of range)"
   for mode in bf16 fp8; do
     "$fp8scope" run --endpoint "$grpc" --every 4 --job tiny --run "$mode" -- \
-      "$trainer" --steps 120 --mode "$mode" --outlier-step 60
+      "$trainer" --steps 120 --mode "$mode" --outlier-step 60 --save-weights "build/demo/$mode.weights"
   done
-  for _ in $(seq 600); do  # 8 pushed + 2 runs x 30 sampled steps x 18 operands
-    "$fp8scope" status --endpoint "$grpc" --json | grep -q '"samples_analyzed":"1088"' && break
+  echo "   and an FP8 inference job serving the BF16 run's weights (current scaling, as a PTQ export casts)"
+  "$fp8scope" run --endpoint "$grpc" --every 4 --job tiny --run serve-fp8 -- \
+    "$trainer" --steps 40 --step-sleep-ms 25 --mode fp8 --serve build/demo/bf16.weights
+  for _ in $(seq 600); do  # every sample received is analyzed
+    /usr/bin/python3 -c "import json, sys; s = json.load(sys.stdin); sys.exit(s['samples_received'] != s['samples_analyzed'])" \
+      < <("$fp8scope" status --endpoint "$grpc" --json) && break
     sleep 0.1
   done
   echo; echo "== fp8scope tensors --sort underflow --top 8 (what each tensor would lose in E4M3/E5M2 under current scaling)"
@@ -73,6 +77,8 @@ if [ -x "$trainer" ]; then
   "$fp8scope" compare --data-dir "$data" --run fp8 --baseline bf16
   echo; echo "== fp8scope advise --run fp8 --baseline bf16 --top 8 (the FP8 run's what-ifs come from the BF16 tensors)"
   "$fp8scope" advise --data-dir "$data" --run fp8 --baseline bf16 --top 8
+  echo; echo "== fp8scope compare --run serve-fp8 --baseline bf16 (the inference check: the served weights are the trained ones)"
+  "$fp8scope" compare --data-dir "$data" --run serve-fp8 --baseline bf16
   echo; echo "== fp8scope report --run fp8 --baseline bf16"
   "$fp8scope" report --data-dir "$data" --run fp8 --baseline bf16 -o build/demo/report.html
   echo "   open build/demo/report.html in a browser (one file, no network needed)"

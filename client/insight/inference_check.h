@@ -43,7 +43,8 @@ struct InferenceCheck {
 // Scales within this relative difference are the same scale (1/scale_inv round trips in fp32).
 inline constexpr double kScaleTolerance = 1e-5;
 
-// Nothing when the inference run captured no FP8 forward weight.
+// Nothing when the inference run captured no FP8 forward weight, or any backward GEMM (then it is
+// a training run, and its weights are not meant to be the baseline's).
 std::optional<InferenceCheck> check_inference(const RunRecords& inference, const RunRecords& training);
 
 }  // namespace fp8scope::insight

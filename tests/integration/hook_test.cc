@@ -273,3 +273,49 @@ TEST_CASE("a forked child is left alone, and GEMMs under graph capture are skipp
   CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_dropped_total", {{"reason", "client_graph_capture"}}) == 1; }));
   CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 6 * kSamplesPerStep; }));
 }
+
+TEST_CASE("an FP8 inference job serving the BF16 checkpoint passes the inference check; another checkpoint fails it",
+          "[hook][inference]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::string bf16_weights = dir.file("bf16.weights"), fp8_weights = dir.file("fp8.weights");
+  // Training closes with an evaluation pass (step 8, sampled at --every 4) over its final weights.
+  for (const auto& [mode, weights] : {std::pair{"bf16", bf16_weights}, std::pair{"fp8", fp8_weights}}) {
+    const ProcessResult train = run_process(under_hook({"--endpoint", daemon.grpc(), "--every", "4", "--run", mode},
+                                                       {"--steps", "8", "--mode", mode, "--save-weights", weights}),
+                                            child_env(), 120.0);
+    REQUIRE(train.exit_code == 0);
+  }
+  for (const auto& [run, weights] : {std::pair{"serve-bf16-ckpt", bf16_weights}, std::pair{"serve-fp8-ckpt", fp8_weights}}) {
+    const ProcessResult serve = run_process(
+        under_hook({"--endpoint", daemon.grpc(), "--every", "4", "--run", run},
+                   {"--steps", "12", "--step-sleep-ms", "20", "--mode", "fp8", "--serve", weights}),
+        child_env(), 120.0);
+    REQUIRE(serve.exit_code == 0);
+  }
+  auto check = [&](const std::string& run) {
+    json j;
+    const bool ok = eventually([&] {
+      const ProcessResult c = cli({"compare", "--data-dir", dir.file("data"), "--run", run, "--baseline", "bf16", "--json"});
+      if (c.exit_code != 0) return false;
+      j = json::parse(c.out)["inference_check"];
+      return j["weights"].size() == 3;
+    });
+    REQUIRE(ok);
+    return j;
+  };
+  // The served codes are the BF16 checkpoint's weights cast as the daemon casts the last sampled
+  // weights of training: every layer matches, through the real hook and scale_inv pointers.
+  const json same = check("serve-bf16-ckpt");
+  INFO(same.dump(2));
+  CHECK(same["flagged"] == 0);
+  for (const json& w : same["weights"]) CHECK(w["verdict"] == "matches");
+  // Serving the FP8 run's checkpoint against the BF16 run: other weights, other amaxes.
+  const json other = check("serve-fp8-ckpt");
+  INFO(other.dump(2));
+  CHECK(other["flagged"] == 3);
+  // The FP8 training run itself is no inference run: compare checks its loss, not its weights.
+  const ProcessResult training = cli({"compare", "--data-dir", dir.file("data"), "--run", "fp8", "--baseline", "bf16", "--json"});
+  REQUIRE(training.exit_code == 0);
+  CHECK_FALSE(json::parse(training.out).contains("inference_check"));
+}

@@ -70,6 +70,18 @@ std::vector<std::uint8_t> Fp8Tensor::cast(const Matrix& m, float& scale_inv) {
   return codes;
 }
 
+std::vector<std::uint8_t> cast_current_e4m3(const Matrix& m, float& scale_inv) {
+  float amax = 0.0f;
+  for (float x : m.v) {
+    if (!std::isnan(x)) amax = std::fmax(amax, std::fabs(x));
+  }
+  const float scale = amax > 0.0f ? 448.0f / amax : 1.0f;
+  scale_inv = 1.0f / scale;
+  std::vector<std::uint8_t> codes(m.v.size());
+  for (std::size_t i = 0; i < m.v.size(); ++i) codes[i] = encode<kE4M3>(m.v[i] * scale, Saturation::kSatFinite).code;
+  return codes;
+}
+
 bool write_npy(const std::string& path, const std::string& descr, int rows, int cols, const void* data, std::size_t bytes) {
   std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
                        std::to_string(cols) + "), }";

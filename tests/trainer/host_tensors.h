@@ -42,6 +42,10 @@ class Fp8Tensor {
   DelayedScalingState state_;
 };
 
+// E4M3 codes of m under per-tensor current scaling (scale = RN(448 / amax), as TE and a
+// post-training export choose it), and the scale_inv: how an FP8 inference job casts.
+std::vector<std::uint8_t> cast_current_e4m3(const Matrix& m, float& scale_inv);
+
 // Writes a 2-D .npy of raw elements: "<u2" for BF16 bits, "|u1" for FP8 codes, "<f4" for fp32.
 bool write_npy(const std::string& path, const std::string& descr, int rows, int cols, const void* data, std::size_t bytes);
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <nvtx3/nvToolsExt.h>
 #include <thread>
 
@@ -43,6 +44,7 @@ struct Options {
   int fork_at_step = -1;
   int outlier_step = -1;
   float outlier_scale = 64.0f;
+  std::string save_weights, serve_weights;
   bool capture_probe = false;
   bool no_step_api = false;
 };
@@ -137,6 +139,11 @@ class Trainer {
   }
 
   double step(int step);
+  // A forward pass only, its loss logged as "eval_loss": training's closing evaluation, or one
+  // batch of an inference job (--serve).
+  double evaluate(int step);
+  void save(const std::string& path) const;
+  void load(const std::string& path);
   void fork_probe();
   void capture_probe();
 
@@ -169,8 +176,14 @@ Matrix Trainer::forward(int step, int l, const Matrix& input) {
   L.input = input;
   DeviceBuffer out(static_cast<std::size_t>(M) * N * sizeof(float));
   if (fp8()) {
-    L.x_codes = L.x_fp8.cast(input, L.x_scale_inv);
-    L.w_codes = L.w_fp8.cast(L.w, L.w_scale_inv);
+    if (o_.serve_weights.empty()) {
+      L.x_codes = L.x_fp8.cast(input, L.x_scale_inv);
+      L.w_codes = L.w_fp8.cast(L.w, L.w_scale_inv);
+    } else {
+      // An FP8 inference job: the BF16 checkpoint's weights and the activations, current scaling.
+      L.x_codes = cast_current_e4m3(input, L.x_scale_inv);
+      L.w_codes = cast_current_e4m3(from_bf16(to_bf16(L.w), L.w.rows, L.w.cols), L.w_scale_inv);
+    }
     auto x = on_device(L.x_codes), xs = on_device(std::vector<float>{L.x_scale_inv});
     DeviceBuffer* w = &upload_into(L.w_device, L.w_codes);
     DeviceBuffer* ws = &upload_into(L.w_scale_device, std::vector<float>{L.w_scale_inv});
@@ -273,6 +286,46 @@ double Trainer::step(int step) {
   return loss;
 }
 
+double Trainer::evaluate(int step) {
+  if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
+  const Matrix x = random_normal(o_.batch, kInputs, 1.0f, rng_);
+  const Matrix target = teacher(x, t1_, t2_);
+  Matrix a = x;
+  for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
+  double loss = 0.0;
+  for (std::size_t i = 0; i < a.v.size(); ++i) {
+    const double d = static_cast<double>(a.v[i]) - target.v[i];
+    loss += d * d / static_cast<double>(a.v.size());
+  }
+  if (hook_.log_scalar != nullptr) hook_.log_scalar("eval_loss", static_cast<std::uint64_t>(step), loss);
+  return loss;
+}
+
+// The fp32 master weights, layer by layer: rows, cols (int32) and the values.
+void Trainer::save(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary);
+  for (const Layer& L : layers_) {
+    const std::int32_t shape[2] = {L.w.rows, L.w.cols};
+    out.write(reinterpret_cast<const char*>(shape), sizeof shape);
+    out.write(reinterpret_cast<const char*>(L.w.v.data()), static_cast<std::streamsize>(L.w.v.size() * sizeof(float)));
+  }
+  if (!out) fail("writing --save-weights", errno);
+}
+
+void Trainer::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  for (Layer& L : layers_) {
+    std::int32_t shape[2] = {0, 0};
+    in.read(reinterpret_cast<char*>(shape), sizeof shape);
+    if (!in || shape[0] != L.w.rows || shape[1] != L.w.cols) {
+      std::fprintf(stderr, "tiny_trainer: --serve %s: not weights of this model (--hidden %d)\n", path.c_str(), o_.hidden);
+      std::exit(2);
+    }
+    in.read(reinterpret_cast<char*>(L.w.v.data()), static_cast<std::streamsize>(L.w.v.size() * sizeof(float)));
+  }
+  if (!in) fail("reading --serve weights", errno);
+}
+
 // A forked child runs one GEMM and checks its result; the hook must leave it alone.
 void Trainer::fork_probe() {
   std::fflush(nullptr);  // or the child's exit() writes our buffered output a second time
@@ -326,6 +379,10 @@ int main(int argc, char** argv) {
   app.add_option("--step-sleep-ms", o.step_sleep_ms, "Sleep this long after each step");
   app.add_option("--outlier-step", o.outlier_step, "At this step scale input feature 0 of the batch by --outlier-scale");
   app.add_option("--outlier-scale", o.outlier_scale, "How far out the planted outlier is")->check(CLI::Range(1.0f, 1e6f));
+  app.add_option("--save-weights", o.save_weights,
+                 "After training, run one evaluation pass (step --steps) and write the weights here");
+  app.add_option("--serve", o.serve_weights,
+                 "Inference: load these weights and run --steps forward passes (fp8: current scaling of the BF16 weights)");
   app.add_option("--fork-at-step", o.fork_at_step, "At this step fork a child that runs one GEMM (CPU fixtures only)");
   app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
   app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
@@ -340,6 +397,15 @@ int main(int argc, char** argv) {
   Trainer trainer(o);
   double first = 0.0, last = 0.0;
   const auto start = std::chrono::steady_clock::now();
+  if (!o.serve_weights.empty()) {
+    trainer.load(o.serve_weights);
+    for (int step = 0; step < o.steps; ++step) {
+      last = trainer.evaluate(step);
+      if (o.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_sleep_ms));
+    }
+    std::printf("tiny_trainer: %s inference, %d batches, eval loss %.4g\n", o.mode.c_str(), o.steps, last);
+    return 0;
+  }
   for (int step = 0; step < o.steps; ++step) {
     if (step == o.fork_at_step) trainer.fork_probe();
     if (step == 1 && o.capture_probe) trainer.capture_probe();
@@ -350,6 +416,10 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (losses != nullptr) std::fclose(losses);
+  if (!o.save_weights.empty()) {
+    trainer.evaluate(o.steps);
+    trainer.save(o.save_weights);
+  }
   std::printf("tiny_trainer: %s, %d steps, loss %.4g -> %.4g, %.4f ms/step\n", o.mode.c_str(), o.steps, first, last,
               1e3 * seconds / o.steps);
   return 0;

@@ -210,4 +210,8 @@ TEST_CASE("inference check: scale, codes and format against training's last capt
   // A run that cast no weight to FP8 itself has nothing to check.
   const RunRecords bf16 = run_of({{{"a", "fprop", "w"}, with({{kCurrent, {weight(1, 100.0, "01")}}})}});
   CHECK_FALSE(check_inference(bf16, training));
+  // Nor does an FP8 training run held against a BF16 one: its weights are its own.
+  RunRecords fp8_training = inference;
+  fp8_training.tensors[{"a", "wgrad", "x"}] = with({{observed, {weight(3, 2.0, "ff")}}});
+  CHECK_FALSE(check_inference(fp8_training, training));
 }
