@@ -181,14 +181,14 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
       const bool tuning_fixes = r != nullptr && r->best.clipped_steps == 0 && r->te_default.clipped_steps > 0;
       a.recommendation = tuning_fixes ? Recommendation::kTuneDelayed : Recommendation::kCurrentScaling;
       const double share = 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0);
-      std::string why = observed != nullptr
-                            ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
-                                     "(%.3g of its FP8 codes at +-max)",
-                                     share, a.saturation_observed)
-                            : format("delayed scaling clips %.3g of the elements and its scale exceeds current's at "
-                                     "%.0f%% of the sampled steps",
-                                     a.overflow_delayed, share);
-      if (a.spike_blame > 0) why += format("; it moved most at %zu loss onset(s)", a.spike_blame);
+      std::string why = a.spike_blame > 0 ? format("it moved most at %zu loss onset(s); ", a.spike_blame) : "";
+      why += observed != nullptr
+                 ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
+                          "(%.3g of its FP8 codes at +-max)",
+                          share, a.saturation_observed)
+                 : format("delayed scaling clips %.3g of the elements and its scale exceeds current's at %.0f%% of "
+                          "the sampled steps",
+                          a.overflow_delayed, share);
       if (tuning_fixes) {
         why += format("; replay: amax_history_len=%d margin=%d clips no sampled step (TE's default clips %zu)",
                       r->best.history_len, r->best.margin, r->te_default.clipped_steps);

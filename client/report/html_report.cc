@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
+#include <tuple>
 #include <sstream>
 
 #include "advice_formats.h"
@@ -145,7 +147,6 @@ void advice_section(const insight::RunStudy& s, std::ostringstream& out) {
       << "<h3>Megatron layers to keep in BF16</h3><pre>" << html_escape(megatron.str()) << "</pre>";
 }
 
-// Rows: the riskiest tensors; columns: sampled steps bucketed; a cell holds the bucket's worst value.
 void inference_section(const insight::RunStudy& s, std::ostringstream& out) {
   if (!s.inference) return;
   const insight::InferenceCheck& c = *s.inference;
@@ -174,12 +175,39 @@ void inference_section(const insight::RunStudy& s, std::ostringstream& out) {
   out << "</table>";
 }
 
+// The series of `recipe` for a tensor: the run's own, else (an FP8 run has only what it cast
+// itself) the same tensor's in the baseline; with the run name it came from.
+std::pair<const std::vector<insight::RecordPoint>*, std::string> series_of(const insight::RunStudy& s,
+                                                                            const insight::TensorKey& key,
+                                                                            const char* recipe) {
+  if (const auto* own = s.records.tensors.at(key).find(recipe)) return {own, s.records.run};
+  if (s.baseline_records) {
+    auto it = s.baseline_records->tensors.find(key);
+    if (it != s.baseline_records->tensors.end()) {
+      if (const auto* base = it->second.find(recipe)) return {base, s.baseline_records->run};
+    }
+  }
+  return {nullptr, ""};
+}
+
+// Rows: the riskiest tensors; columns: sampled steps bucketed; a cell holds the bucket's worst value.
 void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
   out << "<h2>Underflow and overflow per tensor and step</h2>";
+  struct Map {
+    const char* recipe;
+    const char* statistic;
+    const char* title;
+  };
+  const Map maps[] = {{"tensor_current", "underflow_ratio", "underflow ratio, current scaling"},
+                      {"tensor_delayed", "overflow_ratio", "overflow ratio, delayed scaling"},
+                      {"observed", "saturation_ratio", "FP8 codes at +-max, the job's own casts"}};
+  // The columns: every step any drawn series sampled.
   std::vector<std::uint64_t> steps;
-  for (const auto& [key, t] : s.records.tensors) {
-    for (const auto& [recipe, points] : t.recipes) {
-      for (const insight::RecordPoint& p : points) steps.push_back(p.step);
+  for (const insight::TensorAdvice& t : s.advice.tensors) {
+    for (const Map& spec : maps) {
+      if (const auto* points = series_of(s, t.tensor, spec.recipe).first) {
+        for (const insight::RecordPoint& p : *points) steps.push_back(p.step);
+      }
     }
   }
   std::sort(steps.begin(), steps.end());
@@ -190,21 +218,17 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
     const auto at = static_cast<std::size_t>(std::lower_bound(steps.begin(), steps.end(), step) - steps.begin());
     return at * columns / steps.size();
   };
-  struct Map {
-    const char* recipe;
-    const char* statistic;
-    const char* title;
-  };
-  for (const Map& spec : {Map{"tensor_current", "underflow_ratio", "underflow ratio, current scaling"},
-                          Map{"tensor_delayed", "overflow_ratio", "overflow ratio, delayed scaling"}}) {
+  for (const Map& spec : maps) {
     Heatmap map;
-    map.title = spec.title;
     map.value_label = spec.statistic;
+    map.cell_width = std::clamp(900 / static_cast<int>(columns), 4, 24);  // about 900 px wide
+    std::set<std::string> sources;
     for (std::size_t c = 0; c < columns; ++c) map.columns.push_back(static_cast<double>(steps[c * steps.size() / columns]));
     for (const insight::TensorAdvice& t : s.advice.tensors) {
       if (map.rows.size() == o.heatmap_rows) break;
-      const auto* points = s.records.tensors.at(t.tensor).find(spec.recipe);
+      const auto [points, source] = series_of(s, t.tensor, spec.recipe);
       if (points == nullptr) continue;
+      sources.insert(source);
       std::vector<double> row(columns, std::nan(""));
       for (const insight::RecordPoint& p : *points) {
         double& slot = row[column_of(p.step)];
@@ -214,26 +238,36 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
       map.rows.push_back(t.tensor.name());
       map.values.push_back(std::move(row));
     }
+    std::string from;
+    for (const std::string& r : sources) from += (from.empty() ? "" : ", ") + r;
+    map.title = std::string(spec.title) + " (run " + from + ")";
     if (!map.rows.empty()) out << "<div>" << render(map) << "</div>";
   }
 }
 
 void scale_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
   out << "<h2>Delayed against current scale</h2><p class='muted'>Where delayed scaling's scale (from the amax "
-         "history) rises above the scale current scaling would choose for the same tensor, the cast clips.</p>";
+         "history) rises above the scale current scaling would choose for the same tensor, the cast clips. For "
+         "an FP8 run, the scale the job itself used.</p>";
   std::size_t drawn = 0;
   for (const insight::TensorAdvice& t : s.advice.tensors) {
     if (drawn == o.scale_plots) break;
-    const auto* delayed = s.records.tensors.at(t.tensor).find("tensor_delayed");
-    if (delayed == nullptr) continue;
+    // The job's own scales first (what really happened), else the delayed what-if.
+    auto [points, source] = series_of(s, t.tensor, "observed");
+    const char* label = "the job's own";
+    if (points == nullptr) {
+      std::tie(points, source) = series_of(s, t.tensor, "tensor_delayed");
+      label = "delayed";
+    }
+    if (points == nullptr) continue;
     LineChart chart;
-    chart.title = t.tensor.name();
+    chart.title = t.tensor.name() + " (run " + source + ")";
     chart.x_label = "step";
     chart.y_label = "scale";
     chart.log_y = true;
     chart.height = 240;
-    LineSeries d{"delayed", "#d62728", {}}, c{"current", "#2ca02c", {}};
-    for (const insight::RecordPoint& p : *delayed) {
+    LineSeries d{label, "#d62728", {}}, c{"current", "#2ca02c", {}};
+    for (const insight::RecordPoint& p : *points) {
       d.points.emplace_back(static_cast<double>(p.step), p.scale);
       c.points.emplace_back(static_cast<double>(p.step), p.scale_current);
     }
@@ -241,7 +275,7 @@ void scale_section(const insight::RunStudy& s, const ReportOptions& o, std::ostr
     out << render(chart);
     ++drawn;
   }
-  if (drawn == 0) out << "<p class='muted'>The run has no delayed-scaling records (policy recipes).</p>";
+  if (drawn == 0) out << "<p class='muted'>Neither run has delayed-scaling or FP8 records of these tensors.</p>";
 }
 
 }  // namespace

@@ -383,4 +383,7 @@ TEST_CASE("compare flags the inference weights whose scale or codes are not trai
   page << in.rdbuf();
   CHECK_THAT(page.str(), Catch::Contains("2 of 5 FP8 weights of run serve-fp8 differ from what training run train-bf16 ended with"));
   CHECK_THAT(page.str(), Catch::Contains("<td>scale differs</td>"));
+  // An FP8 run's tensors arrive cast: the heatmaps take the what-ifs from the baseline's.
+  CHECK_THAT(page.str(), Catch::Contains("underflow ratio, current scaling (run train-bf16)"));
+  CHECK_THAT(page.str(), Catch::Contains("FP8 codes at +-max, the job&#39;s own casts (run serve-fp8)"));
 }
