@@ -203,12 +203,7 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   bar.finish();
   std::vector<insight::Attribution> onsets;
   if (loss && records.ok()) {
-    for (const insight::Spike& s : loss->run.spikes) {
-      onsets.push_back(insight::attribute(records.value(), s.start_step, "spike", options.attribution));
-    }
-    if (loss->run.divergence) {
-      onsets.push_back(insight::attribute(records.value(), loss->run.divergence->onset_step, "divergence", options.attribution));
-    }
+    onsets = insight::attribute_onsets(records.value(), loss->run.spikes, loss->run.divergence, options.attribution);
   }
   std::optional<insight::InferenceCheck> inference;
   if (records.ok() && baseline_records.ok()) inference = insight::check_inference(records.value(), baseline_records.value());

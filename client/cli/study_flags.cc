@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include "connection_flags.h"
-
 namespace fp8scope::cli {
 
 void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {

@@ -162,16 +162,20 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
       if (l > a.risk) a.risk = l, a.driver = kFine[i].signal;
     }
 
-    const double range = median_of(series(amax_source, "dynamic_range_log2"));
+    // The gradient's span in binades: the BF16 tensor's (the run's or the baseline's) when there is
+    // one; the job's own E4M3 codes cannot span more than E4M3 holds, so filling it is the sign.
+    const std::vector<RecordPoint>* bf16_source = current != nullptr ? current : delayed;
+    const double range = median_of(series(bf16_source != nullptr ? bf16_source : observed, "dynamic_range_log2"));
+    const double range_limit = bf16_source != nullptr ? kE4m3Binades : kE4m3Binades - 1.0;
     const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true) ||
                                     at_least("sqnr_db", a.sqnr_current_db, true) ||
                                     at_least("1-cosine", a.one_minus_cosine, true);
     const bool lagging = at_least("overflow_ratio", what_if_overflow, false) ||
                          at_least("lagging_share", a.lagging_share, false);
-    if (key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > kE4m3Binades) {
+    if (key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > range_limit) {
       a.recommendation = Recommendation::kE5m2ForDy;
-      a.reason = format("the gradient spans %.1f binades; E4M3 holds %.1f, E5M2 %.1f", range, kE4m3Binades,
-                        std::log2(57344.0) + 16.0);
+      a.reason = format("the gradient spans %.1f binades%s; E4M3 holds %.1f, E5M2 %.1f", range,
+                        bf16_source != nullptr ? "" : " of E4M3 codes", kE4m3Binades, std::log2(57344.0) + 16.0);
     } else if (lossy_even_current) {
       a.recommendation = Recommendation::kFallBackToBf16;
       a.reason = format("even current scaling loses too much: underflow %.3g, SQNR %.1f dB, 1-cosine %.3g",

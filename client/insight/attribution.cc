@@ -105,4 +105,12 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
   return a;
 }
 
+std::vector<Attribution> attribute_onsets(const RunRecords& run, const std::vector<Spike>& spikes,
+                                          const std::optional<Divergence>& divergence, const AttributionOptions& o) {
+  std::vector<Attribution> out;
+  for (const Spike& s : spikes) out.push_back(attribute(run, s.start_step, "spike", o));
+  if (divergence) out.push_back(attribute(run, divergence->onset_step, "divergence", o));
+  return out;
+}
+
 }  // namespace fp8scope::insight

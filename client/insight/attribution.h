@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "loss_signals.h"
 #include "run_records.h"
 
 namespace fp8scope::insight {
@@ -35,5 +37,10 @@ struct Attribution {
 
 Attribution attribute(const RunRecords& run, std::uint64_t onset_step, const std::string& cause,
                       const AttributionOptions& options = {});
+
+// One attribution per spike (at its start) and one for the divergence onset, in that order.
+std::vector<Attribution> attribute_onsets(const RunRecords& run, const std::vector<Spike>& spikes,
+                                          const std::optional<Divergence>& divergence,
+                                          const AttributionOptions& options = {});
 
 }  // namespace fp8scope::insight

@@ -15,12 +15,7 @@ Result<RunStudy> study_run(const server::HistoryStore& history, const std::strin
   if (!loss.ok()) return loss.status();
   if (!loss.value().empty()) {
     study.loss = analyze_run_loss(run, std::move(loss).value(), o.spikes, o.divergence);
-    for (const Spike& s : study.loss->spikes) {
-      study.onsets.push_back(attribute(study.records, s.start_step, "spike", o.attribution));
-    }
-    if (study.loss->divergence) {
-      study.onsets.push_back(attribute(study.records, study.loss->divergence->onset_step, "divergence", o.attribution));
-    }
+    study.onsets = attribute_onsets(study.records, study.loss->spikes, study.loss->divergence, o.attribution);
   }
   if (!baseline.empty()) {
     Result<std::vector<ScalarPoint>> base = scalar_series(history, baseline, o.loss_name);

@@ -122,18 +122,23 @@ TEST_CASE("advice: thresholds lead to the recommendation the README promises", "
   for (RecordPoint& p : lossy) p = point(p.step, {{"underflow_ratio", 0.03}, {"sqnr_db", 25.0}, {"amax", 4.0}});
   std::vector<RecordPoint> lagging = healthy(30);
   for (std::size_t i = 0; i < lagging.size(); i += 2) lagging[i].scale = 2 * lagging[i].scale_current;
+  // The job's E4M3 gradient codes fill the format's whole span (17.8 binades).
   std::vector<RecordPoint> e4m3_dy = healthy(30);
-  for (RecordPoint& p : e4m3_dy) p = point(p.step, {{"dynamic_range_log2", 24.0}, {"amax", 1e-3}});
+  for (RecordPoint& p : e4m3_dy) p = point(p.step, {{"dynamic_range_log2", 17.8}, {"amax", 1e-3}});
+  // Another job's E4M3 gradient that a BF16 capture shows spanning 12 binades: E4M3 holds it.
+  std::vector<RecordPoint> narrow_bf16_dy = healthy(30);
+  for (RecordPoint& p : narrow_bf16_dy) p = point(p.step, {{"dynamic_range_log2", 12.0}, {"amax", 1e-3}});
   const RunRecords run = run_of({
       {{"blocks.0.attn", "fprop", "x"}, with({{kCurrent, healthy(30)}, {kDelayed, healthy(30)}})},
       {{"blocks.1.mlp", "fprop", "x"}, with({{kCurrent, lossy}, {kDelayed, lossy}})},
       {{"blocks.1.mlp", "fprop", "w"}, with({{kCurrent, lossy}, {kDelayed, lossy}})},
       {{"blocks.2.mlp", "wgrad", "x"}, with({{kCurrent, healthy(30)}, {kDelayed, lagging}})},
       {{"blocks.3.mlp", "dgrad", "dy"}, with({{{"observed", "e4m3"}, e4m3_dy}})},
+      {{"blocks.3.mlp", "wgrad", "dy"}, with({{{"observed", "e4m3"}, e4m3_dy}, {kCurrent, narrow_bf16_dy}})},
       {{"blocks.3.mlp", "fprop", "y"}, with({{{"gemm_emulated", "e4m3"}, healthy(30)}})},
   });
   const RunAdvice advice = advise(run, {});
-  REQUIRE(advice.tensors.size() == 5);  // the GEMM output record is no tensor the job casts
+  REQUIRE(advice.tensors.size() == 6);  // the GEMM output record is no tensor the job casts
   std::map<std::string, const TensorAdvice*> by;
   for (const TensorAdvice& t : advice.tensors) by[t.tensor.name()] = &t;
   CHECK(by["blocks.0.attn fprop x"]->recommendation == Recommendation::kKeepFp8);
@@ -144,6 +149,7 @@ TEST_CASE("advice: thresholds lead to the recommendation the README promises", "
   CHECK(by["blocks.2.mlp wgrad x"]->recommendation == Recommendation::kCurrentScaling);
   CHECK(by["blocks.2.mlp wgrad x"]->lagging_share == Approx(0.5));
   CHECK(by["blocks.3.mlp dgrad dy"]->recommendation == Recommendation::kE5m2ForDy);
+  CHECK(by["blocks.3.mlp wgrad dy"]->recommendation != Recommendation::kE5m2ForDy);
   CHECK(advice.tensors.back().risk <= advice.tensors.front().risk);
 
   SECTION("the TE debug-API YAML: one DisableFP8Layer section, one PerTensorScaling, recipe notes as comments") {
