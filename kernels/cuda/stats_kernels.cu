@@ -103,13 +103,7 @@ struct Accumulators {
 template <const FloatFormat& F>
 __device__ __forceinline__ void accumulate(Accumulators& a, unsigned int* histogram, float x, float s, float si) {
   const QuantizedElement<float> e = quantize_element<F>(x, s, si);
-  a.underflow += e.underflow;
-  a.overflow += e.overflow;
-  a.saturated += e.saturated;
-  const double d = static_cast<double>(x) - e.dequantized;
-  a.squared_error += d * d;
-  a.dot += static_cast<double>(x) * e.dequantized;
-  a.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
+  add_element(a, x, e);
   if (x != 0.0f) atomicAdd(&histogram[log2_bin(e.abs_scaled)], 1u);
 }
 
@@ -149,27 +143,13 @@ __global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, 
     shared[threadIdx.x] = acc[k];
     __syncthreads();
     for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-      if (threadIdx.x < stride) {
-        Accumulators& a = shared[threadIdx.x];
-        const Accumulators& b = shared[threadIdx.x + stride];
-        a.underflow += b.underflow;
-        a.overflow += b.overflow;
-        a.saturated += b.saturated;
-        a.squared_error += b.squared_error;
-        a.dot += b.dot;
-        a.dequant_squares += b.dequant_squares;
-      }
+      if (threadIdx.x < stride) add_error_sums(shared[threadIdx.x], shared[threadIdx.x + stride]);
       __syncthreads();
     }
     if (threadIdx.x == 0) {
       QuantStats& q = partial[blockIdx.x * specs.count + k];
       q = QuantStats{};
-      q.underflow = shared[0].underflow;
-      q.overflow = shared[0].overflow;
-      q.saturated = shared[0].saturated;
-      q.squared_error = shared[0].squared_error;
-      q.dot = shared[0].dot;
-      q.dequant_squares = shared[0].dequant_squares;
+      add_error_sums(q, shared[0]);
       for (int b = 0; b < kHistogramBins; ++b) q.histogram[b] = histogram[k][b];
     }
     __syncthreads();

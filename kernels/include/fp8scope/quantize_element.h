@@ -40,6 +40,20 @@ FP8SCOPE_HD QuantizedElement<V> quantize_element(V x, V scale, V scale_inv) {
   return {mul_rn(signed_q, scale_inv), abs_y, Mask((q == 0.0f) & (x != 0.0f)), overflow, Mask(rounded >= C::kMax)};
 }
 
+// What one finite element x adds to a recipe's sums (QuantStats, or a CUDA kernel's accumulators
+// with the same fields): the flags, and the error terms in fp64. The CPU engine's scalar tail and
+// the CUDA kernel both call this.
+template <class Sums>
+FP8SCOPE_HD void add_element(Sums& s, float x, const QuantizedElement<float>& e) {
+  s.underflow += e.underflow;
+  s.overflow += e.overflow;
+  s.saturated += e.saturated;
+  const double d = static_cast<double>(x) - e.dequantized;
+  s.squared_error += d * d;
+  s.dot += static_cast<double>(x) * e.dequantized;
+  s.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
+}
+
 // Histogram bin of a finite nonzero |x*s|: floor(log2 v) from the exponent bits, clamped to the
 // histogram's range (fp32 subnormals land in bin 0).
 template <class V>

@@ -67,13 +67,20 @@ FP8SCOPE_HD void merge(TensorMoments& into, const TensorMoments& other) {
   into.sum_squares += other.sum_squares;
 }
 
-FP8SCOPE_HD void merge(QuantStats& into, const QuantStats& other) {
+// The counts and fp64 error sums of one recipe, added field by field: QuantStats and the CUDA
+// kernel's per-thread accumulators (the same fields, no histogram) merge through this one place.
+template <class Into, class From>
+FP8SCOPE_HD void add_error_sums(Into& into, const From& other) {
   into.underflow += other.underflow;
   into.overflow += other.overflow;
   into.saturated += other.saturated;
   into.squared_error += other.squared_error;
   into.dot += other.dot;
   into.dequant_squares += other.dequant_squares;
+}
+
+FP8SCOPE_HD void merge(QuantStats& into, const QuantStats& other) {
+  add_error_sums(into, other);
   into.scale_min = min_f(into.scale_min, other.scale_min);
   into.scale_max = max_f(into.scale_max, other.scale_max);
   for (int i = 0; i < kHistogramBins; ++i) into.histogram[i] += other.histogram[i];

@@ -301,13 +301,7 @@ void quantize_loop(const float* __restrict x, int n, const float* __restrict sca
     if (!(std::fabs(xi) < __builtin_inff())) continue;
     const int b = kPerBlock ? i / block_cols : 0;
     const QuantizedElement<float> e = quantize_element<F>(xi, scale[b], scale_inv[b]);
-    q.underflow += e.underflow;
-    q.overflow += e.overflow;
-    q.saturated += e.saturated;
-    const double d = static_cast<double>(xi) - e.dequantized;
-    q.squared_error += d * d;
-    q.dot += static_cast<double>(xi) * e.dequantized;
-    q.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
+    add_element(q, xi, e);
     if (xi != 0.0f) bins[i] = static_cast<std::uint8_t>(log2_bin(e.abs_scaled));
   }
   add_histogram(bins, n, q.histogram);
