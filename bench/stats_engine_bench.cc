@@ -73,7 +73,8 @@ void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds) 
   std::vector<QuantSpec> specs;
   for (RecipeKind k : kinds) {
     const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(100.0f) : std::nullopt;
-    specs.push_back(quant_spec_for(default_recipe(k), Fp8Format::kE4M3, fixed).value());
+    const Recipe recipe = default_recipe(k);
+    specs.push_back(quant_spec_for(recipe, recipe.fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3, Operand::kX, fixed).value());
   }
   const TensorView t = view();
   TensorAnalysis a;
@@ -91,7 +92,7 @@ void BM_AllRecipes(benchmark::State& state) {
 
 void BM_WeightCodeDigest(benchmark::State& state) {
   const TensorView t = view();
-  for (auto _ : state) benchmark::DoNotOptimize(quantized_code_digest(t, Fp8Format::kE4M3, 100.0f));
+  for (auto _ : state) benchmark::DoNotOptimize(quantized_code_digest(t, CastFormat::kE4M3, 100.0f));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.numel() * 2));
 }
 

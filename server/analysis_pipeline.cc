@@ -24,7 +24,7 @@ double now_seconds() {
 // What one analyzed sample produced for one recipe, before it is published.
 struct Outcome {
   std::string recipe;  // recipe name, or "observed"
-  Fp8Format format = Fp8Format::kE4M3;
+  CastFormat format = CastFormat::kE4M3;
   std::optional<double> scale;  // the one scale of a per-tensor recipe (or in use, observed)
   double scale_min = 0, scale_max = 0;
   QuantStats stats;
@@ -86,7 +86,7 @@ void AnalysisPipeline::worker(int shard) {
   }
 }
 
-DelayedScalingState& AnalysisPipeline::delayed_state(const Sample& s, const Recipe& recipe, Fp8Format format) {
+DelayedScalingState& AnalysisPipeline::delayed_state(const Sample& s, const Recipe& recipe, CastFormat format) {
   std::lock_guard<std::mutex> lock(delayed_mu_);
   auto& slot = delayed_[{s.client->job, s.client->run, s.client->rank, s.header.layer(), s.header.gemm(),
                          s.header.operand(), static_cast<int>(format)}];
@@ -108,6 +108,7 @@ void AnalysisPipeline::process(Sample& s) {
       RecipePlan p;
       p.recipe = default_recipe(kind);
       p.format = p.recipe.format_for(operand);
+      p.operand = operand;
       DelayedScalingState* state = nullptr;
       if (kind == RecipeKind::kTensorDelayed) {
         state = &delayed_state(s, p.recipe, p.format);
@@ -140,7 +141,7 @@ void AnalysisPipeline::process(Sample& s) {
   if (fp8_input) {
     Outcome o;
     o.recipe = "observed";
-    o.format = s.dtype == DType::kE4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+    o.format = s.dtype == DType::kE4M3 ? CastFormat::kE4M3 : CastFormat::kE5M2;
     o.what_if = false;
     const auto max = static_cast<std::uint8_t>(max_code(format_row(o.format)));
     for (std::uint8_t c : s.payload) o.stats.saturated += (c & 0x7F) == max;
@@ -175,7 +176,7 @@ void AnalysisPipeline::process(Sample& s) {
   *summary.mutable_shape() = s.header.shape();
   summary.set_time(time);
 
-  std::map<Fp8Format, double> current_scale_by_format;
+  std::map<CastFormat, double> current_scale_by_format;
   for (const Outcome& o : outcomes) {
     const double current = current_scale(report.te_amax, format_max(o.format), false, 0.0f);
     current_scale_by_format[o.format] = current;
@@ -263,7 +264,7 @@ void AnalysisPipeline::check_gemm(const GemmPair& p) {
     }
   }
   if (results.empty()) {
-    auto cpu = gemm_check_cpu(x, w, Fp8Format::kE4M3);
+    auto cpu = gemm_check_cpu(x, w, CastFormat::kE4M3);
     if (!cpu.ok()) {
       spdlog::debug("GEMM check of {} skipped: {}", p.layer, cpu.message());
       return;

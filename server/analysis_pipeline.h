@@ -57,7 +57,7 @@ class AnalysisPipeline {
  private:
   void worker(int shard);
   void check_gemm(const GemmPair& pair);
-  DelayedScalingState& delayed_state(const Sample& s, const Recipe& recipe, Fp8Format format);
+  DelayedScalingState& delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
 
   PipelineDeps d_;
   GemmPairing gemm_pairs_;

@@ -19,8 +19,10 @@ std::string recipe_list() {
 }
 
 Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
-  const std::optional<Fp8Format> format = format_from_name(o.format);
-  if (!format) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
+  const std::optional<CastFormat> format = format_from_name(o.format);
+  if (!format || *format == CastFormat::kE2M1) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
+  const std::optional<Operand> operand = operand_from_name(o.operand);
+  if (!operand) return Status::error("--operand: expected x, w or dy, got " + o.operand);
   if (o.scale && !(std::isfinite(*o.scale) && *o.scale > 0.0)) {
     return Status::error("--scale: expected a finite number > 0, got " + std::to_string(*o.scale));
   }
@@ -37,8 +39,9 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   for (RecipeKind kind : kinds) {
     RecipePlan p;
     p.recipe = default_recipe(kind);
-    p.recipe.forward_format = p.recipe.backward_format = *format;
-    p.format = *format;
+    if (!p.recipe.fp4()) p.recipe.forward_format = p.recipe.backward_format = *format;  // FP4 recipes cast to E2M1
+    p.format = p.recipe.format_for(*operand);
+    p.operand = *operand;
     if (o.margin) p.recipe.margin = static_cast<float>(*o.margin);
     if (o.scale && p.recipe.per_tensor()) p.scale = static_cast<float>(*o.scale);
     if (Status s = validate(p.recipe); !s.ok()) return Status::error("--margin: " + s.message());
@@ -76,7 +79,10 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   cmd->add_option("FILE", o.file, ".npy or .safetensors file")->required();
   cmd->add_option("--tensor", o.tensors, "Analyze only this tensor (repeatable); default: every tensor");
   cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_list() + "; default: all");
-  cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2")->capture_default_str();
+  cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2 (the FP4 recipes cast to e2m1)")
+      ->capture_default_str();
+  cmd->add_option("--operand", o.operand, "The tensor's role: x, w or dy (NVFP4 gives weights 16x16 blocks)")
+      ->capture_default_str();
   cmd->add_option("--scale", o.scale,
                   "Scale for the per-tensor recipes (e.g. a delayed scale from an earlier step); default: "
                   "current scaling, and delayed scaling at its steady state");

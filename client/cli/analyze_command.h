@@ -1,5 +1,5 @@
-// `fp8scope analyze FILE`: what each FP8 recipe would do to the tensors of a .npy or .safetensors
-// file, without a daemon.
+// `fp8scope analyze FILE`: what each FP8 and FP4 recipe would do to the tensors of a .npy or
+// .safetensors file, without a daemon.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,6 +15,7 @@ struct AnalyzeOptions {
   std::vector<std::string> tensors;
   std::vector<std::string> recipes;
   std::string format = "e4m3";
+  std::string operand = "x";
   std::optional<double> scale;
   std::optional<double> margin;
   std::string dtype;

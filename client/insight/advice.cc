@@ -148,7 +148,7 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
     if (amax_source != nullptr) {
       std::vector<AmaxPoint> amax;
       for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
-      a.replay = suggest_delayed_scaling(amax, format_from_name(current_format).value_or(Fp8Format::kE4M3),
+      a.replay = suggest_delayed_scaling(amax, format_from_name(current_format).value_or(CastFormat::kE4M3),
                                          run.sampling_interval);
     }
 

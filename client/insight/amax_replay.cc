@@ -7,7 +7,7 @@
 
 namespace fp8scope::insight {
 
-ReplayOutcome replay_delayed(const std::vector<AmaxPoint>& s, Fp8Format format, int history_len, int margin) {
+ReplayOutcome replay_delayed(const std::vector<AmaxPoint>& s, CastFormat format, int history_len, int margin) {
   ReplayOutcome r;
   r.history_len = history_len;
   r.margin = margin;
@@ -39,7 +39,7 @@ ReplayOutcome replay_delayed(const std::vector<AmaxPoint>& s, Fp8Format format, 
   return r;
 }
 
-std::optional<ReplaySuggestion> suggest_delayed_scaling(const std::vector<AmaxPoint>& s, Fp8Format format,
+std::optional<ReplaySuggestion> suggest_delayed_scaling(const std::vector<AmaxPoint>& s, CastFormat format,
                                                         std::uint64_t sampling_interval) {
   if (s.size() < 2) return std::nullopt;
   ReplaySuggestion out;

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 
 namespace fp8scope::insight {
 
@@ -28,7 +28,7 @@ struct ReplayOutcome {
   std::size_t steps = 0;            // sampled steps with a history to judge from
 };
 
-ReplayOutcome replay_delayed(const std::vector<AmaxPoint>& series, Fp8Format format, int history_len, int margin);
+ReplayOutcome replay_delayed(const std::vector<AmaxPoint>& series, CastFormat format, int history_len, int margin);
 
 struct ReplaySuggestion {
   ReplayOutcome te_default;  // amax_history_len 1024, margin 0
@@ -37,7 +37,7 @@ struct ReplaySuggestion {
 
 // The candidates are history lengths {1, 4, 16, 64, 256, 1024} not shorter than the sampling
 // interval, and margins 0..4. Nothing when the series has fewer than two points.
-std::optional<ReplaySuggestion> suggest_delayed_scaling(const std::vector<AmaxPoint>& series, Fp8Format format,
+std::optional<ReplaySuggestion> suggest_delayed_scaling(const std::vector<AmaxPoint>& series, CastFormat format,
                                                         std::uint64_t sampling_interval);
 
 }  // namespace fp8scope::insight

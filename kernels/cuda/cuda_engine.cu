@@ -49,8 +49,6 @@ class DeviceBuffer {
   std::size_t size_ = 0;
 };
 
-bool is_block(const QuantSpec& s) { return s.mode == ScaleMode::kBlockE8M0 || s.mode == ScaleMode::kBlockCurrent; }
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 class CudaEngine final : public StatsEngine {
@@ -76,14 +74,15 @@ class CudaEngine final : public StatsEngine {
     if (Status s = check_analysis_request(t, specs); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);  // one sample at a time on this device
     FP8SCOPE_CUDA_TRY(cudaSetDevice(device_), "cudaSetDevice");
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * static_cast<std::size_t>(dtype_bytes(t.dtype));
+    const std::size_t bytes = static_cast<std::size_t>(
+        tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)));
     const int grid = static_cast<int>(std::min<std::int64_t>(blocks_, ceil_div(t.numel(), cuda::kThreads)));
 
     // Block amaxes and scales need room per spec: one float per block, twice.
     std::size_t block_floats = 0;
     std::vector<std::int64_t> blocks_per_row(specs.size()), blocks(specs.size()), offset(specs.size());
     for (std::size_t k = 0; k < specs.size(); ++k) {
-      if (!is_block(specs[k])) continue;
+      if (!specs[k].per_block()) continue;
       blocks_per_row[k] = ceil_div(t.cols, specs[k].block_cols);
       blocks[k] = ceil_div(t.rows, specs[k].block_rows) * blocks_per_row[k];
       offset[k] = static_cast<std::int64_t>(block_floats);
@@ -97,7 +96,7 @@ class CudaEngine final : public StatsEngine {
 
     FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(input_.as<void>(), t.data, bytes, cudaMemcpyHostToDevice, stream_), "copy to device");
 
-    // Pass 1.
+    // Pass 1: moments and block amaxes.
     cuda::moments_kernel<<<grid, cuda::kThreads, 0, stream_>>>(input_.as<void>(), t.dtype, t.scale_inv, t.numel(),
                                                                partial_.as<TensorMoments>());
     std::vector<TensorMoments> moments(static_cast<std::size_t>(grid));
@@ -109,7 +108,7 @@ class CudaEngine final : public StatsEngine {
     for (std::size_t k = 0; k < specs.size(); ++k) {
       cuda::SpecScales& sp = table.spec[k];
       sp.spec = specs[k];
-      if (!is_block(specs[k])) continue;
+      if (!specs[k].per_block()) continue;
       float* amax = scales_.as<float>() + offset[k];
       sp.scale = amax + blocks[k];
       sp.scale_inv = amax + 2 * blocks[k];
@@ -117,24 +116,27 @@ class CudaEngine final : public StatsEngine {
       cuda::block_amax_kernel<<<static_cast<unsigned>(blocks[k]), cuda::kThreads, 0, stream_>>>(
           input_.as<void>(), t.dtype, t.scale_inv, t.rows, t.cols, specs[k].block_rows, specs[k].block_cols,
           blocks_per_row[k], amax);
-      const float numerator = scaled_max(format_max(specs[k].format), specs[k].margin);
-      cuda::block_scales_kernel<<<static_cast<unsigned>(ceil_div(blocks[k], cuda::kThreads)), cuda::kThreads, 0, stream_>>>(
-          specs[k], numerator, amax, blocks[k], const_cast<float*>(sp.scale), const_cast<float*>(sp.scale_inv));
     }
     FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 1");
     out->moments = TensorMoments{};
     for (const TensorMoments& m : moments) merge(out->moments, m);
     out->te_amax = te_amax(out->moments.amax, out->moments.inf > 0);
 
-    // Per-tensor scales with the same rules as the CPU engine.
+    // Scales, by the rules the CPU engine applies (NVFP4's need the tensor's amax).
     for (std::size_t k = 0; k < specs.size(); ++k) {
       cuda::SpecScales& sp = table.spec[k];
-      if (specs[k].mode == ScaleMode::kTensorFixed) sp.tensor_scale = specs[k].fixed_scale;
-      if (specs[k].mode == ScaleMode::kTensorCurrent) {
-        sp.tensor_scale = current_scale(out->te_amax, scaled_max(format_max(specs[k].format), specs[k].margin),
-                                        specs[k].power_of_2, specs[k].epsilon);
+      const BlockRule rule = block_rule_for(specs[k], out->te_amax);
+      if (specs[k].per_block()) {
+        cuda::block_scales_kernel<<<static_cast<unsigned>(ceil_div(blocks[k], cuda::kThreads)), cuda::kThreads, 0,
+                                    stream_>>>(rule, scales_.as<float>() + offset[k], blocks[k],
+                                               const_cast<float*>(sp.scale), const_cast<float*>(sp.scale_inv));
+        continue;
       }
-      sp.tensor_scale_inv = 1.0f / sp.tensor_scale;
+      const ScalePair p = specs[k].rule == ScaleRule::kTensorFixed
+                              ? ScalePair{specs[k].fixed_scale, 1.0f / specs[k].fixed_scale}
+                              : current_block_scale(rule, out->te_amax);
+      sp.tensor_scale = p.scale;
+      sp.tensor_scale_inv = p.scale_inv;
     }
 
     // Pass 2.
@@ -156,7 +158,7 @@ class CudaEngine final : public StatsEngine {
       for (std::size_t k = 0; k < specs.size(); ++k) {
         QuantStats& q = out->quant[k];
         for (int b = 0; b < grid; ++b) merge(q, partial[static_cast<std::size_t>(b) * specs.size() + k]);
-        if (!is_block(specs[k])) {
+        if (!specs[k].per_block()) {
           q.scale_min = q.scale_max = table.spec[k].tensor_scale;
           continue;
         }

@@ -58,7 +58,7 @@ void cast_agreement() {
   CHECK_CUDA(cudaMalloc(&d_in, inputs.size() * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&d_bad, sizeof(unsigned long long)));
   CHECK_CUDA(cudaMemcpy(d_in, inputs.data(), inputs.size() * sizeof(float), cudaMemcpyHostToDevice));
-  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+  for (CastFormat f : {CastFormat::kE4M3, CastFormat::kE5M2}) {
     CHECK_CUDA(cudaMemset(d_bad, 0, sizeof(unsigned long long)));
     const auto n = static_cast<std::int64_t>(inputs.size());
     cuda::hardware_cast_agreement_kernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(d_in, n, f, d_bad);
@@ -116,9 +116,10 @@ void engine_agreement(StatsEngine& gpu) {
   std::vector<QuantSpec> specs;
   for (RecipeKind k : kAllRecipeKinds) {
     const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;
-    specs.push_back(quant_spec_for(default_recipe(k), Fp8Format::kE4M3, fixed).value());
+    const CastFormat format = default_recipe(k).fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3;
+    specs.push_back(quant_spec_for(default_recipe(k), format, Operand::kX, fixed).value());
   }
-  specs.push_back(quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), Fp8Format::kE5M2, std::nullopt).value());
+  specs.push_back(quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE5M2, Operand::kDy, std::nullopt).value());
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 16}, {217, 256}, {1024, 4096}};
   int cases = 0, failures = 0;
   double worst = 0;
@@ -198,7 +199,7 @@ void bandwidth() {
   const double copy = time_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 10);
   cuda::SpecTable one;
   one.count = 1;
-  one.spec[0].spec = quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), Fp8Format::kE4M3, std::nullopt).value();
+  one.spec[0].spec = quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, Operand::kX, std::nullopt).value();
   one.spec[0].tensor_scale = 100.0f;
   one.spec[0].tensor_scale_inv = 0.01f;
   const double stats_one = time_ms(
@@ -247,7 +248,7 @@ void gemm(GpuGemmCheck& check) {
                   r.value()[0].cosine, r.value()[1].mse, r.value()[1].cosine, ms);
     bool ok = r.value()[1].cosine > 0.99;
     if (size == 512) {  // the CPU emulation of the same GEMM: the same error, up to accumulation order
-      auto cpu = gemm_check_cpu(xv, wv, Fp8Format::kE4M3);
+      auto cpu = gemm_check_cpu(xv, wv, CastFormat::kE4M3);
       ok = ok && cpu.ok() && std::fabs(cpu.value().mse - r.value()[1].mse) <= 0.05 * cpu.value().mse;
     }
     report("cuBLASLt GEMM check " + std::to_string(size) + "^3 (BF16 vs E4M3)", result, ok);

@@ -78,19 +78,13 @@ __global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv
   if (threadIdx.x == 0) amax[block] = shared[0];
 }
 
-__global__ void block_scales_kernel(QuantSpec spec, float numerator, const float* amax, std::int64_t blocks,
-                                    float* scale, float* scale_inv) {
+__global__ void block_scales_kernel(BlockRule rule, const float* amax, std::int64_t blocks, float* scale,
+                                    float* scale_inv) {
   const std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (b >= blocks) return;
-  if (spec.mode == ScaleMode::kBlockE8M0) {
-    const std::uint8_t e = mxfp8_block_exponent(amax[b], 1.0f / fmax_of(spec.format));
-    scale[b] = e8m0_quantize_scale(e);
-    scale_inv[b] = decode_e8m0(e);
-  } else {
-    const float s = current_scale(amax[b], numerator, spec.power_of_2, spec.epsilon);
-    scale[b] = s;
-    scale_inv[b] = 1.0f / s;
-  }
+  const ScalePair p = block_scale(rule, amax[b]);
+  scale[b] = p.scale;
+  scale_inv[b] = p.scale_inv;
 }
 
 namespace {
@@ -132,10 +126,10 @@ __global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, 
         s = sp.scale[b];
         si = sp.scale_inv[b];
       }
-      if (sp.spec.format == Fp8Format::kE4M3) {
-        accumulate<kE4M3>(acc[k], histogram[k], x, s, si);
-      } else {
-        accumulate<kE5M2>(acc[k], histogram[k], x, s, si);
+      switch (sp.spec.format) {
+        case CastFormat::kE4M3: accumulate<kE4M3>(acc[k], histogram[k], x, s, si); break;
+        case CastFormat::kE5M2: accumulate<kE5M2>(acc[k], histogram[k], x, s, si); break;
+        case CastFormat::kE2M1: accumulate<kE2M1>(acc[k], histogram[k], x, s, si); break;
       }
     }
   }
@@ -156,21 +150,22 @@ __global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, 
   }
 }
 
-__global__ void hardware_cast_agreement_kernel(const float* inputs, std::int64_t n, Fp8Format format,
+__global__ void hardware_cast_agreement_kernel(const float* inputs, std::int64_t n, CastFormat format,
                                                unsigned long long* mismatches) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float y = inputs[i];
-  const __nv_fp8_interpretation_t kind = format == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  const __nv_fp8_interpretation_t kind = format == CastFormat::kE4M3 ? __NV_E4M3 : __NV_E5M2;
   // cuda_fp8.h takes cvt.rn.satfinite here on sm_89+.
   const __nv_fp8_storage_t hw = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, kind);
-  const std::uint8_t sw = format == Fp8Format::kE4M3 ? encode<kE4M3>(y, Saturation::kSatFinite).code
+  const std::uint8_t sw = format == CastFormat::kE4M3 ? encode<kE4M3>(y, Saturation::kSatFinite).code
                                                      : encode<kE5M2>(y, Saturation::kSatFinite).code;
   bool agree = hw == sw;
   if (finite(y)) {  // and the vectorizable value path against the hardware's decoded code
     const float hw_value = __half2float(__half(__nv_cvt_fp8_to_halfraw(hw, kind)));
-    const float rounded = format == Fp8Format::kE4M3 ? round_to_grid<kE4M3>(fabsf(y)) : round_to_grid<kE5M2>(fabsf(y));
-    const float clipped = min_f(rounded, fmax_of(format));
+    const float rounded = format == CastFormat::kE4M3 ? round_to_grid<kE4M3>(fabsf(y)) : round_to_grid<kE5M2>(fabsf(y));
+    const float clipped = min_f(rounded, format == CastFormat::kE4M3 ? FormatConstants<kE4M3>::kMax
+                                                                     : FormatConstants<kE5M2>::kMax);
     agree = agree && float_bits(fabsf(hw_value)) == float_bits(clipped);
   }
   if (!agree) atomicAdd(mismatches, 1ull);

@@ -30,9 +30,6 @@ struct SpecTable {
   int count = 0;
 };
 
-__device__ __forceinline__ float fmax_of(Fp8Format f) {
-  return f == Fp8Format::kE4M3 ? FormatConstants<kE4M3>::kMax : FormatConstants<kE5M2>::kMax;
-}
 
 // Pass 1: moments per CUDA block (Welford per thread, Chan's merge across threads).
 __global__ void moments_kernel(const void* data, DType dtype, float scale_inv, std::int64_t n, TensorMoments* partial);
@@ -42,9 +39,9 @@ __global__ void moments_kernel(const void* data, DType dtype, float scale_inv, s
 __global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
                                   int rows_per_block, int cols_per_block, std::int64_t blocks_per_row, float* amax);
 
-// Block scales from block amaxes, by the spec's rule.
-__global__ void block_scales_kernel(QuantSpec spec, float numerator, const float* amax, std::int64_t blocks,
-                                    float* scale, float* scale_inv);
+// Block scales from block amaxes, by the spec's rule (scale_rules.h, the CPU engine's too).
+__global__ void block_scales_kernel(BlockRule rule, const float* amax, std::int64_t blocks, float* scale,
+                                    float* scale_inv);
 
 // Pass 2: every spec's cast of every element, one read of the tensor; partial QuantStats per spec
 // per CUDA block (partial[block * count + spec]).
@@ -53,7 +50,7 @@ __global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, 
 
 // The cast through the hardware instruction (cvt.rn.satfinite on sm_89+) and through the shared
 // software path, for every input: mismatches counted (gpu-check runs it on every BF16 pattern).
-__global__ void hardware_cast_agreement_kernel(const float* inputs, std::int64_t n, Fp8Format format,
+__global__ void hardware_cast_agreement_kernel(const float* inputs, std::int64_t n, CastFormat format,
                                                unsigned long long* mismatches);
 
 }  // namespace fp8scope::cuda

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/scale_rules.h"
 
 namespace fp8scope {
@@ -73,8 +73,8 @@ std::uint64_t code_digest(std::span<const std::uint8_t> codes) {
   return h;
 }
 
-std::uint64_t quantized_code_digest(const TensorView& t, Fp8Format format, float scale) {
-  return format == Fp8Format::kE4M3 ? digest_cast<kE4M3>(t, scale) : digest_cast<kE5M2>(t, scale);
+std::uint64_t quantized_code_digest(const TensorView& t, CastFormat format, float scale) {
+  return format == CastFormat::kE4M3 ? digest_cast<kE4M3>(t, scale) : digest_cast<kE5M2>(t, scale);
 }
 
 }  // namespace fp8scope

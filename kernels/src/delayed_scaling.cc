@@ -7,7 +7,7 @@
 
 namespace fp8scope {
 
-DelayedScalingState::DelayedScalingState(const Recipe& recipe, Fp8Format format)
+DelayedScalingState::DelayedScalingState(const Recipe& recipe, CastFormat format)
     : history_(static_cast<std::size_t>(std::max(recipe.amax_history_length, 1)), 0.0f),
       algo_(recipe.amax_algo),
       scaled_max_(scaled_max(format_max(format), recipe.margin)) {}

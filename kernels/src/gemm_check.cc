@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/scale_rules.h"
 
 namespace fp8scope {
@@ -18,7 +18,7 @@ struct CastOperand {
   float scale = 1.0f;
 };
 
-CastOperand prepare(const TensorView& t, std::int64_t rows, Fp8Format format) {
+CastOperand prepare(const TensorView& t, std::int64_t rows, CastFormat format) {
   CastOperand o;
   const std::size_t n = static_cast<std::size_t>(rows * t.cols);
   o.value.resize(n);
@@ -36,7 +36,7 @@ CastOperand prepare(const TensorView& t, std::int64_t rows, Fp8Format format) {
   o.dequantized.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const float y = o.value[i] * o.scale;
-    const float q = format == Fp8Format::kE4M3 ? decode<kE4M3>(encode<kE4M3>(y, Saturation::kSatFinite).code)
+    const float q = format == CastFormat::kE4M3 ? decode<kE4M3>(encode<kE4M3>(y, Saturation::kSatFinite).code)
                                                : decode<kE5M2>(encode<kE5M2>(y, Saturation::kSatFinite).code);
     o.dequantized[i] = q * scale_inv;
   }
@@ -63,7 +63,7 @@ void GemmErrorSums::finish(GemmCheckResult* out) const {
   out->max_rel_error = max_abs_ref > 0 ? max_abs_error / max_abs_ref : (max_abs_error == 0 ? 0.0 : INFINITY);
 }
 
-Result<GemmCheckResult> gemm_check_cpu(const TensorView& x, const TensorView& w, Fp8Format format,
+Result<GemmCheckResult> gemm_check_cpu(const TensorView& x, const TensorView& w, CastFormat format,
                                        std::int64_t max_flops) {
   if (x.numel() <= 0 || w.numel() <= 0) return Status::error("gemm check: expected nonempty X and W");
   if (x.cols != w.cols) {

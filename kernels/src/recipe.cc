@@ -14,7 +14,8 @@ struct RecipeRow {
 constexpr RecipeRow kRecipeNames[] = {
     {RecipeKind::kTensorCurrent, "tensor_current"}, {RecipeKind::kTensorDelayed, "tensor_delayed"},
     {RecipeKind::kMxfp8, "mxfp8"},                  {RecipeKind::kBlock1x128, "block_1x128"},
-    {RecipeKind::kBlock128x128, "block_128x128"},
+    {RecipeKind::kBlock128x128, "block_128x128"},   {RecipeKind::kNvfp4, "nvfp4"},
+    {RecipeKind::kMxfp4, "mxfp4"},
 };
 
 struct OperandRow {
@@ -42,9 +43,10 @@ std::optional<RecipeKind> recipe_kind_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<Fp8Format> format_from_name(std::string_view name) {
-  if (name == format_name(Fp8Format::kE4M3)) return Fp8Format::kE4M3;
-  if (name == format_name(Fp8Format::kE5M2)) return Fp8Format::kE5M2;
+std::optional<CastFormat> format_from_name(std::string_view name) {
+  for (CastFormat f : kAllCastFormats) {
+    if (name == format_name(f)) return f;
+  }
   return std::nullopt;
 }
 
@@ -70,21 +72,36 @@ Recipe default_recipe(RecipeKind kind) {
     case RecipeKind::kTensorDelayed:  // DelayedScaling(margin=0, HYBRID, 1024, "max")
       break;
     case RecipeKind::kMxfp8:  // MXFP8BlockScaling(fp8_format=E4M3)
-      r.backward_format = Fp8Format::kE4M3;
+      r.backward_format = CastFormat::kE4M3;
       r.block_rows = 1;
       r.block_cols = 32;
       break;
     case RecipeKind::kBlock1x128:  // Float8BlockScaling(fp8_format=E4M3), 1-D blocks
-      r.backward_format = Fp8Format::kE4M3;
+      r.backward_format = CastFormat::kE4M3;
       r.power_of_2_scales = true;
       r.block_rows = 1;
       r.block_cols = 128;
       break;
     case RecipeKind::kBlock128x128:  // Float8BlockScaling(fp8_format=E4M3), 2-D blocks
-      r.backward_format = Fp8Format::kE4M3;
+      r.backward_format = CastFormat::kE4M3;
       r.power_of_2_scales = true;
       r.block_rows = 128;
       r.block_cols = 128;
+      break;
+    // NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True): 1x16 blocks, 16x16 for
+    // weights (transformer_engine/common/recipe/__init__.py:600, fp4_quant_fwd_weight's
+    // fp4_2d_quantization). TE's random Hadamard transform of wgrad inputs and stochastic rounding
+    // of gradients are not modeled (README, Numerics).
+    case RecipeKind::kNvfp4:
+      r.forward_format = r.backward_format = CastFormat::kE2M1;
+      r.block_rows = 1;
+      r.block_cols = 16;
+      r.weight_block_rows = 16;
+      break;
+    case RecipeKind::kMxfp4:  // OCP MX E2M1 with an E8M0 scale per 1x32 block, rounded up as TE's MX casts
+      r.forward_format = r.backward_format = CastFormat::kE2M1;
+      r.block_rows = 1;
+      r.block_cols = 32;
       break;
   }
   return r;
@@ -93,8 +110,9 @@ Recipe default_recipe(RecipeKind kind) {
 Status validate(const Recipe& r) {
   const std::string name = recipe_name(r.kind);
   if (name == "invalid") {
-    return Status::error("recipe: expected one of tensor_current, tensor_delayed, mxfp8, block_1x128, "
-                         "block_128x128, got kind " + std::to_string(static_cast<int>(r.kind)));
+    std::string known;
+    for (RecipeKind k : kAllRecipeKinds) known += std::string(known.empty() ? "" : ", ") + recipe_name(k);
+    return Status::error("recipe: expected one of " + known + ", got kind " + std::to_string(static_cast<int>(r.kind)));
   }
   if (!std::isfinite(r.margin) || r.margin < 0.0f || r.margin > 64.0f) {
     return Status::error(name + ": expected margin in [0, 64], got " + std::to_string(r.margin));
@@ -109,19 +127,27 @@ Status validate(const Recipe& r) {
   if (!std::isfinite(r.amax_epsilon) || r.amax_epsilon < 0.0f) {
     return Status::error(name + ": expected amax_epsilon >= 0, got " + std::to_string(r.amax_epsilon));
   }
-  const bool wants_blocks = r.kind == RecipeKind::kMxfp8 || r.kind == RecipeKind::kBlock1x128 ||
-                            r.kind == RecipeKind::kBlock128x128;
+  const bool wants_blocks = r.kind != RecipeKind::kTensorCurrent && r.kind != RecipeKind::kTensorDelayed;
   if (!wants_blocks) {
-    if (r.block_rows != 0 || r.block_cols != 0) {
+    if (r.block_rows != 0 || r.block_cols != 0 || r.weight_block_rows != 0) {
       return Status::error(name + ": expected no block shape for a per-tensor recipe, got " +
                            std::to_string(r.block_rows) + "x" + std::to_string(r.block_cols));
     }
+    if (r.forward_format == CastFormat::kE2M1 || r.backward_format == CastFormat::kE2M1) {
+      return Status::error(name + ": expected FP8 formats, got e2m1");
+    }
     return Status();
   }
-  // The engines tile rows in 4096-column segments and 128-row panels; blocks must fit that grid.
-  if (r.block_rows != 1 && r.block_rows != 128) {
-    return Status::error(name + ": expected block rows 1 or 128, got " + std::to_string(r.block_rows));
+  // The engines tile rows in 4096-column segments and panels of 16 or 128 rows; blocks must fit.
+  auto valid_rows = [](int rows) { return rows == 1 || rows == 16 || rows == 128; };
+  if (!valid_rows(r.block_rows) || (r.weight_block_rows != 0 && !valid_rows(r.weight_block_rows))) {
+    return Status::error(name + ": expected block rows 1, 16 or 128, got " + std::to_string(r.block_rows) +
+                         (r.weight_block_rows ? " (weights " + std::to_string(r.weight_block_rows) + ")" : ""));
   }
+  const bool fp4_recipe = r.kind == RecipeKind::kNvfp4 || r.kind == RecipeKind::kMxfp4;
+  const int fp4_formats = (r.forward_format == CastFormat::kE2M1) + (r.backward_format == CastFormat::kE2M1);
+  if (fp4_recipe && fp4_formats != 2) return Status::error(name + ": expected e2m1 elements forward and backward");
+  if (!fp4_recipe && fp4_formats != 0) return Status::error(name + ": expected FP8 formats, got e2m1");
   if (!is_power_of_two(r.block_cols) || r.block_cols < 16 || r.block_cols > 4096) {
     return Status::error(name + ": expected block columns a power of two in [16, 4096], got " +
                          std::to_string(r.block_cols));

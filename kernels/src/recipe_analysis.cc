@@ -12,7 +12,7 @@ std::optional<float> RecipeResult::tensor_scale() const {
 Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tensor, std::span<const RecipePlan> plans) {
   std::vector<QuantSpec> specs;
   for (const RecipePlan& p : plans) {
-    Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.scale);
+    Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.operand, p.scale);
     if (!spec.ok()) return spec.status();
     specs.push_back(spec.value());
   }

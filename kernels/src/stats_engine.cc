@@ -1,39 +1,74 @@
 #include "fp8scope/stats_engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 namespace fp8scope {
 
-Result<QuantSpec> quant_spec_for(const Recipe& recipe, Fp8Format format, std::optional<float> fixed_scale) {
+Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operand operand,
+                                 std::optional<float> fixed_scale) {
   if (Status s = validate(recipe); !s.ok()) return s;
+  if ((format == CastFormat::kE2M1) != recipe.fp4()) {
+    return Status::error(std::string(recipe_name(recipe.kind)) + ": expected " +
+                         (recipe.fp4() ? "e2m1" : "an FP8 format") + ", got " + format_name(format));
+  }
   QuantSpec spec;
   spec.format = format;
   spec.power_of_2 = recipe.power_of_2_scales;
   spec.epsilon = recipe.amax_epsilon;
-  spec.block_rows = recipe.block_rows;
+  spec.block_rows = recipe.block_rows_for(operand);
   spec.block_cols = recipe.block_cols;
   if (fixed_scale && recipe.per_tensor()) {
     if (!std::isfinite(*fixed_scale) || *fixed_scale <= 0.0f) {
       return Status::error(std::string(recipe_name(recipe.kind)) + ": expected a finite scale > 0, got " +
                            std::to_string(*fixed_scale));
     }
-    spec.mode = ScaleMode::kTensorFixed;
+    spec.rule = ScaleRule::kTensorFixed;
     spec.fixed_scale = *fixed_scale;
     return spec;
   }
   switch (recipe.kind) {
-    case RecipeKind::kTensorCurrent: spec.mode = ScaleMode::kTensorCurrent; break;
+    case RecipeKind::kTensorCurrent: spec.rule = ScaleRule::kTensorCurrent; break;
     case RecipeKind::kTensorDelayed:
-      spec.mode = ScaleMode::kTensorCurrent;
+      spec.rule = ScaleRule::kTensorCurrent;
       spec.margin = recipe.margin;
       break;
-    case RecipeKind::kMxfp8: spec.mode = ScaleMode::kBlockE8M0; break;
+    case RecipeKind::kMxfp8:
+    case RecipeKind::kMxfp4: spec.rule = ScaleRule::kBlockE8M0; break;
     case RecipeKind::kBlock1x128:
-    case RecipeKind::kBlock128x128: spec.mode = ScaleMode::kBlockCurrent; break;
+    case RecipeKind::kBlock128x128: spec.rule = ScaleRule::kBlockCurrent; break;
+    case RecipeKind::kNvfp4: spec.rule = ScaleRule::kBlockNvfp4; break;
   }
   return spec;
+}
+
+BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax) {
+  BlockRule r;
+  const float fmax = format_max(spec.format);
+  switch (spec.rule) {
+    case ScaleRule::kBlockE8M0:
+      r.kind = BlockRule::kE8M0;
+      r.fmax_reciprocal = 1.0f / fmax;  // TE's Quantized_Limits::max_norm_rcp
+      break;
+    case ScaleRule::kBlockNvfp4:
+      r.kind = BlockRule::kNvfp4;
+      r.global_encode = nvfp4_global_encode_scale(tensor_te_amax);
+      // TE computes S_dec = 1.0 / S_enc in double (quantize_transpose_nvfp4.cuh:430).
+      r.global_decode = static_cast<float>(1.0 / static_cast<double>(r.global_encode));
+      r.tensor_amax = tensor_te_amax;
+      break;
+    case ScaleRule::kTensorFixed:
+    case ScaleRule::kTensorCurrent:
+    case ScaleRule::kBlockCurrent:
+      r.kind = BlockRule::kCurrent;
+      r.numerator = scaled_max(fmax, spec.margin);
+      r.power_of_2 = spec.power_of_2;
+      r.epsilon = spec.epsilon;
+      break;
+  }
+  return r;
 }
 
 Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> specs) {
@@ -45,25 +80,29 @@ Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> sp
   if (dtype_info(t.dtype) == nullptr) {
     return Status::error("expected a known dtype, got code " + std::to_string(static_cast<int>(t.dtype)));
   }
-  if (reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(dtype_bytes(t.dtype)) != 0) {
-    return Status::error("expected " + std::string(dtype_name(t.dtype)) + " data aligned to " +
-                         std::to_string(dtype_bytes(t.dtype)) + " bytes");
+  const int align = std::max(1, dtype_bytes(t.dtype));
+  if (reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(align) != 0) {
+    return Status::error("expected " + std::string(dtype_name(t.dtype)) + " data aligned to " + std::to_string(align) +
+                         " bytes");
+  }
+  if (tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)) == 0) {
+    return Status::error("expected " + std::string(dtype_name(t.dtype)) + " rows of whole bytes, got " +
+                         std::to_string(t.cols) + " columns");
   }
   if (specs.size() > static_cast<std::size_t>(kMaxSpecsPerCall)) {
     return Status::error("expected at most " + std::to_string(kMaxSpecsPerCall) + " recipes per tensor, got " +
                          std::to_string(specs.size()));
   }
   for (const QuantSpec& s : specs) {
-    const bool block = s.mode == ScaleMode::kBlockE8M0 || s.mode == ScaleMode::kBlockCurrent;
-    if (block && ((s.block_rows != 1 && s.block_rows != 128) || s.block_cols < 16 || s.block_cols > 4096 ||
-                  (s.block_cols & (s.block_cols - 1)) != 0)) {
-      return Status::error("expected a block of 1 or 128 rows by a power of two of 16..4096 columns, got " +
+    const bool rows_ok = s.block_rows == 1 || s.block_rows == 16 || s.block_rows == 128;
+    if (s.per_block() && (!rows_ok || s.block_cols < 16 || s.block_cols > 4096 || (s.block_cols & (s.block_cols - 1)) != 0)) {
+      return Status::error("expected a block of 1, 16 or 128 rows by a power of two of 16..4096 columns, got " +
                            std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols));
     }
     if (!std::isfinite(s.margin) || s.margin < 0.0f) {
       return Status::error("expected a finite margin >= 0, got " + std::to_string(s.margin));
     }
-    if (s.mode == ScaleMode::kTensorFixed && !(std::isfinite(s.fixed_scale) && s.fixed_scale > 0.0f)) {
+    if (s.rule == ScaleRule::kTensorFixed && !(std::isfinite(s.fixed_scale) && s.fixed_scale > 0.0f)) {
       return Status::error("expected a finite scale > 0, got " + std::to_string(s.fixed_scale));
     }
   }

@@ -110,7 +110,7 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
     if (j["recipe"] == "tensor_delayed" && j["scale"] != 1.0) continue;  // analyze's steady state
     expected.push_back(j);
   }
-  REQUIRE(expected.size() == 5);
+  REQUIRE(expected.size() == 7);  // every recipe, FP8 and FP4
   for (const json& e : expected) {
     const std::string recipe = e["recipe"];
     INFO(recipe);
@@ -120,7 +120,7 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
                                                                          {"cosine", "fp8scope_cosine_similarity"},
                                                                          {"sqnr_db", "fp8scope_sqnr_db"}}) {
       INFO(key);
-      const double got = metric_value(metrics, metric, recipe_labels("blocks.0.attn.qkv", recipe));
+      const double got = metric_value(metrics, metric, recipe_labels("blocks.0.attn.qkv", recipe, e["format"]));
       CHECK(got == Approx(e[key].get<double>()).epsilon(1e-12).margin(1e-300));
     }
   }
@@ -199,7 +199,7 @@ TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[da
   DaemonProcess again(data);
   const ProcessResult history = cli({"history", "--endpoint", again.grpc(), "--run", "drain", "--csv"});
   REQUIRE(history.exit_code == 0);
-  CHECK(std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 5);  // header + 6 samples x 5 recipes
+  CHECK(std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 7);  // header + 6 samples x 7 recipes
   CHECK(history.out.find("time,job,run,rank,step,layer,gemm,operand") == 0);
 }
 
@@ -439,7 +439,7 @@ TEST_CASE("a forward GEMM's X and W give its FP8 output error", "[daemon][gemm]"
   CHECK(metric_value(metrics, "fp8scope_gemm_output_max_rel_error", labels) > 0.0);
   // The same comparison from the library the daemon used: the numbers agree.
   auto expected = gemm_check_cpu(TensorView{x.data(), DType::kF32, 32, 64, 1.0f}, TensorView{w.data(), DType::kF32, 48, 64, 1.0f},
-                                 Fp8Format::kE4M3);
+                                 CastFormat::kE4M3);
   REQUIRE(expected.ok());
   CHECK(metric_value(metrics, "fp8scope_gemm_output_mse", labels) == Approx(expected.value().mse).epsilon(1e-12));
 }

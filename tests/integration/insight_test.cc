@@ -14,7 +14,7 @@
 
 #include "../support/daemon_fixture.h"
 #include "../support/temp_dir.h"
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/wire.h"
 
@@ -93,7 +93,7 @@ void stream_run(const DaemonProcess& d, const std::string& run, bool with_tensor
   REQUIRE(stream.value()->close().ok());
 }
 
-// The daemon analyzed every sample and committed every record (five recipes per sample).
+// The daemon analyzed every sample and committed every record (seven recipes per sample).
 void wait_for_history(const DaemonProcess& d, std::uint64_t records) {
   REQUIRE(eventually([&] {
     const ProcessResult s = cli({"status", "--endpoint", d.grpc(), "--json"});
@@ -108,7 +108,7 @@ struct Fixture {
   Fixture() {
     stream_run(daemon, "fp8", true, true);
     stream_run(daemon, "bf16", false, false);
-    wait_for_history(daemon, 5u * kSteps * kLayers);
+    wait_for_history(daemon, 7u * kSteps * kLayers);
   }
 };
 
@@ -228,7 +228,7 @@ TEST_CASE("the report names blocks.2 first and renders in headless chromium with
                                "--progress"});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("top tensor: " + kCulprit));
-  CHECK_THAT(r.err, Catch::Contains("100% (1800/1800 records)"));
+  CHECK_THAT(r.err, Catch::Contains("100% (2520/2520 records)"));
   std::ifstream in(html);
   std::stringstream buffer;
   buffer << in.rdbuf();

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/recipe.h"
 
 namespace fp8scope::trainer {
@@ -53,7 +53,7 @@ Matrix from_bf16(const std::vector<std::uint16_t>& bits, int rows, int cols) {
   return m;
 }
 
-Fp8Tensor::Fp8Tensor(Fp8Format format, int history) : format_(format), state_(delayed_recipe(history), format) {}
+Fp8Tensor::Fp8Tensor(CastFormat format, int history) : format_(format), state_(delayed_recipe(history), format) {}
 
 std::vector<std::uint8_t> Fp8Tensor::cast(const Matrix& m, float& scale_inv) {
   const float scale = state_.scale();
@@ -63,7 +63,7 @@ std::vector<std::uint8_t> Fp8Tensor::cast(const Matrix& m, float& scale_inv) {
   for (std::size_t i = 0; i < m.v.size(); ++i) {
     const float x = m.v[i];
     if (!std::isnan(x)) amax = std::fmax(amax, std::fabs(x));
-    codes[i] = format_ == Fp8Format::kE4M3 ? encode<kE4M3>(x * scale, Saturation::kSatFinite).code
+    codes[i] = format_ == CastFormat::kE4M3 ? encode<kE4M3>(x * scale, Saturation::kSatFinite).code
                                            : encode<kE5M2>(x * scale, Saturation::kSatFinite).code;
   }
   state_.update(amax);

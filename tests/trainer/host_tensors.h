@@ -32,13 +32,13 @@ Matrix from_bf16(const std::vector<std::uint16_t>& bits, int rows, int cols);
 // tensor's amax then enters the history (DelayedScalingState keeps TE's order).
 class Fp8Tensor {
  public:
-  Fp8Tensor(Fp8Format format, int history);
+  Fp8Tensor(CastFormat format, int history);
   // Codes of m * scale (satfinite), and scale_inv; records m's amax for the next scale.
   std::vector<std::uint8_t> cast(const Matrix& m, float& scale_inv);
-  Fp8Format format() const { return format_; }
+  CastFormat format() const { return format_; }
 
  private:
-  Fp8Format format_;
+  CastFormat format_;
   DelayedScalingState state_;
 };
 

@@ -105,8 +105,8 @@ Matrix teacher(const Matrix& x, const Matrix& t1, const Matrix& t2) {
 
 struct Layer {
   Matrix w;  // [out, in], fp32 master weights
-  Fp8Tensor x_fp8{fp8scope::Fp8Format::kE4M3, kAmaxHistory}, w_fp8{fp8scope::Fp8Format::kE4M3, kAmaxHistory},
-      dy_fp8{fp8scope::Fp8Format::kE5M2, kAmaxHistory};
+  Fp8Tensor x_fp8{fp8scope::CastFormat::kE4M3, kAmaxHistory}, w_fp8{fp8scope::CastFormat::kE4M3, kAmaxHistory},
+      dy_fp8{fp8scope::CastFormat::kE5M2, kAmaxHistory};
   // What the forward pass gave the backward pass.
   Matrix input, pre_activation;
   std::vector<std::uint16_t> x_bf16, w_bf16;

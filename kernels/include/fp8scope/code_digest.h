@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 #include "fp8scope/stats_engine.h"
 
 namespace fp8scope {
@@ -21,6 +21,6 @@ std::uint64_t code_digest(std::span<const std::uint8_t> codes);
 
 // The digest of the codes casting `t` (any dtype; FP8 data is dequantized with t.scale_inv first)
 // with `scale` to `format` would give.
-std::uint64_t quantized_code_digest(const TensorView& t, Fp8Format format, float scale);
+std::uint64_t quantized_code_digest(const TensorView& t, CastFormat format, float scale);
 
 }  // namespace fp8scope

@@ -12,7 +12,7 @@ namespace fp8scope {
 class DelayedScalingState {
  public:
   // recipe must be valid (see validate()); format is the one the tensor is cast to.
-  DelayedScalingState(const Recipe& recipe, Fp8Format format);
+  DelayedScalingState(const Recipe& recipe, CastFormat format);
 
   // The scale this step's cast uses: 1 before the first update, as in TE.
   float scale() const { return scale_; }

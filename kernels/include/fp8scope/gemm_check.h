@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 #include "fp8scope/stats_engine.h"
 #include "fp8scope/status.h"
 
@@ -35,7 +35,7 @@ struct GemmErrorSums {
 
 // The CPU emulation: both GEMMs in fp32 with fp64 error sums. max_flops bounds the work: X is cut
 // to its first rows so that rows * N * K <= max_flops.
-Result<GemmCheckResult> gemm_check_cpu(const TensorView& x, const TensorView& w, Fp8Format format,
+Result<GemmCheckResult> gemm_check_cpu(const TensorView& x, const TensorView& w, CastFormat format,
                                        std::int64_t max_flops = std::int64_t{1} << 28);
 
 }  // namespace fp8scope

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/host_device.h"
 #include "fp8scope/lanes.h"
 #include "fp8scope/stats.h"

@@ -9,30 +9,18 @@
 #include <string_view>
 #include <vector>
 
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 #include "fp8scope/status.h"
+#include "fp8scope/wire_enums.h"
 
 namespace fp8scope {
 
-// Numbered for the wire (proto/fp8scope/v1 mirrors these values).
-enum class RecipeKind : std::uint8_t {
-  kTensorCurrent = 1,  // TE Float8CurrentScaling: one scale per tensor from this tensor's amax
-  kTensorDelayed = 2,  // TE DelayedScaling: one scale per tensor from an amax history
-  kMxfp8 = 3,          // TE MXFP8BlockScaling: E8M0 scale per 1x32 row block
-  kBlock1x128 = 4,     // TE Float8BlockScaling / DeepSeek-V3 activations: 1x128, power-of-2 scales
-  kBlock128x128 = 5,   // TE Float8BlockScaling / DeepSeek-V3 weights: 128x128, power-of-2 scales
-};
-
 enum class AmaxAlgo : std::uint8_t { kMax = 1, kMostRecent = 2 };
-
-// Which operand of a GEMM a tensor is; forward operands use the forward format, gradients the
-// backward one (TE's HYBRID = E4M3 forward, E5M2 backward).
-enum class Operand : std::uint8_t { kX = 1, kW = 2, kDy = 3 };
 
 struct Recipe {
   RecipeKind kind = RecipeKind::kTensorCurrent;
-  Fp8Format forward_format = Fp8Format::kE4M3;
-  Fp8Format backward_format = Fp8Format::kE5M2;
+  CastFormat forward_format = CastFormat::kE4M3;
+  CastFormat backward_format = CastFormat::kE5M2;
   // Delayed scaling.
   float margin = 0.0f;                // scale = fmax * 2^-margin / amax
   int amax_history_length = 1024;
@@ -40,22 +28,28 @@ struct Recipe {
   // Current and block scaling.
   float amax_epsilon = 0.0f;          // amax is clamped up to this before the division
   bool power_of_2_scales = false;     // round each scale down to a power of two
-  // Block shape in elements, rows x columns; 0 x 0 is one scale for the whole tensor.
+  // Block shape in elements, rows x columns; 0 x 0 is one scale for the whole tensor. Weights may
+  // take taller blocks (NVFP4's 16x16); 0 means the same as every operand.
   int block_rows = 0;
   int block_cols = 0;
+  int weight_block_rows = 0;
 
-  Fp8Format format_for(Operand op) const { return op == Operand::kDy ? backward_format : forward_format; }
+  CastFormat format_for(Operand op) const { return op == Operand::kDy ? backward_format : forward_format; }
+  int block_rows_for(Operand op) const { return op == Operand::kW && weight_block_rows != 0 ? weight_block_rows : block_rows; }
   bool per_tensor() const { return block_rows == 0; }
+  // FP4 recipes cast to E2M1 whatever the FP8 format asked for.
+  bool fp4() const { return forward_format == CastFormat::kE2M1; }
 };
 
 // The recipe names fp8scope accepts, in a stable order (the default analysis runs all of them).
 inline constexpr RecipeKind kAllRecipeKinds[] = {RecipeKind::kTensorCurrent, RecipeKind::kTensorDelayed,
-                                                 RecipeKind::kMxfp8, RecipeKind::kBlock1x128,
-                                                 RecipeKind::kBlock128x128};
+                                                 RecipeKind::kMxfp8,         RecipeKind::kBlock1x128,
+                                                 RecipeKind::kBlock128x128,  RecipeKind::kNvfp4,
+                                                 RecipeKind::kMxfp4};
 
 const char* recipe_name(RecipeKind kind);
 std::optional<RecipeKind> recipe_kind_from_name(std::string_view name);
-std::optional<Fp8Format> format_from_name(std::string_view name);
+std::optional<CastFormat> format_from_name(std::string_view name);
 std::optional<Operand> operand_from_name(std::string_view name);
 const char* operand_name(Operand op);
 

@@ -14,8 +14,9 @@ namespace fp8scope {
 
 struct RecipePlan {
   Recipe recipe;
-  Fp8Format format = Fp8Format::kE4M3;
-  std::optional<float> scale;  // per-tensor recipes: a scale under study (e.g. delayed scaling's)
+  CastFormat format = CastFormat::kE4M3;
+  Operand operand = Operand::kX;  // which block shape applies (NVFP4 weights take 16x16)
+  std::optional<float> scale;     // per-tensor recipes: a scale under study (e.g. delayed scaling's)
 };
 
 struct RecipeResult {

@@ -10,6 +10,7 @@
 
 #include "fp8scope/dtype.h"
 #include "fp8scope/recipe.h"
+#include "fp8scope/scale_rules.h"
 #include "fp8scope/stats.h"
 #include "fp8scope/status.h"
 
@@ -27,30 +28,39 @@ struct TensorView {
   std::int64_t numel() const { return rows * cols; }
 };
 
-// How one quantization derives its scales; a recipe plus whatever state it needs, resolved.
-enum class ScaleMode : std::uint8_t {
+// How one quantization derives its scales: a recipe's scaling rule, with whatever state it needs.
+enum class ScaleRule : std::uint8_t {
   kTensorFixed,    // one given scale (delayed scaling's, or one under study)
   kTensorCurrent,  // one scale from this tensor's amax
-  kBlockE8M0,      // MXFP8: E8M0 scale per block from the block amax
+  kBlockE8M0,      // MX (MXFP8, MXFP4): E8M0 scale per block from the block amax
   kBlockCurrent,   // current scaling per block (1x128, 128x128)
+  kBlockNvfp4,     // NVFP4: a UE4M3 scale per block under an fp32 scale from the tensor's amax
 };
 
 struct QuantSpec {
-  ScaleMode mode = ScaleMode::kTensorCurrent;
-  Fp8Format format = Fp8Format::kE4M3;
-  int block_rows = 0;  // 1 or 128 for block modes
-  int block_cols = 0;  // power of two, 16..4096, for block modes
+  ScaleRule rule = ScaleRule::kTensorCurrent;
+  CastFormat format = CastFormat::kE4M3;
+  int block_rows = 0;  // 1, 16 or 128 for block rules
+  int block_cols = 0;  // power of two, 16..4096, for block rules
   bool power_of_2 = false;
   float epsilon = 0.0f;
-  float margin = 0.0f;       // current modes: scale = fmax * 2^-margin / amax
+  float margin = 0.0f;       // current rules: scale = fmax * 2^-margin / amax
   float fixed_scale = 1.0f;  // kTensorFixed only
+
+  bool per_block() const { return rule != ScaleRule::kTensorFixed && rule != ScaleRule::kTensorCurrent; }
 };
 
-// The QuantSpec for a (valid) recipe cast to format. A fixed scale overrides per-tensor recipes:
-// delayed scaling's comes from its amax history (DelayedScalingState). Without one, delayed
-// scaling is evaluated at its steady state, the scale its history would hold if this tensor's
-// amax repeated: fmax * 2^-margin / amax, TE's delayed rule applied to this amax.
-Result<QuantSpec> quant_spec_for(const Recipe& recipe, Fp8Format format, std::optional<float> fixed_scale);
+// The QuantSpec for a (valid) recipe cast to format, for one operand (NVFP4 gives weights 16x16
+// blocks). A fixed scale overrides per-tensor recipes: delayed scaling's comes from its amax
+// history (DelayedScalingState). Without one, delayed scaling is evaluated at its steady state, the
+// scale its history would hold if this tensor's amax repeated: fmax * 2^-margin / amax, TE's
+// delayed rule applied to this amax.
+Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operand operand,
+                                 std::optional<float> fixed_scale);
+
+// A block spec's rule once the tensor's TE amax (NaN skipped, Inf kept) is known: what both
+// engines apply to every block amax (scale_rules.h).
+BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax);
 
 inline constexpr int kMaxSpecsPerCall = 8;
 

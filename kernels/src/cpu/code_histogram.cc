@@ -79,7 +79,7 @@ TensorMoments CodeHistogram::moments(float input_scale_inv) const {
   return m;
 }
 
-QuantStats CodeHistogram::quantize(Fp8Format format, float scale, float scale_inv, float input_scale_inv) const {
+QuantStats CodeHistogram::quantize(CastFormat format, float scale, float scale_inv, float input_scale_inv) const {
   QuantStats q;
   auto evaluate = [&](auto format_tag) {
     constexpr const FloatFormat& F = decltype(format_tag)::value;
@@ -96,10 +96,10 @@ QuantStats CodeHistogram::quantize(Fp8Format format, float scale, float scale_in
       if (x != 0.0f) q.histogram[log2_bin(e.abs_scaled)] += n;
     });
   };
-  if (format == Fp8Format::kE4M3) {
-    evaluate(std::integral_constant<const FloatFormat&, kE4M3>{});
-  } else {
-    evaluate(std::integral_constant<const FloatFormat&, kE5M2>{});
+  switch (format) {
+    case CastFormat::kE4M3: evaluate(std::integral_constant<const FloatFormat&, kE4M3>{}); break;
+    case CastFormat::kE5M2: evaluate(std::integral_constant<const FloatFormat&, kE5M2>{}); break;
+    case CastFormat::kE2M1: evaluate(std::integral_constant<const FloatFormat&, kE2M1>{}); break;
   }
   q.scale_min = q.scale_max = scale;
   return q;

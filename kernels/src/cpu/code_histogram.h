@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 #include "fp8scope/stats.h"
 
 namespace fp8scope::cpu {
@@ -29,7 +29,7 @@ class CodeHistogram {
   // The tensor's moments; input_scale_inv dequantizes FP8 codes.
   TensorMoments moments(float input_scale_inv) const;
   // What quantizing every element with one scale does, as the element-wise engine computes it.
-  QuantStats quantize(Fp8Format format, float scale, float scale_inv, float input_scale_inv) const;
+  QuantStats quantize(CastFormat format, float scale, float scale_inv, float input_scale_inv) const;
 
  private:
   template <class F>

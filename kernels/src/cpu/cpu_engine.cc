@@ -23,7 +23,8 @@ constexpr std::int64_t kMaxElementsPerCounter = std::int64_t{1} << 31;  // CodeH
 
 // The tensor is cut into units of (panel of rows) x (4096-column chunk); each task takes a
 // contiguous run of units, so results depend on the task count only, never on timing. Panels are
-// one row (a single memory stream per task) unless a 2-D block recipe needs 128-row panels.
+// one row (a single memory stream per task) unless a 2-D block recipe needs 16- or 128-row panels
+// (the tallest block; 128 is a multiple of 16, so no block straddles two panels).
 struct Grid {
   std::int64_t rows, cols, panel_rows, panels, chunks;
   std::int64_t units() const { return panels * chunks; }
@@ -46,16 +47,17 @@ Unit unit_at(const Grid& g, std::int64_t u) {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-bool is_block(const QuantSpec& s) { return s.mode == ScaleMode::kBlockE8M0 || s.mode == ScaleMode::kBlockCurrent; }
+bool is_block(const QuantSpec& s) { return s.per_block(); }
 
-struct ScalePair {
-  float scale, scale_inv;
-};
-
-// The amax of every 2-D block of one 128-row-block spec, then its scales.
+// The amax of every 2-D block of one spec of 16- or 128-row blocks, then its scales; block (i, j)
+// at i * per_row + j.
 struct Blocks2d {
   std::int64_t per_row = 0;
   std::vector<float> amax, scale, scale_inv;
+
+  std::size_t index(const QuantSpec& spec, std::int64_t row, std::int64_t col) const {
+    return static_cast<std::size_t>((row / spec.block_rows) * per_row + col / spec.block_cols);
+  }
 };
 
 class CpuEngine final : public StatsEngine {
@@ -78,7 +80,8 @@ class CpuEngine final : public StatsEngine {
     for (std::size_t k = 0; k < specs.size(); ++k) {
       if (is_block(specs[k]) && specs[k].block_rows > 1) {
         blocks2d[k].per_row = ceil_div(t.cols, specs[k].block_cols);
-        blocks2d[k].amax.assign(static_cast<std::size_t>(grid.panels * blocks2d[k].per_row), 0.0f);
+        blocks2d[k].amax.assign(static_cast<std::size_t>(ceil_div(t.rows, specs[k].block_rows) * blocks2d[k].per_row),
+                                0.0f);
       }
     }
 
@@ -93,16 +96,17 @@ class CpuEngine final : public StatsEngine {
     out->te_amax = te_amax(out->moments.amax, out->moments.inf > 0);
 
     std::vector<ScalePair> tensor_scale(specs.size(), ScalePair{1.0f, 1.0f});
+    std::vector<BlockRule> rules(specs.size());
     for (std::size_t k = 0; k < specs.size(); ++k) {
       const QuantSpec& spec = specs[k];
-      if (spec.mode == ScaleMode::kTensorFixed) tensor_scale[k] = {spec.fixed_scale, 1.0f / spec.fixed_scale};
-      if (spec.mode == ScaleMode::kTensorCurrent) {
-        kernels_.block_scales(spec, &out->te_amax, 1, &tensor_scale[k].scale, &tensor_scale[k].scale_inv);
-      }
+      rules[k] = block_rule_for(spec, out->te_amax);
+      if (spec.rule == ScaleRule::kTensorFixed) tensor_scale[k] = {spec.fixed_scale, 1.0f / spec.fixed_scale};
+      if (spec.rule == ScaleRule::kTensorCurrent) tensor_scale[k] = current_block_scale(rules[k], out->te_amax);
       Blocks2d& b2 = blocks2d[k];
       b2.scale.resize(b2.amax.size());
       b2.scale_inv.resize(b2.amax.size());
-      kernels_.block_scales(spec, b2.amax.data(), static_cast<int>(b2.amax.size()), b2.scale.data(), b2.scale_inv.data());
+      kernels_.block_scales(rules[k], b2.amax.data(), static_cast<int>(b2.amax.size()), b2.scale.data(),
+                            b2.scale_inv.data());
     }
 
     // Per-tensor specs from the value counts; pass 2 casts the tensor for the rest.
@@ -115,7 +119,7 @@ class CpuEngine final : public StatsEngine {
         cast.push_back(k);
       }
     }
-    if (!cast.empty()) cast_elementwise(t, grid, specs, cast, tensor_scale, blocks2d, out);
+    if (!cast.empty()) cast_elementwise(t, grid, specs, rules, cast, tensor_scale, blocks2d, out);
     return Status();
   }
 
@@ -145,14 +149,14 @@ class CpuEngine final : public StatsEngine {
   }
 
   // The amax of each 2-D block the segment (row r of unit) touches, folded into the tables.
-  void add_block_amax(const Unit& unit, const float* x, std::span<const QuantSpec> specs,
+  void add_block_amax(const Unit& unit, std::int64_t r, const float* x, std::span<const QuantSpec> specs,
                       std::vector<Blocks2d>& blocks2d, float* scratch) {
     for (std::size_t k = 0; k < specs.size(); ++k) {
       Blocks2d& b2 = blocks2d[k];
       if (b2.amax.empty()) continue;
       const int bc = specs[k].block_cols;
       kernels_.block_amax(x, unit.cols(), bc, scratch);
-      float* row = b2.amax.data() + unit.panel * b2.per_row + unit.col_begin / bc;
+      float* row = b2.amax.data() + b2.index(specs[k], r, unit.col_begin);
       for (int b = 0; b < ceil_div(unit.cols(), bc); ++b) row[b] = std::max(row[b], scratch[b]);
     }
   }
@@ -174,7 +178,7 @@ class CpuEngine final : public StatsEngine {
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
         kernels_.add_moments(xs.data(), unit.cols(), &partial[static_cast<std::size_t>(task)]);
-        add_block_amax(unit, xs.data(), specs, blocks2d, sc.data());
+        add_block_amax(unit, r, xs.data(), specs, blocks2d, sc.data());
       }
     });
     TensorMoments m;
@@ -199,7 +203,7 @@ class CpuEngine final : public StatsEngine {
         partial[static_cast<std::size_t>(task)].add(t.data, r * t.cols + unit.col_begin, unit.cols());
         if (!block_amax) continue;
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), x.data());
-        add_block_amax(unit, x.data(), specs, blocks2d, scratch.data());
+        add_block_amax(unit, r, x.data(), specs, blocks2d, scratch.data());
       }
     });
     cpu::CodeHistogram all(t.dtype);
@@ -209,7 +213,8 @@ class CpuEngine final : public StatsEngine {
 
   // Pass 2: the specs listed in `cast`, element by element.
   void cast_elementwise(const TensorView& t, const Grid& grid, std::span<const QuantSpec> specs,
-                        const std::vector<std::size_t>& cast, const std::vector<ScalePair>& tensor_scale,
+                        const std::vector<BlockRule>& rules, const std::vector<std::size_t>& cast,
+                        const std::vector<ScalePair>& tensor_scale,
                         const std::vector<Blocks2d>& blocks2d, TensorAnalysis* out) {
     const int tasks = task_count(t, grid);
     std::vector<std::vector<QuantStats>> partial(static_cast<std::size_t>(tasks),
@@ -240,9 +245,9 @@ class CpuEngine final : public StatsEngine {
           const float* scale_inv = b.scale_inv.data();
           if (spec.block_rows == 1) {
             kernels_.block_amax(b.x.data(), n, bc, b.amax.data());
-            kernels_.block_scales(spec, b.amax.data(), nb, b.scale.data(), b.scale_inv.data());
+            kernels_.block_scales(rules[k], b.amax.data(), nb, b.scale.data(), b.scale_inv.data());
           } else {
-            const std::size_t first = static_cast<std::size_t>(unit.panel * blocks2d[k].per_row + unit.col_begin / bc);
+            const std::size_t first = blocks2d[k].index(spec, r, unit.col_begin);
             scale = blocks2d[k].scale.data() + first;
             scale_inv = blocks2d[k].scale_inv.data() + first;
           }

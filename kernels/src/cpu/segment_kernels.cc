@@ -25,15 +25,20 @@ void convert_loop(const void* data, std::int64_t first, int n, float* out, Conve
   for (int i = 0; i < n; ++i) out[i] = convert(src[i]);
 }
 
-struct Fp8Table {
+// Every code's value, so a conversion is a table look-up.
+struct CodeTable {
   float value[256];
-  explicit Fp8Table(const FloatFormat& f) {
-    for (int c = 0; c < 256; ++c) {
-      value[c] = &f == &kE4M3 ? decode<kE4M3>(static_cast<std::uint8_t>(c))
-                              : decode<kE5M2>(static_cast<std::uint8_t>(c));
-    }
-  }
 };
+
+template <const FloatFormat& F>
+const CodeTable& code_table() {
+  static const CodeTable table = [] {
+    CodeTable t;
+    for (int c = 0; c < 256; ++c) t.value[c] = decode<F>(static_cast<std::uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
 
 void to_float(const void* data, DType dtype, float scale_inv, std::int64_t first, int n, float* out) {
   switch (dtype) {
@@ -43,10 +48,16 @@ void to_float(const void* data, DType dtype, float scale_inv, std::int64_t first
     case DType::kF64: convert_loop<double>(data, first, n, out, [](double v) { return static_cast<float>(v); }); return;
     case DType::kE4M3:
     case DType::kE5M2: {
-      static const Fp8Table e4m3(kE4M3), e5m2(kE5M2);
-      const float* table = dtype == DType::kE4M3 ? e4m3.value : e5m2.value;
+      const float* table = (dtype == DType::kE4M3 ? code_table<kE4M3>() : code_table<kE5M2>()).value;
       convert_loop<std::uint8_t>(data, first, n, out,
                                  [table, scale_inv](std::uint8_t c) { return mul_rn(table[c], scale_inv); });
+      return;
+    }
+    case DType::kE2M1: {
+      const float* table = code_table<kE2M1>().value;
+      for (int i = 0; i < n; ++i) {
+        out[i] = mul_rn(table[fp4_code(data, static_cast<std::size_t>(first + i))], scale_inv);
+      }
       return;
     }
   }
@@ -243,22 +254,21 @@ bool all_finite(const float* __restrict x, int n) {
   return special == 0;
 }
 
-void block_scales(const QuantSpec& spec, const float* __restrict amax, int nb, float* __restrict scale,
+// One loop per rule, so each vectorizes; the per-block arithmetic is scale_rules.h's.
+void block_scales(const BlockRule& rule, const float* __restrict amax, int nb, float* __restrict scale,
                   float* __restrict scale_inv) {
-  const float fmax = format_max(spec.format);
-  if (spec.mode == ScaleMode::kBlockE8M0) {
-    const float reciprocal = 1.0f / fmax;  // TE's max_norm_rcp
+  auto each = [&](auto rule_of_block) {
     for (int b = 0; b < nb; ++b) {
-      const std::uint8_t e = mxfp8_block_exponent(amax[b], reciprocal);
-      scale[b] = e8m0_quantize_scale(e);
-      scale_inv[b] = decode_e8m0(e);
+      const ScalePair p = rule_of_block(rule, amax[b]);
+      scale[b] = p.scale;
+      scale_inv[b] = p.scale_inv;
     }
-    return;
-  }
-  const float numerator = scaled_max(fmax, spec.margin);
-  for (int b = 0; b < nb; ++b) {
-    scale[b] = current_scale(amax[b], numerator, spec.power_of_2, spec.epsilon);
-    scale_inv[b] = 1.0f / scale[b];
+  };
+  switch (rule.kind) {
+    // Lambdas, not function pointers: each loop gets its rule inlined.
+    case BlockRule::kE8M0: each([](const BlockRule& r, float a) { return mx_block_scale(r, a); }); return;
+    case BlockRule::kNvfp4: each([](const BlockRule& r, float a) { return nvfp4_block_scale(r, a); }); return;
+    case BlockRule::kCurrent: each([](const BlockRule& r, float a) { return current_block_scale(r, a); }); return;
   }
 }
 
@@ -310,15 +320,18 @@ void quantize_loop(const float* __restrict x, int n, const float* __restrict sca
   merge(*into, q);
 }
 
-void quantize(Fp8Format format, const float* x, int n, const float* scale, const float* scale_inv, int block_cols,
+template <const FloatFormat& F>
+void quantize_as(const float* x, int n, const float* scale, const float* scale_inv, int block_cols, QuantStats* into) {
+  block_cols > 0 ? quantize_loop<F, true>(x, n, scale, scale_inv, block_cols, into)
+                 : quantize_loop<F, false>(x, n, scale, scale_inv, block_cols, into);
+}
+
+void quantize(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv, int block_cols,
               QuantStats* into) {
-  const bool per_block = block_cols > 0;
-  if (format == Fp8Format::kE4M3) {
-    per_block ? quantize_loop<kE4M3, true>(x, n, scale, scale_inv, block_cols, into)
-              : quantize_loop<kE4M3, false>(x, n, scale, scale_inv, block_cols, into);
-  } else {
-    per_block ? quantize_loop<kE5M2, true>(x, n, scale, scale_inv, block_cols, into)
-              : quantize_loop<kE5M2, false>(x, n, scale, scale_inv, block_cols, into);
+  switch (format) {
+    case CastFormat::kE4M3: quantize_as<kE4M3>(x, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE5M2: quantize_as<kE5M2>(x, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE2M1: quantize_as<kE2M1>(x, n, scale, scale_inv, block_cols, into); return;
   }
 }
 

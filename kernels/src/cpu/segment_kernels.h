@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 #include "fp8scope/stats.h"
 #include "fp8scope/stats_engine.h"
 
@@ -24,11 +24,11 @@ struct SegmentKernels {
   void (*add_moments)(const float* x, int n, TensorMoments* into);
   // out[b] = max |x| over block b of `block` elements, as TE computes it: Inf kept, NaN skipped.
   void (*block_amax)(const float* x, int n, int block, float* out);
-  // scale[b], scale_inv[b] from amax[b], b < nb, by the spec's rule (current scaling or E8M0).
-  void (*block_scales)(const QuantSpec& spec, const float* amax, int nb, float* scale, float* scale_inv);
+  // scale[b], scale_inv[b] from amax[b], b < nb, by the block rule (scale_rules.h).
+  void (*block_scales)(const BlockRule& rule, const float* amax, int nb, float* scale, float* scale_inv);
   // Quantizes x[0..n) with scale[i / block_cols] (block_cols 0: scale[0] for all), adding the
   // outcome to *into; block_cols is a multiple of 16, so a vector never straddles two blocks.
-  void (*quantize)(Fp8Format format, const float* x, int n, const float* scale, const float* scale_inv,
+  void (*quantize)(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
                    int block_cols, QuantStats* into);
 };
 

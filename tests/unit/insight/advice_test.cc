@@ -87,14 +87,14 @@ TEST_CASE("the amax replay counts clipped steps and headroom as TE's delayed rul
   // amax grows 10% a step: margin 0 clips every step after the first, margin 1 never (1.1 < 2).
   std::vector<AmaxPoint> growing;
   for (std::uint64_t t = 0; t < 50; ++t) growing.push_back({t, std::pow(1.1, static_cast<double>(t))});
-  const ReplayOutcome m0 = replay_delayed(growing, Fp8Format::kE4M3, 16, 0);
+  const ReplayOutcome m0 = replay_delayed(growing, CastFormat::kE4M3, 16, 0);
   CHECK(m0.steps == 49);
   CHECK(m0.clipped_steps == 49);
   CHECK(m0.worst_clip_log2 == Approx(std::log2(1.1)));
-  const ReplayOutcome m1 = replay_delayed(growing, Fp8Format::kE4M3, 16, 1);
+  const ReplayOutcome m1 = replay_delayed(growing, CastFormat::kE4M3, 16, 1);
   CHECK(m1.clipped_steps == 0);
   CHECK(m1.mean_headroom_log2 == Approx(1.0 - std::log2(1.1)));
-  const auto s = suggest_delayed_scaling(growing, Fp8Format::kE4M3, 1);
+  const auto s = suggest_delayed_scaling(growing, CastFormat::kE4M3, 1);
   REQUIRE(s);
   CHECK(s->te_default.clipped_steps == 49);
   CHECK(s->best.clipped_steps == 0);
@@ -103,18 +103,18 @@ TEST_CASE("the amax replay counts clipped steps and headroom as TE's delayed rul
   // forgets it; neither can foresee the spike itself.
   std::vector<AmaxPoint> spike;
   for (std::uint64_t t = 0; t < 40; ++t) spike.push_back({t, t == 10 ? 100.0 : 1.0});
-  const ReplayOutcome long_history = replay_delayed(spike, Fp8Format::kE4M3, 1024, 0);
-  const ReplayOutcome short_history = replay_delayed(spike, Fp8Format::kE4M3, 4, 0);
+  const ReplayOutcome long_history = replay_delayed(spike, CastFormat::kE4M3, 1024, 0);
+  const ReplayOutcome short_history = replay_delayed(spike, CastFormat::kE4M3, 4, 0);
   CHECK(long_history.clipped_steps == 1);
   CHECK(short_history.clipped_steps == 1);
   CHECK(long_history.mean_headroom_log2 > 5 * short_history.mean_headroom_log2);
   // Sampled every 8 steps, shorter histories than that are not candidates.
   std::vector<AmaxPoint> sparse;
   for (std::uint64_t t = 0; t < 400; t += 8) sparse.push_back({t, 1.0 + 0.01 * static_cast<double>(t % 3)});
-  const auto sparse_s = suggest_delayed_scaling(sparse, Fp8Format::kE4M3, 8);
+  const auto sparse_s = suggest_delayed_scaling(sparse, CastFormat::kE4M3, 8);
   REQUIRE(sparse_s);
   CHECK(sparse_s->best.history_len >= 8);
-  CHECK_FALSE(suggest_delayed_scaling({{0, 1.0}}, Fp8Format::kE4M3, 1));
+  CHECK_FALSE(suggest_delayed_scaling({{0, 1.0}}, CastFormat::kE4M3, 1));
 }
 
 TEST_CASE("advice: thresholds lead to the recommendation the README promises", "[advice]") {

@@ -41,8 +41,8 @@ TEST_CASE("the digest of a cast equals the digest of cuda_fp8.h's codes, for eve
   const TensorView view{w.data(), DType::kBF16, 1, static_cast<std::int64_t>(w.size()), 1.0f};
   for (float scale : {1.0f, 0x1p-100f, 3.5f, 0x1p100f}) {
     CAPTURE(scale);
-    CHECK(quantized_code_digest(view, Fp8Format::kE4M3, scale) == code_digest(nvidia_codes(w, scale, __NV_E4M3)));
-    CHECK(quantized_code_digest(view, Fp8Format::kE5M2, scale) == code_digest(nvidia_codes(w, scale, __NV_E5M2)));
+    CHECK(quantized_code_digest(view, CastFormat::kE4M3, scale) == code_digest(nvidia_codes(w, scale, __NV_E4M3)));
+    CHECK(quantized_code_digest(view, CastFormat::kE5M2, scale) == code_digest(nvidia_codes(w, scale, __NV_E5M2)));
   }
 }
 
@@ -57,8 +57,8 @@ TEST_CASE("one changed code, a different scale or another order changes the dige
   std::swap(swapped[100], swapped[40000]);
   CHECK(code_digest(swapped) != reference);
   const TensorView view{w.data(), DType::kBF16, 1, static_cast<std::int64_t>(w.size()), 1.0f};
-  CHECK(quantized_code_digest(view, Fp8Format::kE4M3, 1.0f) == reference);
-  CHECK(quantized_code_digest(view, Fp8Format::kE4M3, 1.0000001f) != reference);
+  CHECK(quantized_code_digest(view, CastFormat::kE4M3, 1.0f) == reference);
+  CHECK(quantized_code_digest(view, CastFormat::kE4M3, 1.0000001f) != reference);
 }
 
 TEST_CASE("FP8 data is dequantized with its scale_inv before the cast", "[code_digest]") {
@@ -68,5 +68,5 @@ TEST_CASE("FP8 data is dequantized with its scale_inv before the cast", "[code_d
     if ((c & 0x7F) != 0x7F) codes.push_back(static_cast<std::uint8_t>(c));  // not NaN
   }
   const TensorView view{codes.data(), DType::kE4M3, 1, static_cast<std::int64_t>(codes.size()), 0.25f};
-  CHECK(quantized_code_digest(view, Fp8Format::kE4M3, 4.0f) == code_digest(codes));
+  CHECK(quantized_code_digest(view, CastFormat::kE4M3, 4.0f) == code_digest(codes));
 }

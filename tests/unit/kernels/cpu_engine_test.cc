@@ -18,22 +18,31 @@ struct Shape {
   std::int64_t rows, cols;
 };
 
-std::vector<QuantSpec> all_specs(Fp8Format format) {
+// Every recipe (the FP4 ones cast to E2M1 whatever the FP8 format; NVFP4 takes a weight's 16x16
+// blocks in the E4M3 cases and a gradient's 1x16 in the E5M2 ones), and delayed scaling at its
+// steady state: kMaxSpecsPerCall specs.
+std::vector<QuantSpec> all_specs(CastFormat format) {
   std::vector<QuantSpec> specs;
+  const Operand operand = format == CastFormat::kE4M3 ? Operand::kW : Operand::kDy;
   for (RecipeKind kind : kAllRecipeKinds) {
     const std::optional<float> fixed =
         kind == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;  // a stale delayed scale
-    specs.push_back(quant_spec_for(default_recipe(kind), format, fixed).value());
+    const Recipe recipe = default_recipe(kind);
+    specs.push_back(quant_spec_for(recipe, recipe.fp4() ? CastFormat::kE2M1 : format, operand, fixed).value());
   }
   Recipe steady = default_recipe(RecipeKind::kTensorDelayed);  // delayed scaling at its steady state
   steady.margin = 2.0f;
-  specs.push_back(quant_spec_for(steady, format, std::nullopt).value());
+  specs.push_back(quant_spec_for(steady, format, operand, std::nullopt).value());
   return specs;
 }
 
 void check_close(long double reference, double actual, long double magnitude, const char* what) {
   INFO(what << ": reference " << static_cast<double>(reference) << " actual " << actual);
-  if (std::isinf(reference) || std::isnan(reference)) {
+  if (std::isnan(reference)) {  // NVFP4 of a tensor holding Inf: TE dequantizes with its Inf amax
+    CHECK(std::isnan(actual));
+    return;
+  }
+  if (std::isinf(reference)) {
     CHECK(static_cast<double>(reference) == actual);
     return;
   }
@@ -57,7 +66,8 @@ void check_against_reference(const TensorView& t, std::span<const QuantSpec> spe
   CHECK(a.te_amax == te_amax);
   REQUIRE(a.quant.size() == specs.size());
   for (std::size_t k = 0; k < specs.size(); ++k) {
-    INFO("spec " << k << " mode " << static_cast<int>(specs[k].mode));
+    INFO("spec " << k << " rule " << static_cast<int>(specs[k].rule) << " " << specs[k].block_rows << "x"
+                  << specs[k].block_cols << " " << format_name(specs[k].format));
     const reference::Quant q = reference::quantize(x, t.rows, t.cols, specs[k], te_amax);
     const QuantStats& got = a.quant[k];
     CHECK(got.underflow == q.underflow);
@@ -83,9 +93,9 @@ std::unique_ptr<StatsEngine> engine_with(int threads, const std::string& isa, Cp
   return std::move(make_cpu_engine(options)).value();
 }
 
-void check_case(DType dtype, Distribution dist, Shape shape, Fp8Format format, StatsEngine& engine) {
+void check_case(DType dtype, Distribution dist, Shape shape, CastFormat format, StatsEngine& engine) {
   const std::vector<float> values = testing::generate(dist, shape.rows, shape.cols, 42);
-  const float scale_inv = dtype == DType::kE4M3 ? 0.125f : 1.0f;
+  const float scale_inv = dtype_is_codes(dtype) ? 0.125f : 1.0f;
   const std::vector<std::uint8_t> bytes = testing::to_bytes(values, dtype, scale_inv);
   const TensorView t{bytes.data(), dtype, shape.rows, shape.cols, scale_inv};
   const std::vector<QuantSpec> specs = all_specs(format);
@@ -97,11 +107,11 @@ void check_case(DType dtype, Distribution dist, Shape shape, Fp8Format format, S
 }  // namespace
 
 TEST_CASE("CPU engine matches the reference, element by element and by value counts", "[cpu_engine]") {
-  const DType dtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3);
+  const DType dtype = GENERATE(DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kE2M1);
   const Distribution dist = GENERATE(Distribution::kNormal, Distribution::kHeavyTailed, Distribution::kOutlierChannels,
                                      Distribution::kTiny, Distribution::kAllZero, Distribution::kWithNonFinite);
   const Shape shape = GENERATE(Shape{1, 16}, Shape{5, 160}, Shape{217, 256}, Shape{130, 4100});
-  const Fp8Format format = GENERATE(Fp8Format::kE4M3, Fp8Format::kE5M2);
+  const CastFormat format = GENERATE(CastFormat::kE4M3, CastFormat::kE5M2);
   const auto strategy = GENERATE(CpuEngineOptions::Strategy::kElementwise, CpuEngineOptions::Strategy::kValueCounts);
   DYNAMIC_SECTION(dtype_name(dtype) << " " << testing::distribution_name(dist) << " " << shape.rows << "x"
                                     << shape.cols << " " << format_name(format) << " strategy "
@@ -117,7 +127,7 @@ TEST_CASE("every ISA copy of the inner loops this CPU runs matches the reference
   const Shape shape = GENERATE(Shape{3, 77}, Shape{130, 4100});
   DYNAMIC_SECTION(isa << " " << testing::distribution_name(dist) << " " << shape.rows << "x" << shape.cols) {
     auto engine = engine_with(2, isa, CpuEngineOptions::Strategy::kElementwise);
-    check_case(DType::kBF16, dist, shape, Fp8Format::kE4M3, *engine);
+    check_case(DType::kBF16, dist, shape, CastFormat::kE4M3, *engine);
   }
 }
 
@@ -133,7 +143,7 @@ TEST_CASE("an unknown ISA is refused with the list of runnable ones", "[cpu_engi
 TEST_CASE("a large tensor is split across threads and units, and merges to the reference", "[cpu_engine]") {
   const std::vector<float> values = testing::generate(Distribution::kOutlierChannels, 300, 9000, 7);
   const TensorView t{values.data(), DType::kF32, 300, 9000, 1.0f};
-  const std::vector<QuantSpec> specs = all_specs(Fp8Format::kE4M3);
+  const std::vector<QuantSpec> specs = all_specs(CastFormat::kE4M3);
   TensorAnalysis one, many;
   REQUIRE(make_cpu_engine(1)->analyze(t, specs, &one).ok());
   REQUIRE(make_cpu_engine(4)->analyze(t, specs, &many).ok());
@@ -144,7 +154,8 @@ TEST_CASE("a large tensor is split across threads and units, and merges to the r
 TEST_CASE("with current scaling the amax element never counts as overflow", "[cpu_engine]") {
   // Search amax values where fp32(amax * fmax/amax) rounds above fmax: still no overflow.
   auto engine = make_cpu_engine(1);
-  const QuantSpec spec = quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), Fp8Format::kE4M3, {}).value();
+  const QuantSpec spec =
+      quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, Operand::kX, {}).value();
   int above_max = 0;
   for (std::uint32_t i = 0; i < 20000; ++i) {
     const float amax = bits_float(0x3F800000u + i * 419u);
@@ -167,7 +178,7 @@ TEST_CASE("bad requests are refused with a reason", "[cpu_engine]") {
         "expected a nonempty tensor, got 0 x 4 elements");
   CHECK(!engine->analyze(TensorView{nullptr, DType::kF32, 1, 4, 1.0f}, {&spec, 1}, &a).ok());
   QuantSpec bad_block;
-  bad_block.mode = ScaleMode::kBlockCurrent;
+  bad_block.rule = ScaleRule::kBlockCurrent;
   bad_block.block_rows = 64;
   bad_block.block_cols = 64;
   CHECK(!engine->analyze(TensorView{data, DType::kF32, 1, 4, 1.0f}, {&bad_block, 1}, &a).ok());
@@ -176,4 +187,7 @@ TEST_CASE("bad requests are refused with a reason", "[cpu_engine]") {
         "expected f32 data aligned to 4 bytes");
   const std::vector<QuantSpec> too_many(kMaxSpecsPerCall + 1);
   CHECK(!engine->analyze(TensorView{data, DType::kF32, 1, 4, 1.0f}, too_many, &a).ok());
+  const std::uint8_t fp4[2] = {};
+  CHECK(engine->analyze(TensorView{fp4, DType::kE2M1, 1, 3, 1.0f}, {&spec, 1}, &a).message() ==
+        "expected e2m1 rows of whole bytes, got 3 columns");
 }

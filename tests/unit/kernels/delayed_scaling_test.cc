@@ -19,7 +19,7 @@ TEST_CASE("max over a history of 4, margin 1", "[delayed_scaling]") {
   Recipe r = default_recipe(RecipeKind::kTensorDelayed);
   r.amax_history_length = 4;
   r.margin = 1.0f;
-  DelayedScalingState state(r, Fp8Format::kE4M3);
+  DelayedScalingState state(r, CastFormat::kE4M3);
   CHECK(state.scale() == 1.0f);  // TE starts at 1
   // scaled_max = 448 / 2 = 224. Inf holds the scale until it leaves the window three steps later.
   const std::vector<float> expected = {1.0f, 112.0f, 112.0f, 112.0f, 112.0f, 112.0f, 224.0f, 448.0f, 448.0f,
@@ -34,7 +34,7 @@ TEST_CASE("max over a history of 4, margin 1", "[delayed_scaling]") {
 TEST_CASE("history contents follow TE's roll", "[delayed_scaling]") {
   Recipe r = default_recipe(RecipeKind::kTensorDelayed);
   r.amax_history_length = 4;
-  DelayedScalingState state(r, Fp8Format::kE4M3);
+  DelayedScalingState state(r, CastFormat::kE4M3);
   state.update(2.0f);
   state.update(5.0f);
   CHECK(std::vector<float>(state.history().begin(), state.history().end()) == std::vector<float>{0, 0, 2, 5});
@@ -47,7 +47,7 @@ TEST_CASE("most_recent uses this step's amax alone", "[delayed_scaling]") {
   Recipe r = default_recipe(RecipeKind::kTensorDelayed);
   r.amax_history_length = 4;
   r.amax_algo = AmaxAlgo::kMostRecent;
-  DelayedScalingState state(r, Fp8Format::kE5M2);
+  DelayedScalingState state(r, CastFormat::kE5M2);
   const std::vector<float> expected = {1.0f,        28672.0f,    28672.0f, 57344.0f, 114688.0f, 114688.0f,
                                        114688.0f,   114688.0f,   114688.0f, 57344.0f / 3.0f};
   for (std::size_t step = 0; step < kAmaxSeries.size(); ++step) {
@@ -58,7 +58,7 @@ TEST_CASE("most_recent uses this step's amax alone", "[delayed_scaling]") {
 }
 
 TEST_CASE("a tiny amax gives FLT_MAX, not Inf", "[delayed_scaling]") {
-  DelayedScalingState state(default_recipe(RecipeKind::kTensorDelayed), Fp8Format::kE4M3);
+  DelayedScalingState state(default_recipe(RecipeKind::kTensorDelayed), CastFormat::kE4M3);
   state.update(0x1p-149f);
   CHECK(state.scale() == kFloatMax);
 }

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/scale_rules.h"
 
 using namespace fp8scope;
@@ -34,7 +34,7 @@ TEST_CASE("the CPU GEMM check matches a long double reference", "[gemm_check]") 
   for (float& v : w) v = d(rng) * 0.02f;
   x[7] = 40.0f;  // an outlier that costs X precision
   const TensorView xv{x.data(), DType::kF32, m, k, 1.0f}, wv{w.data(), DType::kF32, n, k, 1.0f};
-  auto r = gemm_check_cpu(xv, wv, Fp8Format::kE4M3);
+  auto r = gemm_check_cpu(xv, wv, CastFormat::kE4M3);
   REQUIRE(r.ok());
   float sx, sw;
   const std::vector<float> xq = dequantized(x, &sx), wq = dequantized(w, &sw);
@@ -72,7 +72,7 @@ TEST_CASE("operands E4M3 holds exactly give an exact FP8 GEMM", "[gemm_check]") 
   x[0] = 3.5f;
   w[0] = 1.75f;
   auto r = gemm_check_cpu(TensorView{x.data(), DType::kF32, 16, 32, 1.0f}, TensorView{w.data(), DType::kF32, 8, 32, 1.0f},
-                          Fp8Format::kE4M3);
+                          CastFormat::kE4M3);
   REQUIRE(r.ok());
   CHECK(r.value().mse == 0.0);
   CHECK(r.value().max_rel_error == 0.0);
@@ -82,11 +82,11 @@ TEST_CASE("operands E4M3 holds exactly give an exact FP8 GEMM", "[gemm_check]") 
 TEST_CASE("the row budget and the shapes", "[gemm_check]") {
   std::vector<float> x(100 * 64, 1.0f), w(50 * 64, 1.0f);
   auto r = gemm_check_cpu(TensorView{x.data(), DType::kF32, 100, 64, 1.0f},
-                          TensorView{w.data(), DType::kF32, 50, 64, 1.0f}, Fp8Format::kE4M3, 10 * 50 * 64);
+                          TensorView{w.data(), DType::kF32, 50, 64, 1.0f}, CastFormat::kE4M3, 10 * 50 * 64);
   REQUIRE(r.ok());
   CHECK(r.value().rows == 10);
   CHECK(r.value().m == 100);
   auto bad = gemm_check_cpu(TensorView{x.data(), DType::kF32, 100, 64, 1.0f}, TensorView{w.data(), DType::kF32, 64, 50, 1.0f},
-                            Fp8Format::kE4M3);
+                            CastFormat::kE4M3);
   CHECK(bad.message() == "gemm check: expected X [M, K] and W [N, K] with the same K, got K = 64 and 50");
 }

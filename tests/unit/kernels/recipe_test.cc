@@ -11,7 +11,8 @@ TEST_CASE("every recipe has a name that parses back, and its default is valid", 
     CHECK(recipe_kind_from_name(recipe_name(kind)) == kind);
     CHECK(validate(default_recipe(kind)).ok());
   }
-  CHECK(!recipe_kind_from_name("nvfp4"));
+  CHECK(recipe_kind_from_name("nvfp4") == RecipeKind::kNvfp4);
+  CHECK(!recipe_kind_from_name("nvfp8"));
 }
 
 TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
@@ -19,15 +20,27 @@ TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
   CHECK(delayed.amax_history_length == 1024);
   CHECK(delayed.amax_algo == AmaxAlgo::kMax);
   CHECK(delayed.margin == 0.0f);
-  CHECK(delayed.format_for(Operand::kX) == Fp8Format::kE4M3);  // HYBRID
-  CHECK(delayed.format_for(Operand::kDy) == Fp8Format::kE5M2);
+  CHECK(delayed.format_for(Operand::kX) == CastFormat::kE4M3);  // HYBRID
+  CHECK(delayed.format_for(Operand::kDy) == CastFormat::kE5M2);
   const Recipe mx = default_recipe(RecipeKind::kMxfp8);
   CHECK(mx.block_rows == 1);
   CHECK(mx.block_cols == 32);
-  CHECK(mx.format_for(Operand::kDy) == Fp8Format::kE4M3);
+  CHECK(mx.format_for(Operand::kDy) == CastFormat::kE4M3);
   const Recipe b2 = default_recipe(RecipeKind::kBlock128x128);
   CHECK(b2.block_rows == 128);
   CHECK(b2.power_of_2_scales);
+  // NVFP4BlockScaling: E2M1 both ways, 1x16 blocks, 16x16 for weights (recipe/__init__.py:600).
+  const Recipe nv = default_recipe(RecipeKind::kNvfp4);
+  CHECK(nv.format_for(Operand::kX) == CastFormat::kE2M1);
+  CHECK(nv.format_for(Operand::kDy) == CastFormat::kE2M1);
+  CHECK(nv.block_rows_for(Operand::kX) == 1);
+  CHECK(nv.block_rows_for(Operand::kDy) == 1);
+  CHECK(nv.block_rows_for(Operand::kW) == 16);
+  CHECK(nv.block_cols == 16);
+  const Recipe mx4 = default_recipe(RecipeKind::kMxfp4);
+  CHECK(mx4.block_rows_for(Operand::kW) == 1);
+  CHECK(mx4.block_cols == 32);
+  CHECK(mx4.fp4());
 }
 
 TEST_CASE("validation errors say what was expected and what came", "[recipe]") {
@@ -44,11 +57,21 @@ TEST_CASE("validation errors say what was expected and what came", "[recipe]") {
   r.block_rows = 1;
   r.block_cols = 32;
   CHECK(!validate(r).ok());
+  r = default_recipe(RecipeKind::kTensorCurrent);
+  r.backward_format = CastFormat::kE2M1;
+  CHECK(validate(r).message() == "tensor_current: expected FP8 formats, got e2m1");
+  r = default_recipe(RecipeKind::kNvfp4);
+  r.backward_format = CastFormat::kE4M3;
+  CHECK(validate(r).message() == "nvfp4: expected e2m1 elements forward and backward");
+  r = default_recipe(RecipeKind::kNvfp4);
+  r.weight_block_rows = 32;
+  CHECK(validate(r).message() == "nvfp4: expected block rows 1, 16 or 128, got 1 (weights 32)");
 }
 
 TEST_CASE("formats and operands parse by name", "[recipe]") {
-  CHECK(format_from_name("e4m3") == Fp8Format::kE4M3);
-  CHECK(format_from_name("e5m2") == Fp8Format::kE5M2);
+  CHECK(format_from_name("e4m3") == CastFormat::kE4M3);
+  CHECK(format_from_name("e5m2") == CastFormat::kE5M2);
+  CHECK(format_from_name("e2m1") == CastFormat::kE2M1);
   CHECK(!format_from_name("E4M3"));
   CHECK(operand_from_name("dy") == Operand::kDy);
   CHECK(std::string(operand_name(Operand::kW)) == "w");

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 #include "fp8scope/scale_rules.h"
 #include "fp8scope/stats_engine.h"
 
@@ -66,29 +66,22 @@ inline float te_amax_of(const std::vector<float>& x, std::int64_t rows, std::int
   return a;
 }
 
-struct Scales {
-  float scale, scale_inv;
-};
-
-inline Scales scales_from_amax(const QuantSpec& spec, float amax) {
-  const float fmax = format_max(spec.format);
-  if (spec.mode == ScaleMode::kBlockE8M0) {
-    const std::uint8_t e = e8m0_round_up(amax * (1.0f / fmax));
-    return {e8m0_quantize_scale(e), decode_e8m0(e)};
-  }
-  const float s = current_scale(amax, scaled_max(fmax, spec.margin), spec.power_of_2, spec.epsilon);
-  return {s, 1.0f / s};
+// The scales TE's rule gives a block (or the tensor) of this amax; the rules themselves are pinned
+// to TE's source by scale_rules_test.
+inline ScalePair scales_from_amax(const QuantSpec& spec, float amax, float tensor_te_amax) {
+  return block_scale(block_rule_for(spec, tensor_te_amax), amax);
 }
 
 template <const FloatFormat& F>
-void add_element(Quant& q, float x, Scales s) {
+void add_element(Quant& q, float x, ScalePair s) {
   if (!std::isfinite(x)) return;
   const float y = x * s.scale;
-  const Fp8Cast c = encode<F>(y, Saturation::kSatFinite);
+  const CastResult c = encode<F>(y, Saturation::kSatFinite);
   const float xq = decode<F>(c.code) * s.scale_inv;
-  if (x != 0.0f && (c.code & 0x7F) == 0) ++q.underflow;  // U = nnz(x) - nnz(Q)
+  const int magnitude = c.code & FormatConstants<F>::kMagnitudeMask;
+  if (x != 0.0f && magnitude == 0) ++q.underflow;  // U = nnz(x) - nnz(Q)
   if (c.flags & kCastOverflow) ++q.overflow;
-  if ((c.code & 0x7F) == FormatConstants<F>::kMaxCode) ++q.saturated;
+  if (magnitude == FormatConstants<F>::kMaxCode) ++q.saturated;
   const long double d = static_cast<long double>(x) - xq;
   q.squared_error += d * d;
   q.dot += static_cast<long double>(x) * xq;
@@ -104,20 +97,23 @@ void add_element(Quant& q, float x, Scales s) {
 inline Quant quantize(const std::vector<float>& x, std::int64_t rows, std::int64_t cols, const QuantSpec& spec,
                       float tensor_te_amax) {
   Quant q;
-  const bool block = spec.mode == ScaleMode::kBlockE8M0 || spec.mode == ScaleMode::kBlockCurrent;
-  const std::int64_t br = block ? spec.block_rows : rows, bc = block ? spec.block_cols : cols;
+  const std::int64_t br = spec.per_block() ? spec.block_rows : rows, bc = spec.per_block() ? spec.block_cols : cols;
   for (std::int64_t r0 = 0; r0 < rows; r0 += br)
     for (std::int64_t c0 = 0; c0 < cols; c0 += bc) {
-      Scales s{1.0f, 1.0f};
-      if (spec.mode == ScaleMode::kTensorFixed) s = {spec.fixed_scale, 1.0f / spec.fixed_scale};
-      else if (spec.mode == ScaleMode::kTensorCurrent) s = scales_from_amax(spec, tensor_te_amax);
-      else s = scales_from_amax(spec, te_amax_of(x, rows, cols, r0, r0 + br, c0, c0 + bc));
+      ScalePair s{1.0f, 1.0f};
+      if (spec.rule == ScaleRule::kTensorFixed) s = {spec.fixed_scale, 1.0f / spec.fixed_scale};
+      else if (spec.rule == ScaleRule::kTensorCurrent) s = scales_from_amax(spec, tensor_te_amax, tensor_te_amax);
+      else s = scales_from_amax(spec, te_amax_of(x, rows, cols, r0, r0 + br, c0, c0 + bc), tensor_te_amax);
       q.scale_min = std::min(q.scale_min, s.scale);
       q.scale_max = std::max(q.scale_max, s.scale);
       for (std::int64_t r = r0; r < std::min(r0 + br, rows); ++r)
         for (std::int64_t c = c0; c < std::min(c0 + bc, cols); ++c) {
           const float v = x[static_cast<std::size_t>(r * cols + c)];
-          spec.format == Fp8Format::kE4M3 ? add_element<kE4M3>(q, v, s) : add_element<kE5M2>(q, v, s);
+          switch (spec.format) {
+            case CastFormat::kE4M3: add_element<kE4M3>(q, v, s); break;
+            case CastFormat::kE5M2: add_element<kE5M2>(q, v, s); break;
+            case CastFormat::kE2M1: add_element<kE2M1>(q, v, s); break;
+          }
         }
     }
   return q;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 
 namespace fp8scope::testing {
 
@@ -55,9 +55,10 @@ inline std::vector<float> generate(Distribution d, std::int64_t rows, std::int64
   return x;
 }
 
-// x in the given dtype's bytes (round to nearest even; FP8 codes with satfinite at scale 1/scale_inv).
+// x in the given dtype's bytes (round to nearest even; codes with satfinite at scale 1/scale_inv;
+// FP4 codes two a byte, the even element low).
 inline std::vector<std::uint8_t> to_bytes(const std::vector<float>& x, DType dtype, float scale_inv = 1.0f) {
-  std::vector<std::uint8_t> out(x.size() * static_cast<std::size_t>(dtype_bytes(dtype)));
+  std::vector<std::uint8_t> out(tensor_bytes(dtype, 1, x.size()));
   for (std::size_t i = 0; i < x.size(); ++i) {
     const float v = x[i];
     switch (dtype) {
@@ -76,6 +77,9 @@ inline std::vector<std::uint8_t> to_bytes(const std::vector<float>& x, DType dty
       }
       case DType::kE4M3: out[i] = encode<kE4M3>(v / scale_inv, Saturation::kSatFinite).code; break;
       case DType::kE5M2: out[i] = encode<kE5M2>(v / scale_inv, Saturation::kSatFinite).code; break;
+      case DType::kE2M1:
+        out[i / 2] |= static_cast<std::uint8_t>(encode<kE2M1>(v / scale_inv, Saturation::kSatFinite).code << (4 * (i % 2)));
+        break;
     }
   }
   return out;

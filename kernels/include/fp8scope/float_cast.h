@@ -1,7 +1,7 @@
-// Casts between fp32 and the formats of fp8_format.h, written once as templates on a format row
+// Casts between fp32 and the formats of float_formats.h, written once as templates on a format row
 // (the LLVM initFromIEEEAPInt<S> idea) and shared by the CPU and CUDA engines.
 //
-// Two paths, tested against each other and against cuda_fp8.h for every BF16 input:
+// Two paths, tested against each other and against cuda_fp8.h / cuda_fp4.h for every BF16 input:
 //  - encode()/decode(): bit-exact codes, integer arithmetic, the reference.
 //  - round_to_grid(): the value of the nearest-even grid point, two fp32 adds; what the statistics
 //    loops use because it vectorizes.
@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "fp8scope/fp8_format.h"
+#include "fp8scope/float_formats.h"
 #include "fp8scope/host_device.h"
 #include "fp8scope/lanes.h"
 
@@ -17,7 +17,8 @@ namespace fp8scope {
 
 enum class Saturation : std::uint8_t {
   kSatFinite,  // out of range and ±Inf become ±max (cvt.rn.satfinite, __NV_SATFINITE)
-  kNoSat,      // out of range becomes Inf (E5M2) or NaN (E4M3), as __NV_NOSAT
+  kNoSat,      // out of range becomes Inf (E5M2) or NaN (E4M3), as __NV_NOSAT; E2M1, which has
+               // neither, always saturates (cuda_fp4.h has no other cast)
 };
 
 // What a cast did to one element, as flags (LLVM APFloat's opStatus): the statistics count these.
@@ -29,23 +30,23 @@ enum CastFlag : std::uint8_t {
   kCastInf = 16,       // the input was ±Inf
 };
 
-struct Fp8Cast {
-  std::uint8_t code;
+struct CastResult {
+  std::uint8_t code;  // in the low code_bits() bits
   std::uint8_t flags;
 };
 
-// fp32 -> FP8 code, round to nearest even. NaN becomes the row's canonical NaN without its sign, as
-// cuda_fp8.h does; a negative input that underflows keeps its sign (-0).
+// fp32 -> code, round to nearest even. NaN becomes the row's NaN code without its sign (for E2M1,
+// +max), as cuda_fp8.h and cuda_fp4.h do; a negative input that underflows keeps its sign (-0).
 template <const FloatFormat& F>
-FP8SCOPE_HD Fp8Cast encode(float x, Saturation sat) {
-  static_assert(F.has_sign, "encode() is for the signed FP8 data formats");
+FP8SCOPE_HD CastResult encode(float x, Saturation sat) {
+  static_assert(F.has_sign, "encode() is for the signed data formats; block scales have their own rules");
   using C = FormatConstants<F>;
   constexpr int kM = C::kMantissaBits;
   const std::uint32_t u = float_bits(x);
-  const auto sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  const auto sign = static_cast<std::uint8_t>((u >> 31) ? C::kSignMask : 0u);
   const std::uint32_t a = u & 0x7FFFFFFFu;
-  const std::uint8_t overflow_code =
-      sat == Saturation::kSatFinite ? C::kMaxCode : (C::kHasInf ? C::kInfCode : C::kNanCode);
+  const bool saturate = sat == Saturation::kSatFinite || C::kNonFinite == NonFiniteEncoding::kFiniteOnly;
+  const std::uint8_t overflow_code = saturate ? C::kMaxCode : (C::kHasInf ? C::kInfCode : C::kNanCode);
 
   if (a > 0x7F800000u) return {C::kNanCode, kCastNaN};
   if (a == 0x7F800000u) return {static_cast<std::uint8_t>(sign | overflow_code), kCastInf};
@@ -89,14 +90,14 @@ FP8SCOPE_HD Fp8Cast encode(float x, Saturation sat) {
   return {static_cast<std::uint8_t>(sign | magnitude), flags};
 }
 
-// FP8 code -> fp32, exact. NaN codes give a quiet NaN.
+// code -> fp32, exact (bits above code_bits() are ignored). NaN codes give a quiet NaN.
 template <const FloatFormat& F>
 FP8SCOPE_HD float decode(std::uint8_t code) {
-  static_assert(F.has_sign, "decode() is for the signed FP8 data formats; see decode_e8m0()");
+  static_assert(F.has_sign, "decode() is for the signed data formats; see decode_ue4m3() and decode_e8m0()");
   using C = FormatConstants<F>;
   constexpr int kM = C::kMantissaBits;
-  const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;
-  const int magnitude = code & 0x7F;
+  const std::uint32_t sign = (code & C::kSignMask) ? 0x80000000u : 0u;
+  const int magnitude = code & C::kMagnitudeMask;
   const int exponent_field = magnitude >> kM;
   const int mantissa = magnitude & ((1 << kM) - 1);
   if (magnitude > C::kMaxCode) {
@@ -128,11 +129,12 @@ FP8SCOPE_HD V round_to_grid(V abs_y) {
   return add_rn(add_rn(abs_y, c), -c);
 }
 
-// ---- E8M0 block scales (MXFP8) -------------------------------------------------------------------
+// ---- E8M0 block scales (MXFP8, MXFP4) -----------------------------------------------------------
 
-// TE's float_to_e8m0 (transformer_engine/common/util/ptx.cuh): the biased exponent of v rounded up,
-// saturating at 0xFE; NaN -> 0xFF, 0 -> 0. v is nonnegative (an amax times 1/fmax). Written
-// without early returns so the CPU engine's loop over a segment's blocks vectorizes.
+// TE's float_to_e8m0 (transformer_engine/common/util/ptx_arch_spec.cuh:72, TE main of 2026-08-22;
+// the cvt.rp.satfinite.ue8m0x2.f32 of Blackwell and its software twin): the biased exponent of v
+// rounded up, saturating at 0xFE; NaN -> 0xFF, 0 -> 0. v is nonnegative (an amax times 1/fmax).
+// Written without early returns so the CPU engine's loop over a segment's blocks vectorizes.
 FP8SCOPE_HD std::uint8_t e8m0_round_up(float v) {
   const std::uint32_t u = float_bits(v) & 0x7FFFFFFFu;
   const std::uint32_t exponent = u >> 23;
@@ -145,16 +147,36 @@ FP8SCOPE_HD std::uint8_t e8m0_round_up(float v) {
   return static_cast<std::uint8_t>(e);
 }
 
-// E8M0 code -> the scale_inv it encodes, 2^(e-127). 0xFF is NaN.
+// E8M0 code -> the scale_inv it encodes, 2^(e-127): TE's ptx::exp2f (ptx.cuh:335, after TE PR
+// #3262): code 0 is 2^-127, an fp32 subnormal; 0xFF is NaN.
 FP8SCOPE_HD float decode_e8m0(std::uint8_t e) {
   const std::uint32_t bits = e == 0xFF ? 0x7FC00000u : (e == 0 ? 0x00400000u : static_cast<std::uint32_t>(e) << 23);
-  return bits_float(bits);  // e == 0 is 2^-127, an fp32 subnormal
+  return bits_float(bits);
 }
 
-// The factor TE multiplies the data by before the cast, 2^(127-e); TE uses 1 for e == 0
-// (transformer_engine/common/utils.cuh exp2f_rcp).
+// The factor TE multiplies the data by before the cast, 2^(127-e): TE's ptx::exp2f_rcp<float>
+// (transformer_engine/common/util/ptx.cuh:309, as TE PR #2647 of Feb 2026 left it). Code 0
+// quantizes with 2^127, so a block of tiny values is scaled up rather than flushed (before #2647
+// TE used 1 there); code 254 quantizes with 2^-127, which needs an fp32 subnormal; 0xFF (NaN)
+// gives NaN.
 FP8SCOPE_HD float e8m0_quantize_scale(std::uint8_t e) {
-  return e == 0 ? 1.0f : bits_float((static_cast<std::uint32_t>(254 - e) & 0xFFu) << 23);
+  const std::uint32_t bits = e == 0xFF ? 0x7FFFFFFFu
+                                       : (e == 0xFE ? 0x00400000u : static_cast<std::uint32_t>(254 - e) << 23);
+  return bits_float(bits);
+}
+
+// ---- UE4M3 block scales (NVFP4) ------------------------------------------------------------------
+
+// A nonnegative fp32 -> UE4M3, as TE writes NVFP4 block scales: static_cast<fp8e4m3>(v), the
+// round-to-nearest-even satfinite E4M3 cast (transformer_engine/common/cast/nvfp4/core_nvfp4.cuh:
+// 67). NaN -> 0x7F.
+FP8SCOPE_HD std::uint8_t encode_ue4m3(float v) {
+  return static_cast<std::uint8_t>(encode<kE4M3>(v, Saturation::kSatFinite).code & kUE4M3.nan_code);
+}
+
+// UE4M3 code -> fp32. A code with bit 7 set is no UE4M3 value: NaN, like 0x7F.
+FP8SCOPE_HD float decode_ue4m3(std::uint8_t code) {
+  return (code & 0x80u) ? bits_float(0x7FC00000u) : decode<kE4M3>(code);
 }
 
 }  // namespace fp8scope

@@ -1,6 +1,8 @@
-// The FP8 casts against NVIDIA's own host conversions in cuda_fp8.h: every code decodes the same,
-// and every BF16 input times several scales encodes to the same byte, in both formats, with and
-// without saturation. The fast value path (round_to_grid) must agree with the codes everywhere.
+// The casts against NVIDIA's own host conversions in cuda_fp8.h and cuda_fp4.h: every code decodes
+// the same, and every BF16 input times several scales encodes to the same code, in E4M3, E5M2 and
+// E2M1, with and without saturation. The fast value path (round_to_grid) must agree with the codes
+// everywhere. Block scales: E8M0 and UE4M3 against the same headers.
+#include <cuda_fp4.h>
 #include <cuda_fp8.h>
 
 #include <catch2/catch.hpp>
@@ -9,7 +11,7 @@
 #include <random>
 
 #include "fp8scope/dtype.h"
-#include "fp8scope/fp8_cast.h"
+#include "fp8scope/float_cast.h"
 
 using namespace fp8scope;
 
@@ -20,14 +22,23 @@ constexpr __nv_fp8_interpretation_t interpretation() {
   return &F == &kE4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
+// cuda_fp4.h's cast has no saturation choice: E2M1 always saturates (NaN to +6).
 template <const FloatFormat& F>
 std::uint8_t cuda_encode(float x, Saturation sat) {
-  return __nv_cvt_float_to_fp8(x, sat == Saturation::kSatFinite ? __NV_SATFINITE : __NV_NOSAT, interpretation<F>());
+  if constexpr (&F == &kE2M1) {
+    return __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
+  } else {
+    return __nv_cvt_float_to_fp8(x, sat == Saturation::kSatFinite ? __NV_SATFINITE : __NV_NOSAT, interpretation<F>());
+  }
 }
 
 template <const FloatFormat& F>
 float cuda_decode(std::uint8_t code) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, interpretation<F>())));
+  if constexpr (&F == &kE2M1) {
+    return __half2float(__half(__nv_cvt_fp4_to_halfraw(code, __NV_E2M1)));
+  } else {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, interpretation<F>())));
+  }
 }
 
 bool same_value(float a, float b) { return (std::isnan(a) && std::isnan(b)) || float_bits(a) == float_bits(b); }
@@ -43,12 +54,12 @@ void check_all_bf16_inputs() {
     for (std::uint32_t h = 0; h < 65536; ++h) {
       const float y = mul_rn(bf16_to_float(static_cast<std::uint16_t>(h)), s);
       for (Saturation sat : {Saturation::kSatFinite, Saturation::kNoSat}) {
-        const Fp8Cast ours = encode<F>(y, sat);
+        const CastResult ours = encode<F>(y, sat);
         if (ours.code != cuda_encode<F>(y, sat)) ++mismatches;
       }
       // The vectorizable path: the nearest-even grid value, past max exactly when the cast overflows.
       if (!std::isfinite(y)) continue;
-      const Fp8Cast nosat = encode<F>(y, Saturation::kNoSat);
+      const CastResult nosat = encode<F>(y, Saturation::kNoSat);
       const float grid = round_to_grid<F>(std::fabs(y));
       if (nosat.flags & kCastOverflow) {
         if (!(grid > C::kMax)) ++mismatches;
@@ -63,23 +74,31 @@ void check_all_bf16_inputs() {
 
 }  // namespace
 
-TEST_CASE("every code decodes as cuda_fp8.h decodes it", "[fp8_cast]") {
+TEST_CASE("every code decodes as cuda_fp8.h and cuda_fp4.h decode it", "[float_cast]") {
   for (int c = 0; c < 256; ++c) {
     INFO("code " << c);
     CHECK(same_value(decode<kE4M3>(static_cast<std::uint8_t>(c)), cuda_decode<kE4M3>(static_cast<std::uint8_t>(c))));
     CHECK(same_value(decode<kE5M2>(static_cast<std::uint8_t>(c)), cuda_decode<kE5M2>(static_cast<std::uint8_t>(c))));
   }
+  for (int c = 0; c < 16; ++c) {
+    INFO("e2m1 code " << c);
+    CHECK(same_value(decode<kE2M1>(static_cast<std::uint8_t>(c)), cuda_decode<kE2M1>(static_cast<std::uint8_t>(c))));
+  }
 }
 
-TEST_CASE("every BF16 input times several scales encodes as cuda_fp8.h does: E4M3", "[fp8_cast]") {
+TEST_CASE("every BF16 input times several scales encodes as cuda_fp8.h does: E4M3", "[float_cast]") {
   check_all_bf16_inputs<kE4M3>();
 }
 
-TEST_CASE("every BF16 input times several scales encodes as cuda_fp8.h does: E5M2", "[fp8_cast]") {
+TEST_CASE("every BF16 input times several scales encodes as cuda_fp8.h does: E5M2", "[float_cast]") {
   check_all_bf16_inputs<kE5M2>();
 }
 
-TEST_CASE("random fp32 inputs encode as cuda_fp8.h does", "[fp8_cast]") {
+TEST_CASE("every BF16 input times several scales encodes as cuda_fp4.h does: E2M1", "[float_cast]") {
+  check_all_bf16_inputs<kE2M1>();
+}
+
+TEST_CASE("random fp32 inputs encode as cuda_fp8.h and cuda_fp4.h do", "[float_cast]") {
   std::mt19937 rng(20261129);
   std::uniform_int_distribution<std::uint32_t> bits;
   int mismatches = 0;
@@ -88,12 +107,13 @@ TEST_CASE("random fp32 inputs encode as cuda_fp8.h does", "[fp8_cast]") {
     for (Saturation sat : {Saturation::kSatFinite, Saturation::kNoSat}) {
       mismatches += encode<kE4M3>(y, sat).code != cuda_encode<kE4M3>(y, sat);
       mismatches += encode<kE5M2>(y, sat).code != cuda_encode<kE5M2>(y, sat);
+      mismatches += encode<kE2M1>(y, sat).code != cuda_encode<kE2M1>(y, sat);
     }
   }
   CHECK(mismatches == 0);
 }
 
-TEST_CASE("E4M3 edges, named in hex floats", "[fp8_cast]") {
+TEST_CASE("E4M3 edges, named in hex floats", "[float_cast]") {
   const auto sat = Saturation::kSatFinite;
   const auto nosat = Saturation::kNoSat;
   CHECK(encode<kE4M3>(0x1.cp8f, sat).code == 0x7E);          // 448, the largest finite
@@ -118,7 +138,7 @@ TEST_CASE("E4M3 edges, named in hex floats", "[fp8_cast]") {
   CHECK(std::isnan(decode<kE4M3>(0xFF)));
 }
 
-TEST_CASE("E5M2 edges, named in hex floats", "[fp8_cast]") {
+TEST_CASE("E5M2 edges, named in hex floats", "[float_cast]") {
   const auto sat = Saturation::kSatFinite;
   const auto nosat = Saturation::kNoSat;
   CHECK(encode<kE5M2>(0x1.cp15f, sat).code == 0x7B);          // 57344, the largest finite
@@ -134,6 +154,46 @@ TEST_CASE("E5M2 edges, named in hex floats", "[fp8_cast]") {
   CHECK(std::isinf(decode<kE5M2>(0x7C)));
   CHECK(std::isnan(decode<kE5M2>(0x7D)));
   CHECK(decode<kE5M2>(0x01) == 0x1p-16f);
+}
+
+TEST_CASE("E2M1 edges, named in hex floats", "[float_cast]") {
+  const auto sat = Saturation::kSatFinite;
+  CHECK(encode<kE2M1>(0x1.8p2f, sat).code == 0x7);            // 6, the largest
+  CHECK(encode<kE2M1>(0x1.cp2f, sat).code == 0x7);            // 7: the tie between 6 and 8 rounds to
+  CHECK((encode<kE2M1>(0x1.cp2f, sat).flags & kCastOverflow) != 0);  // even 8, past max: clipped
+  CHECK(encode<kE2M1>(0x1.bffffep2f, sat).flags == kCastInexact);    // just below: 6, no overflow
+  CHECK(encode<kE2M1>(0x1p0f, sat).code == 0x2);              // 1, the smallest normal
+  CHECK(encode<kE2M1>(0x1p-1f, sat).code == 0x1);             // 0.5, the only subnormal
+  CHECK(encode<kE2M1>(0x1p-2f, sat).code == 0x0);             // half of it: ties to even zero
+  CHECK(encode<kE2M1>(0x1p-2f, sat).flags == (kCastInexact | kCastUnderflow));
+  CHECK(encode<kE2M1>(-0x1p-2f, sat).code == 0x8);            // and keeps its sign
+  CHECK(encode<kE2M1>(0x1.8p-1f, sat).code == 0x2);           // 0.75: ties to even 1
+  CHECK(encode<kE2M1>(0x1.4p1f, sat).code == 0x4);            // 2.5: ties to even 2
+  CHECK(encode<kE2M1>(NAN, sat).code == 0x7);                 // no NaN in E2M1: +max
+  CHECK(encode<kE2M1>(-INFINITY, Saturation::kNoSat).code == 0xF);  // E2M1 saturates regardless
+  CHECK(decode<kE2M1>(0x7) == 6.0f);
+  CHECK(decode<kE2M1>(0xF) == -6.0f);
+  CHECK(decode<kE2M1>(0x1) == 0.5f);
+  CHECK(decode<kE2M1>(0x8) == 0.0f);
+  CHECK(std::signbit(decode<kE2M1>(0x8)));
+}
+
+TEST_CASE("UE4M3 block scales encode as cuda_fp8.h's satfinite E4M3 and drop nothing else", "[float_cast][ue4m3]") {
+  int mismatches = 0;
+  for (std::uint32_t h = 0; h < 0x8000; ++h) {  // every nonnegative BF16, as block amaxes are
+    const float v = bf16_to_float(static_cast<std::uint16_t>(h)) * 1.37f;
+    if (encode_ue4m3(v) != __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+  for (int c = 0; c < 0x80; ++c) {
+    INFO("ue4m3 code " << c);
+    CHECK(same_value(decode_ue4m3(static_cast<std::uint8_t>(c)), cuda_decode<kE4M3>(static_cast<std::uint8_t>(c))));
+  }
+  CHECK(encode_ue4m3(448.0f) == 0x7E);
+  CHECK(encode_ue4m3(1e30f) == 0x7E);     // saturates
+  CHECK(encode_ue4m3(NAN) == 0x7F);
+  CHECK(std::isnan(decode_ue4m3(0x7F)));
+  CHECK(std::isnan(decode_ue4m3(0x80)));  // bit 7 is no part of a UE4M3 code
 }
 
 TEST_CASE("E8M0 block exponents round up as cuda_fp8.h's cvt.rp.satfinite does", "[fp8_cast][e8m0]") {
@@ -162,5 +222,6 @@ TEST_CASE("E8M0 codes decode to 2^(e-127)", "[fp8_cast][e8m0]") {
   CHECK(std::isnan(decode_e8m0(0xFF)));
   CHECK(e8m0_quantize_scale(127) == 1.0f);
   CHECK(e8m0_quantize_scale(130) == 0.125f);
-  CHECK(e8m0_quantize_scale(0) == 1.0f);  // TE's exp2f_rcp special case
+  CHECK(e8m0_quantize_scale(0) == 0x1p127f);   // TE's exp2f_rcp since PR #2647 (scale_rules_test)
+  CHECK(e8m0_quantize_scale(254) == 0x1p-127f);
 }
