@@ -59,6 +59,7 @@ nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& te
   j["nonfinite"] = report.moments.nan + report.moments.inf;
   for (const Statistic& s : statistics()) {
     if (std::string(s.key) == "numel") continue;  // already there, as an integer
+    if (s.per_recipe() && !s.applies_to(false)) continue;  // the job's own codes only
     const double v = s.compute(report.moments, recipe.stats);
     j[s.key] = std::string(s.unit) == "elements" ? nlohmann::ordered_json(static_cast<std::uint64_t>(v)) : number(v);
   }

@@ -24,45 +24,68 @@ double sqnr_db(const TensorMoments& m, const QuantStats& q) {
   return 10.0 * std::log10(m.sum_squares / q.squared_error);
 }
 
+constexpr auto kTensor = StatisticScope::kTensor;
+constexpr auto kWhatIf = StatisticScope::kWhatIf;
+constexpr auto kObserved = StatisticScope::kObserved;
+constexpr auto kRecipe = StatisticScope::kRecipe;
+
 constexpr Statistic kStatistics[] = {
-    {"numel", nullptr, "elements", "Elements in the sampled tensor.", false, false,
+    {"numel", nullptr, "elements", "Elements in the sampled tensor.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return static_cast<double>(m.numel); }},
-    {"nan", nullptr, "elements", "NaN elements, counted apart from every other statistic.", false, false,
+    {"nan", nullptr, "elements", "NaN elements, counted apart from every other statistic.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return static_cast<double>(m.nan); }},
-    {"inf", nullptr, "elements", "Infinite elements, counted apart from every other statistic.", false, false,
+    {"inf", nullptr, "elements", "Infinite elements, counted apart from every other statistic.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return static_cast<double>(m.inf); }},
-    {"nonfinite_ratio", nullptr, "ratio", "Share of elements that are NaN or Inf.", false, false,
+    {"nonfinite_ratio", nullptr, "ratio", "Share of elements that are NaN or Inf.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return ratio(m.nan + m.inf, m.numel); }},
-    {"zero_ratio", nullptr, "ratio", "Share of elements that are exactly zero.", false, false,
+    {"zero_ratio", nullptr, "ratio", "Share of elements that are exactly zero.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return ratio(m.finite - m.nonzero, m.numel); }},
-    {"amax", nullptr, "value", "Largest finite |x|.", false, false,
+    {"amax", nullptr, "value", "Largest finite |x|.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return m.finite ? static_cast<double>(m.amax) : kNaN; }},
-    {"amin", nullptr, "value", "Smallest nonzero finite |x|.", false, true,
+    {"amin", nullptr, "value", "Smallest nonzero finite |x|.", kTensor, true,
      [](const TensorMoments& m, const QuantStats&) { return m.nonzero ? static_cast<double>(m.amin) : kNaN; }},
-    {"dynamic_range_log2", nullptr, "log2", "log2(amax) - log2(amin): binades the tensor spans.", false, false,
+    {"dynamic_range_log2", nullptr, "log2", "log2(amax) - log2(amin): binades the tensor spans.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) {
        return m.nonzero ? std::log2(static_cast<double>(m.amax)) - std::log2(static_cast<double>(m.amin)) : kNaN;
      }},
-    {"mean", nullptr, "value", "Mean of the finite elements.", false, false,
+    {"mean", nullptr, "value", "Mean of the finite elements.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) { return m.finite ? m.sum / static_cast<double>(m.finite) : kNaN; }},
-    {"std", nullptr, "value", "Population standard deviation of the finite elements.", false, false,
+    {"std", nullptr, "value", "Population standard deviation of the finite elements.", kTensor, false,
      [](const TensorMoments& m, const QuantStats&) {
        return m.finite ? std::sqrt(m.m2 / static_cast<double>(m.finite)) : kNaN;
      }},
     {"underflow_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over all elements (TE's ratio).",
-     true, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.numel); }},
+     kWhatIf, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.numel); }},
     {"underflow_nonzero_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over nonzero elements.",
-     true, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.nonzero); }},
-    {"overflow_ratio", nullptr, "ratio", "Elements whose scaled value the cast clipped at the format's max.", true, false,
-     [](const TensorMoments& m, const QuantStats& q) { return ratio(q.overflow, m.numel); }},
-    {"saturation_ratio", nullptr, "ratio", "Elements cast to exactly ±max (clipped or not).", true, false,
+     kWhatIf, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.nonzero); }},
+    {"overflow_ratio", nullptr, "ratio", "Elements whose scaled value the cast clipped at the format's max.", kWhatIf,
+     false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.overflow, m.numel); }},
+    {"saturation_ratio", nullptr, "ratio", "Elements cast to exactly ±max (clipped or not).", kRecipe, false,
      [](const TensorMoments& m, const QuantStats& q) { return ratio(q.saturated, m.numel); }},
-    {"mse", nullptr, "value", "Mean squared error of the dequantized tensor over finite elements (fp64 sums).", true, false,
+    {"mse", nullptr, "value", "Mean squared error of the dequantized tensor over finite elements (fp64 sums).", kWhatIf,
+     false,
      [](const TensorMoments& m, const QuantStats& q) {
        return m.finite ? q.squared_error / static_cast<double>(m.finite) : kNaN;
      }},
-    {"cosine", "cosine_similarity", "1", "Cosine similarity of the tensor and its dequantized copy.", true, true, cosine},
-    {"sqnr_db", nullptr, "dB", "Signal to quantization noise ratio, 20 log10(|x| / |x - x̂|).", true, true, sqnr_db},
+    {"cosine", "cosine_similarity", "1", "Cosine similarity of the tensor and its dequantized copy.", kWhatIf, true,
+     cosine},
+    {"sqnr_db", nullptr, "dB", "Signal to quantization noise ratio, 20 log10(|x| / |x - x̂|).", kWhatIf, true, sqnr_db},
+    {"block_scale_floor_ratio", nullptr, "ratio",
+     "The job's own block scales at their encoding's smallest value (E8M0 2^-127, UE4M3 0 or 2^-9, fp32 below "
+     "2^-126), over blocks holding a nonzero value.",
+     kObserved, false,
+     [](const TensorMoments&, const QuantStats& q) { return ratio(q.scale_blocks_at_floor, q.scale_blocks); }},
+    {"block_scale_ceiling_ratio", nullptr, "ratio",
+     "The job's own block scales at their encoding's largest value (E8M0 2^127, UE4M3 448, fp32 Inf), over blocks "
+     "holding a nonzero value.",
+     kObserved, false,
+     [](const TensorMoments&, const QuantStats& q) { return ratio(q.scale_blocks_at_ceiling, q.scale_blocks); }},
+    {"max_block_dynamic_range_log2", nullptr, "log2",
+     "Largest log2(max / min nonzero |x|) within one of the job's scale blocks (TE's max_blockwise_dynamic_range).",
+     kObserved, false,
+     [](const TensorMoments&, const QuantStats& q) {
+       return q.scale_blocks ? static_cast<double>(q.max_block_dynamic_range_log2) : kNaN;
+     }},
 };
 
 }  // namespace

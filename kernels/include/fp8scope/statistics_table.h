@@ -3,6 +3,7 @@
 // dashboards all come from this table, so a statistic is declared exactly once.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -10,17 +11,26 @@
 
 namespace fp8scope {
 
+// What a statistic describes: the tensor alone, or one recipe's cast of it: a what-if (a recipe
+// applied to a high-precision tensor), the job's own codes ("observed"), or either.
+enum class StatisticScope : std::uint8_t { kTensor, kWhatIf, kObserved, kRecipe };
+
 struct Statistic {
   const char* key;          // JSON key, and the metric name after "fp8scope_" unless `metric` says otherwise
   const char* metric;       // Prometheus name without the prefix; nullptr: the same as key
   const char* unit;         // "ratio" (0..1), "elements", "value" (the tensor's own unit), "dB", "log2", "1"
   const char* help;
-  bool per_recipe;          // false: a property of the tensor alone
+  StatisticScope scope;
   bool lower_is_worse;      // how ranks combine into one series: the worst rank (min here, else max)
   // NaN when undefined (e.g. the mean of a tensor with no finite element).
   double (*compute)(const TensorMoments& m, const QuantStats& q);
 
   const char* metric_name() const { return metric ? metric : key; }
+  bool per_recipe() const { return scope != StatisticScope::kTensor; }
+  // Whether the statistic means something for a recipe's result (observed: the job's own codes).
+  bool applies_to(bool observed) const {
+    return scope == StatisticScope::kRecipe || scope == (observed ? StatisticScope::kObserved : StatisticScope::kWhatIf);
+  }
 };
 
 std::span<const Statistic> statistics();

@@ -16,6 +16,12 @@ namespace fp8scope {
 inline constexpr int kHistogramBins = 64;
 inline constexpr int kHistogramMinLog2 = -40;
 
+// Block scales' histogram: bin i counts blocks with floor(log2 scale_inv) == kScaleHistogramMinLog2
+// + i, the ends holding everything beyond. -56..7 spans the decode scales of activations, weights
+// and gradients; the E8M0 extremes (2^-127, 2^127) are counted apart, as the floor and ceiling.
+inline constexpr int kScaleHistogramBins = 64;
+inline constexpr int kScaleHistogramMinLog2 = -56;
+
 // Recipe-independent facts about the tensor. amax/amin/moments are over finite elements only;
 // NaN and Inf are counted, never folded in.
 struct TensorMoments {
@@ -42,6 +48,16 @@ struct QuantStats {
   float scale_min = 0x1.fffffep127f;  // smallest scale applied (per-tensor recipes: the one scale)
   float scale_max = 0.0f;             // largest scale applied
   std::uint64_t histogram[kHistogramBins] = {};
+  // The job's own block scales (recipe "observed"; zero for the what-ifs): over the blocks holding
+  // a nonzero value, how many have the scale encoding's smallest value (or zero: E8M0 2^-127,
+  // UE4M3 0 or 2^-9, fp32 below 2^-126) or its largest (E8M0 2^127, UE4M3 448, fp32 Inf), the
+  // largest log2(max/min nonzero |x|) within one block (TE's max_blockwise_dynamic_range), and
+  // the histogram of their decode scales.
+  std::uint64_t scale_blocks = 0;
+  std::uint64_t scale_blocks_at_floor = 0;
+  std::uint64_t scale_blocks_at_ceiling = 0;
+  float max_block_dynamic_range_log2 = 0.0f;
+  std::uint64_t scale_histogram[kScaleHistogramBins] = {};
 };
 
 FP8SCOPE_HD float min_f(float a, float b) { return b < a ? b : a; }
@@ -84,6 +100,11 @@ FP8SCOPE_HD void merge(QuantStats& into, const QuantStats& other) {
   into.scale_min = min_f(into.scale_min, other.scale_min);
   into.scale_max = max_f(into.scale_max, other.scale_max);
   for (int i = 0; i < kHistogramBins; ++i) into.histogram[i] += other.histogram[i];
+  into.scale_blocks += other.scale_blocks;
+  into.scale_blocks_at_floor += other.scale_blocks_at_floor;
+  into.scale_blocks_at_ceiling += other.scale_blocks_at_ceiling;
+  into.max_block_dynamic_range_log2 = max_f(into.max_block_dynamic_range_log2, other.max_block_dynamic_range_log2);
+  for (int i = 0; i < kScaleHistogramBins; ++i) into.scale_histogram[i] += other.scale_histogram[i];
 }
 
 }  // namespace fp8scope

@@ -1,0 +1,179 @@
+#include "fp8scope/observed_analysis.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fp8scope/scale_rules.h"
+
+namespace fp8scope {
+namespace {
+
+constexpr std::int64_t kSegment = 4096;  // columns dequantized at a time, so a row's floats stay in cache
+
+struct CodeFormat {
+  float value[256];
+  std::uint8_t magnitude_mask, max_code;
+};
+
+template <const FloatFormat& F>
+CodeFormat code_format_of() {
+  CodeFormat f;
+  for (int c = 0; c < 256; ++c) f.value[c] = decode<F>(static_cast<std::uint8_t>(c));
+  f.magnitude_mask = FormatConstants<F>::kMagnitudeMask;
+  f.max_code = FormatConstants<F>::kMaxCode;
+  return f;
+}
+
+const CodeFormat& code_format_for(DType d) {
+  static const CodeFormat e4m3 = code_format_of<kE4M3>(), e5m2 = code_format_of<kE5M2>(),
+                          e2m1 = code_format_of<kE2M1>();
+  return d == DType::kE5M2 ? e5m2 : (d == DType::kE2M1 ? e2m1 : e4m3);
+}
+
+std::uint8_t code_at(DType d, const void* codes, std::int64_t i) {
+  return d == DType::kE2M1 ? fp4_code(codes, static_cast<std::size_t>(i))
+                           : static_cast<const std::uint8_t*>(codes)[i];
+}
+
+// Moments of a few thousand floats, two passes (the mean first), merged into the whole by Chan.
+void add_segment_moments(const float* x, std::int64_t n, TensorMoments& into) {
+  TensorMoments m;
+  m.numel = static_cast<std::uint64_t>(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v != v) {
+      ++m.nan;
+      continue;
+    }
+    const float a = std::fabs(v);
+    if (!is_finite(a)) {
+      ++m.inf;
+      continue;
+    }
+    ++m.finite;
+    m.amax = max_f(m.amax, a);
+    if (a != 0.0f) {
+      ++m.nonzero;
+      m.amin = min_f(m.amin, a);
+    }
+    m.sum += v;
+    m.sum_squares += static_cast<double>(v) * v;
+  }
+  if (m.finite > 0) {
+    const double mean = m.sum / static_cast<double>(m.finite);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (is_finite(x[i])) m.m2 += (x[i] - mean) * (x[i] - mean);
+    }
+  }
+  merge(into, m);
+}
+
+// Where a block scale sits in its encoding's range (see QuantStats).
+struct Extremes {
+  bool floor, ceiling;
+};
+
+Extremes extremes(ScaleEncoding e, std::uint32_t code, float scale_inv) {
+  switch (e) {
+    case ScaleEncoding::kUE8M0: return {code == 0, code == 0xFE};
+    case ScaleEncoding::kUE4M3: return {code <= 1, code == static_cast<std::uint32_t>(max_code(kUE4M3))};
+    case ScaleEncoding::kF32: break;
+  }
+  return {scale_inv < 0x1p-126f, scale_inv >= kFloatMax};
+}
+
+int scale_bin(float scale_inv) {
+  const int e = scale_inv > 0.0f && is_finite(scale_inv) ? std::ilogb(scale_inv) : kScaleHistogramMinLog2;
+  const int bin = e - kScaleHistogramMinLog2;
+  return bin < 0 ? 0 : (bin >= kScaleHistogramBins ? kScaleHistogramBins - 1 : bin);
+}
+
+Status check(const ObservedTensor& t) {
+  if (t.dtype != DType::kE4M3 && t.dtype != DType::kE5M2 && t.dtype != DType::kE2M1) {
+    return Status::error(std::string("expected e4m3, e5m2 or e2m1 codes, got ") + dtype_name(t.dtype));
+  }
+  if (t.codes == nullptr || t.shape.rows <= 0 || t.shape.cols <= 0) {
+    return Status::error("expected a nonempty tensor of codes, got " + std::to_string(t.shape.rows) + " x " +
+                         std::to_string(t.shape.cols));
+  }
+  if (tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.shape.rows), static_cast<std::uint64_t>(t.shape.cols)) == 0) {
+    return Status::error("expected e2m1 rows of whole bytes, got " + std::to_string(t.shape.cols) + " columns");
+  }
+  if (!(std::isfinite(t.scale_inv) && t.scale_inv > 0.0f)) {
+    return Status::error("expected a finite scale_inv > 0, got " + std::to_string(t.scale_inv));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) {
+  if (Status s = check(t); !s.ok()) return s;
+  Result<BlockScaleGrid> grid = Status();
+  if (t.layout == ScaleLayout::kTensorScalar) {
+    std::uint8_t bytes[4];
+    std::memcpy(bytes, &t.scale_inv, 4);
+    grid = untile_scales(t.layout, t.shape, bytes, 1.0f);
+  } else {
+    grid = t.compact_scales ? compact_scales(t.layout, t.shape, t.scales, t.scale_inv)
+                            : untile_scales(t.layout, t.shape, t.scales, t.scale_inv);
+  }
+  if (!grid.ok()) return grid.status();
+  const BlockScaleGrid& g = grid.value();
+  const CodeFormat& format = code_format_for(t.dtype);
+
+  ObservedAnalysis out;
+  const std::size_t blocks = g.scale_inv.size();
+  std::vector<float> block_amax(blocks, 0.0f), block_amin(blocks, kFloatMax);
+  std::vector<float> x(static_cast<std::size_t>(std::min(kSegment, t.shape.cols)));
+  // Along a stored row, runs of this many columns share one scale.
+  const std::int64_t run = t.shape.k_is_outer ? g.block_mn : g.block_k;
+  for (std::int64_t r = 0; r < t.shape.rows; ++r) {
+    std::size_t b = 0;
+    float scale_inv = 0.0f;
+    std::int64_t next_run = 0;
+    for (std::int64_t c0 = 0; c0 < t.shape.cols; c0 += kSegment) {
+      const std::int64_t n = std::min(kSegment, t.shape.cols - c0);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t c = c0 + i;
+        if (c == next_run) {
+          b = t.shape.k_is_outer ? g.index(c, r) : g.index(r, c);
+          scale_inv = g.scale_inv[b];
+          next_run = c + run;
+        }
+        const std::uint8_t code = code_at(t.dtype, t.codes, r * t.shape.cols + c);
+        out.stats.saturated += (code & format.magnitude_mask) == format.max_code;
+        const float v = mul_rn(format.value[code], scale_inv);
+        x[static_cast<std::size_t>(i)] = v;
+        const float a = std::fabs(v);
+        if (is_finite(a) && a != 0.0f) {
+          block_amax[b] = max_f(block_amax[b], a);
+          block_amin[b] = min_f(block_amin[b], a);
+        }
+      }
+      add_segment_moments(x.data(), n, out.moments);
+    }
+  }
+  out.te_amax = te_amax(out.moments.amax, out.moments.inf > 0);
+
+  QuantStats& q = out.stats;
+  for (std::size_t k = 0; k < blocks; ++k) {
+    if (block_amax[k] == 0.0f) continue;  // a block of zeros says nothing about its scale
+    ++q.scale_blocks;
+    const Extremes e = extremes(g.info->encoding, g.codes[k], g.scale_inv[k]);
+    q.scale_blocks_at_floor += e.floor;
+    q.scale_blocks_at_ceiling += e.ceiling;
+    q.max_block_dynamic_range_log2 =
+        max_f(q.max_block_dynamic_range_log2, static_cast<float>(std::log2(block_amax[k]) - std::log2(block_amin[k])));
+    ++q.scale_histogram[scale_bin(g.scale_inv[k])];
+    const float scale = 1.0f / g.scale_inv[k];
+    q.scale_min = min_f(q.scale_min, scale);
+    q.scale_max = max_f(q.scale_max, scale);
+  }
+  if (q.scale_blocks == 0) q.scale_min = q.scale_max = 1.0f / g.scale_inv[0];
+  return out;
+}
+
+}  // namespace fp8scope

@@ -1,0 +1,154 @@
+#include "fp8scope/scale_layout.h"
+
+#include <cstring>
+#include <string>
+
+#include "fp8scope/float_cast.h"
+
+namespace fp8scope {
+namespace {
+
+constexpr ScaleLayoutInfo kLayouts[] = {
+    {ScaleLayout::kTensorScalar, "scalar_32f", ScaleEncoding::kF32, 0, 0},
+    {ScaleLayout::kRowVector, "outer_vec_32f", ScaleEncoding::kF32, 1, 0},
+    {ScaleLayout::kVec128F32, "vec128_32f", ScaleEncoding::kF32, 1, 128},
+    {ScaleLayout::kBlock128x128F32, "blk128x128_32f", ScaleEncoding::kF32, 128, 128},
+    {ScaleLayout::kVec32Ue8m0, "vec32_ue8m0", ScaleEncoding::kUE8M0, 1, 32},
+    {ScaleLayout::kVec16Ue4m3, "vec16_ue4m3", ScaleEncoding::kUE4M3, 1, 16},
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+int encoding_bytes(ScaleEncoding e) { return e == ScaleEncoding::kF32 ? 4 : 1; }
+
+// The geometry of a layout on a shape: block extents with "whole" resolved, block counts.
+BlockScaleGrid empty_grid(const ScaleLayoutInfo& info, const ScaledShape& shape) {
+  BlockScaleGrid g;
+  g.info = &info;
+  g.block_mn = info.block_mn == 0 ? shape.mn() : info.block_mn;
+  g.block_k = info.block_k == 0 ? shape.k() : info.block_k;
+  g.mn_blocks = ceil_div(shape.mn(), g.block_mn);
+  g.k_blocks = ceil_div(shape.k(), g.block_k);
+  return g;
+}
+
+// Where block (p, q) sits in the stored tensor, in scale elements (see scale_layout.h).
+std::uint64_t stored_offset(ScaleLayout layout, const BlockScaleGrid& g, std::int64_t p, std::int64_t q) {
+  switch (layout) {
+    case ScaleLayout::kVec16Ue4m3:
+    case ScaleLayout::kVec32Ue8m0: {
+      const std::int64_t tiles_per_row = round_up(g.k_blocks, 4) / 4;
+      const std::int64_t tile = (p / 128) * tiles_per_row + q / 4;
+      return static_cast<std::uint64_t>(tile * 512 + (p % 32) * 16 + ((p % 128) / 32) * 4 + q % 4);
+    }
+    case ScaleLayout::kVec128F32: return static_cast<std::uint64_t>(q * round_up(g.mn_blocks, 4) + p);
+    case ScaleLayout::kBlock128x128F32: return static_cast<std::uint64_t>(p * round_up(g.k_blocks, 4) + q);
+    case ScaleLayout::kRowVector: return static_cast<std::uint64_t>(p);
+    case ScaleLayout::kTensorScalar:
+    case ScaleLayout::kNone: break;
+  }
+  return 0;
+}
+
+std::uint64_t stored_elements(ScaleLayout layout, const BlockScaleGrid& g) {
+  switch (layout) {
+    case ScaleLayout::kVec16Ue4m3:
+    case ScaleLayout::kVec32Ue8m0: return static_cast<std::uint64_t>(round_up(g.mn_blocks, 128) * round_up(g.k_blocks, 4));
+    case ScaleLayout::kVec128F32: return static_cast<std::uint64_t>(g.k_blocks * round_up(g.mn_blocks, 4));
+    case ScaleLayout::kBlock128x128F32: return static_cast<std::uint64_t>(g.mn_blocks * round_up(g.k_blocks, 4));
+    case ScaleLayout::kRowVector: return static_cast<std::uint64_t>(g.mn_blocks);
+    case ScaleLayout::kTensorScalar: return 1;
+    case ScaleLayout::kNone: break;
+  }
+  return 0;
+}
+
+std::uint32_t read_code(ScaleEncoding e, std::span<const std::uint8_t> bytes, std::uint64_t at) {
+  if (e != ScaleEncoding::kF32) return bytes[at];
+  std::uint32_t bits;
+  std::memcpy(&bits, bytes.data() + at * 4, 4);
+  return bits;
+}
+
+float decode_scale(ScaleEncoding e, std::uint32_t code) {
+  switch (e) {
+    case ScaleEncoding::kUE8M0: return decode_e8m0(static_cast<std::uint8_t>(code));
+    case ScaleEncoding::kUE4M3: return decode_ue4m3(static_cast<std::uint8_t>(code));
+    case ScaleEncoding::kF32: break;
+  }
+  return bits_float(code);
+}
+
+template <class Offset>
+Result<BlockScaleGrid> read_grid(ScaleLayout layout, const ScaledShape& shape, std::span<const std::uint8_t> bytes,
+                                 float tensor_scale_inv, std::uint64_t expected_bytes, Offset offset) {
+  const ScaleLayoutInfo* info = scale_layout_info(layout);
+  if (info == nullptr) return Status::error("expected a scale layout, got code " + std::to_string(static_cast<int>(layout)));
+  if (shape.rows <= 0 || shape.cols <= 0) return Status::error("expected a nonempty operand");
+  BlockScaleGrid g = empty_grid(*info, shape);
+  if (bytes.size() != expected_bytes) {
+    return Status::error(std::string(info->name) + " scales of a " + std::to_string(shape.mn()) + " x " +
+                         std::to_string(shape.k()) + " (M/N x K) operand: expected " + std::to_string(expected_bytes) +
+                         " bytes, got " + std::to_string(bytes.size()));
+  }
+  const std::size_t blocks = static_cast<std::size_t>(g.mn_blocks * g.k_blocks);
+  g.scale_inv.resize(blocks);
+  g.codes.resize(blocks);
+  for (std::int64_t p = 0; p < g.mn_blocks; ++p) {
+    for (std::int64_t q = 0; q < g.k_blocks; ++q) {
+      const std::size_t b = static_cast<std::size_t>(p * g.k_blocks + q);
+      g.codes[b] = read_code(info->encoding, bytes, offset(g, p, q));
+      g.scale_inv[b] = mul_rn(decode_scale(info->encoding, g.codes[b]), tensor_scale_inv);
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+const ScaleLayoutInfo* scale_layout_info(ScaleLayout layout) {
+  for (const ScaleLayoutInfo& i : kLayouts) {
+    if (i.layout == layout) return &i;
+  }
+  return nullptr;
+}
+
+const ScaleLayoutInfo* scale_layout_from_name(std::string_view name) {
+  for (const ScaleLayoutInfo& i : kLayouts) {
+    if (name == i.name) return &i;
+  }
+  return nullptr;
+}
+
+std::span<const ScaleLayoutInfo> scale_layouts() { return kLayouts; }
+
+std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape) {
+  const ScaleLayoutInfo* info = scale_layout_info(layout);
+  if (info == nullptr || shape.rows <= 0 || shape.cols <= 0) return 0;
+  return stored_elements(layout, empty_grid(*info, shape)) * static_cast<std::uint64_t>(encoding_bytes(info->encoding));
+}
+
+Result<BlockScaleGrid> untile_scales(ScaleLayout layout, const ScaledShape& shape, std::span<const std::uint8_t> bytes,
+                                     float tensor_scale_inv) {
+  return read_grid(layout, shape, bytes, tensor_scale_inv, scale_tensor_bytes(layout, shape),
+                   [layout](const BlockScaleGrid& g, std::int64_t p, std::int64_t q) {
+                     return stored_offset(layout, g, p, q);
+                   });
+}
+
+Result<BlockScaleGrid> compact_scales(ScaleLayout layout, const ScaledShape& shape, std::span<const std::uint8_t> bytes,
+                                      float tensor_scale_inv) {
+  const ScaleLayoutInfo* info = scale_layout_info(layout);
+  std::uint64_t expected = 0;
+  if (info != nullptr && shape.rows > 0 && shape.cols > 0) {
+    const BlockScaleGrid g = empty_grid(*info, shape);
+    expected = static_cast<std::uint64_t>(g.mn_blocks * g.k_blocks) * static_cast<std::uint64_t>(encoding_bytes(info->encoding));
+  }
+  return read_grid(layout, shape, bytes, tensor_scale_inv, expected,
+                   [](const BlockScaleGrid& g, std::int64_t p, std::int64_t q) {
+                     return static_cast<std::uint64_t>(p * g.k_blocks + q);
+                   });
+}
+
+}  // namespace fp8scope
