@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS records (
   id INTEGER PRIMARY KEY, time REAL NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL, rank INTEGER NOT NULL,
   step INTEGER NOT NULL, layer TEXT NOT NULL, gemm TEXT NOT NULL, operand TEXT NOT NULL, dtype TEXT NOT NULL,
   numel INTEGER NOT NULL, recipe TEXT NOT NULL, format TEXT NOT NULL, scale REAL, scale_max REAL,
-  scale_current REAL, histogram BLOB, codes_digest TEXT);
+  scale_current REAL, histogram BLOB);
 CREATE INDEX IF NOT EXISTS records_by_run ON records(run, step);
 CREATE INDEX IF NOT EXISTS records_by_layer ON records(layer, gemm, operand);
 CREATE TABLE IF NOT EXISTS scalars (
@@ -78,6 +78,15 @@ Result<sqlite3*> open_db(const std::string& path, bool read_only = false) {
 
 std::string stat_column(const Statistic& s) { return std::string("stat_") + s.key; }
 
+// Columns newer daemons added to the first schema: a store from an older daemon gains them when
+// opened for writing, and reads as NULL where it lacks them when opened read-only.
+struct AddedColumn {
+  const char* name;
+  const char* type;
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"codes_digest", "TEXT"}, {"scale_layout", "TEXT"}, {"gemm_alpha", "REAL"}, {"scale_histogram", "BLOB"}};
+
 bool has_column(sqlite3* db, const std::string& column) {
   sqlite3_stmt* probe = nullptr;
   const std::string sql = "SELECT 1 FROM pragma_table_info('records') WHERE name = '" + column + "'";
@@ -111,8 +120,9 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::open(const std::string& data
       }
     }
   }
-  if (!has_column(db, "codes_digest")) {
-    if (Status st = exec(db, "ALTER TABLE records ADD COLUMN codes_digest TEXT"); !st.ok()) {
+  for (const AddedColumn& c : kAddedColumns) {
+    if (has_column(db, c.name)) continue;
+    if (Status st = exec(db, std::string("ALTER TABLE records ADD COLUMN ") + c.name + " " + c.type); !st.ok()) {
       sqlite3_close(db);
       return Status::error(path + ": " + st.message());
     }
@@ -137,7 +147,8 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::open_read_only(const std::st
 }
 
 HistoryStore::HistoryStore(std::string path, sqlite3* write_db, sqlite3* read_db)
-    : path_(std::move(path)), write_db_(write_db), read_db_(read_db), has_digest_(has_column(read_db, "codes_digest")) {
+    : path_(std::move(path)), write_db_(write_db), read_db_(read_db) {
+  for (const AddedColumn& c : kAddedColumns) has_added_.push_back(has_column(read_db, c.name));
   sqlite3_stmt* count = nullptr;
   sqlite3_prepare_v2(read_db_, "SELECT COUNT(*) FROM records", -1, &count, nullptr);
   if (sqlite3_step(count) == SQLITE_ROW) records_ = static_cast<std::uint64_t>(sqlite3_column_int64(count, 0));
@@ -219,7 +230,11 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
     insert += ", " + stat_column(s);
     values += ",?";
   }
-  insert += ", codes_digest" + values + ",?)";
+  for (const AddedColumn& c : kAddedColumns) {
+    insert += std::string(", ") + c.name;
+    values += ",?";
+  }
+  insert += values + ")";
   sqlite3_stmt* rec = nullptr;
   sqlite3_stmt* sc = nullptr;
   if (sqlite3_prepare_v2(write_db_, insert.c_str(), -1, &rec, nullptr) != SQLITE_OK ||
@@ -249,8 +264,14 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
         const double v = k < r->statistics.size() ? r->statistics[k] : std::nan("");
         std::isnan(v) ? sqlite3_bind_null(rec, i++) : sqlite3_bind_double(rec, i++, v);
       }
-      r->codes_digest.empty() ? sqlite3_bind_null(rec, i++)
-                              : sqlite3_bind_text(rec, i++, r->codes_digest.c_str(), -1, SQLITE_TRANSIENT);
+      for (const std::string* t : {&r->codes_digest, &r->scale_layout}) {
+        t->empty() ? sqlite3_bind_null(rec, i++) : sqlite3_bind_text(rec, i++, t->c_str(), -1, SQLITE_TRANSIENT);
+      }
+      r->gemm_alpha == 0 ? sqlite3_bind_null(rec, i++) : sqlite3_bind_double(rec, i++, r->gemm_alpha);
+      r->scale_histogram.empty()
+          ? sqlite3_bind_null(rec, i++)
+          : sqlite3_bind_blob(rec, i++, r->scale_histogram.data(),
+                              static_cast<int>(r->scale_histogram.size() * sizeof(std::uint64_t)), SQLITE_TRANSIENT);
       if (sqlite3_step(rec) != SQLITE_DONE) status = sql_error(write_db_, "insert record");
       sqlite3_reset(rec);
       ++records;
@@ -314,7 +335,9 @@ Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(cons
   std::string sql = "SELECT time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
                     "scale_max, scale_current, histogram";
   for (const Statistic& s : statistics()) sql += ", " + stat_column(s);
-  sql += has_digest_ ? ", codes_digest" : ", NULL";  // a read-only store from an older daemon lacks it
+  for (std::size_t c = 0; c < std::size(kAddedColumns); ++c) {
+    sql += has_added_[c] ? std::string(", ") + kAddedColumns[c].name : std::string(", NULL");
+  }
   sql += std::string(kFilterWhere) + " ORDER BY id LIMIT ?9";
   std::lock_guard<std::mutex> lock(read_mu_);
   sqlite3_stmt* q = nullptr;
@@ -349,7 +372,12 @@ Status HistoryStore::query(const HistoryFilter& f, const std::function<bool(cons
       const int col = 16 + static_cast<int>(k);
       r.statistics.push_back(sqlite3_column_type(q, col) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(q, col));
     }
-    r.codes_digest = text(16 + static_cast<int>(statistics().size()));
+    const int added = 16 + static_cast<int>(statistics().size());
+    r.codes_digest = text(added);
+    r.scale_layout = text(added + 1);
+    r.gemm_alpha = sqlite3_column_double(q, added + 2);
+    const auto* scales = static_cast<const std::uint64_t*>(sqlite3_column_blob(q, added + 3));
+    r.scale_histogram.assign(scales, scales + sqlite3_column_bytes(q, added + 3) / static_cast<int>(sizeof(std::uint64_t)));
     if (!each(r)) break;
   }
   Status s = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? Status() : sql_error(read_db_, "query");

@@ -34,6 +34,12 @@ struct HistoryRecord {
   std::vector<std::uint64_t> histogram;      // log2|x*s| bins (kHistogramBins)
   std::string codes_digest;                  // hex code_digest() of the FP8 codes: the job's own
                                              // (observed) or a weight's under tensor_current; "" = none
+  // The job's own codes ("observed"): how its scales were laid out (scale_layout.h's names, "" for
+  // the what-ifs), the GEMM's alpha when read (0 = not), and its block scales' log2 histogram
+  // (kScaleHistogramBins).
+  std::string scale_layout;
+  double gemm_alpha = 0;
+  std::vector<std::uint64_t> scale_histogram;
 };
 
 struct ScalarRecord {
@@ -91,7 +97,7 @@ class HistoryStore {
   bool stopping_ = false;
   std::string last_error_;
   std::thread writer_;
-  bool has_digest_;
+  std::vector<bool> has_added_;  // which columns added since the first schema this store has (kAddedColumns)
 };
 
 }  // namespace fp8scope::server

@@ -11,7 +11,7 @@ std::vector<MetricDef> build() {
     const std::string key = s.key;
     if (key == "numel" || key == "nan" || key == "inf") continue;  // counts of one sample, not a level
     t.push_back({std::string("fp8scope_") + s.metric_name(), MetricKind::kGauge, s.help, s.unit,
-                 s.per_recipe ? kRecipeLabels : kTensorLabels, &s, s.lower_is_worse});
+                 s.per_recipe() ? kRecipeLabels : kTensorLabels, &s, s.lower_is_worse});
   }
   auto gauge = [&](std::string name, std::string help, std::string unit, std::vector<std::string> labels) {
     t.push_back({std::move(name), MetricKind::kGauge, std::move(help), std::move(unit), std::move(labels)});
@@ -20,9 +20,14 @@ std::vector<MetricDef> build() {
     t.push_back({std::move(name), MetricKind::kCounter, std::move(help), std::move(unit), std::move(labels)});
   };
   gauge("fp8scope_scale",
-        "Scale the recipe applied (delayed scaling: from its amax history; observed: 1/scale_inv of FP8 data).", "1",
+        "Scale the recipe applied (delayed scaling: from its amax history; observed: the job's per-tensor "
+        "scale, 1/scale_inv).",
+        "1",
         kRecipeLabels);
-  gauge("fp8scope_scale_current", "Scale current scaling would choose for the latest sample (fmax / amax).", "1",
+  gauge("fp8scope_scale_current",
+        "Scale current scaling would choose for the latest sample (fmax / amax; e2m1: NVFP4's per-tensor scale, "
+        "2688 / amax).",
+        "1",
         {"job", "layer", "gemm", "operand", "format"});
   gauge("fp8scope_last_step", "Training step of the latest analyzed sample.", "steps", kTensorLabels);
   // The log2-magnitude histogram of the scaled tensor under current scaling, for heatmaps against

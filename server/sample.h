@@ -11,6 +11,7 @@
 
 #include "byte_budget.h"
 #include "fp8scope/dtype.h"
+#include "fp8scope/wire_enums.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
 namespace fp8scope::server {
@@ -46,6 +47,9 @@ struct Sample {
   v1::TensorHeader header;
   DType dtype = DType::kF32;
   std::int64_t rows = 0, cols = 0;  // the last dimension is cols
+  ScaleLayout scale_layout = ScaleLayout::kNone;  // kTensorScalar: codes with header.scale_inv
+  bool k_is_outer = false;
+  std::uint64_t codes_bytes = 0;  // the payload: codes (or values), then the scale tensor
   Payload payload;
   BudgetLease lease;
   std::chrono::steady_clock::time_point completed;

@@ -55,6 +55,9 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
     current_->dtype = check.shape->dtype;
     current_->rows = check.shape->rows;
     current_->cols = check.shape->cols;
+    current_->scale_layout = check.shape->layout;
+    current_->k_is_outer = check.shape->k_is_outer;
+    current_->codes_bytes = check.shape->codes_bytes;
     current_->payload.resize(bytes);
     received_ = 0;
   }

@@ -21,9 +21,10 @@ bool valid_label(const std::string& value) {
 }
 
 std::optional<Refusal> check_hello(const v1::Hello& hello) {
-  if (hello.protocol_version() != wire::kProtocolVersion) {
+  if (hello.protocol_version() < wire::kOldestProtocolVersion || hello.protocol_version() > wire::kProtocolVersion) {
     return Refusal{"bad_version", "unsupported protocol version " + std::to_string(hello.protocol_version()) +
-                                      "; this daemon speaks fp8scope.v1 version " +
+                                      "; this daemon speaks fp8scope.v1 versions " +
+                                      std::to_string(wire::kOldestProtocolVersion) + " to " +
                                       std::to_string(wire::kProtocolVersion)};
   }
   if (!valid_label(hello.job()) || !valid_label(hello.run())) {
@@ -43,7 +44,7 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
     return refuse("bad_layer", "layer must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
   if (!wire::from_wire(h.operand())) return refuse("bad_operand", "operand must be x, w or dy");
-  if (h.gemm() < v1::GEMM_FPROP || h.gemm() > v1::GEMM_UNKNOWN) return refuse("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
+  if (!wire::from_wire(h.gemm())) return refuse("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
   if (h.shape_size() > kMaxRank) {
     return refuse("bad_shape", "expected at most " + std::to_string(kMaxRank) + " dimensions, got " +
                                    std::to_string(h.shape_size()));
@@ -58,10 +59,43 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   }
   s.cols = h.shape_size() == 0 ? 1 : h.shape(h.shape_size() - 1);
   s.rows = s.numel / s.cols;
-  const std::uint64_t bytes = static_cast<std::uint64_t>(s.numel) * static_cast<std::uint64_t>(dtype_bytes(*dtype));
-  if (s.numel > std::numeric_limits<std::int64_t>::max() / 8 || bytes != h.payload_bytes()) {
-    return refuse("size_mismatch", "payload_bytes " + std::to_string(h.payload_bytes()) + " != shape x dtype = " +
-                                       std::to_string(bytes));
+  if (s.numel > std::numeric_limits<std::int64_t>::max() / 8) return refuse("bad_shape", "element count overflows");
+  s.codes_bytes = tensor_bytes(*dtype, static_cast<std::uint64_t>(s.rows), static_cast<std::uint64_t>(s.cols));
+  if (s.codes_bytes == 0) {
+    return refuse("bad_shape", "e2m1 codes come two a byte: expected an even last dimension, got " + std::to_string(s.cols));
+  }
+  // The scale layout: unset means per-tensor for codes (what protocol 1 clients send) and none else.
+  const bool codes = dtype_is_codes(*dtype);
+  if (h.scale_mode() == v1::SCALE_MODE_UNSPECIFIED) {
+    s.layout = codes ? ScaleLayout::kTensorScalar : ScaleLayout::kNone;
+  } else if (const std::optional<ScaleLayout> layout = wire::from_wire(h.scale_mode())) {
+    s.layout = *layout;
+  } else {
+    return refuse("bad_scale_mode", "unknown scale mode " + std::to_string(h.scale_mode()));
+  }
+  if (codes == (s.layout == ScaleLayout::kNone)) {
+    return refuse("bad_scale_mode", std::string(dtype_name(*dtype)) + (codes ? " codes need a scale mode" :
+                                                                              " data takes no scale mode"));
+  }
+  s.k_is_outer = h.k_is_outer();
+  if (s.layout != ScaleLayout::kNone && s.layout != ScaleLayout::kTensorScalar) {
+    if (h.shape_size() != 2) {
+      return refuse("bad_shape", "a block-scaled operand is one matrix: expected 2 dimensions, got " +
+                                     std::to_string(h.shape_size()));
+    }
+    s.scale_bytes = scale_tensor_bytes(s.layout, ScaledShape{s.rows, s.cols, s.k_is_outer});
+    if (h.scale_bytes() != s.scale_bytes) {
+      return refuse("size_mismatch", std::string(scale_layout_info(s.layout)->name) + " scales of this shape take " +
+                                         std::to_string(s.scale_bytes) + " bytes, the header says " +
+                                         std::to_string(h.scale_bytes()));
+    }
+  } else if (h.scale_bytes() != 0) {
+    return refuse("size_mismatch", "scale_bytes " + std::to_string(h.scale_bytes()) + " without a block scale mode");
+  }
+  const std::uint64_t bytes = s.codes_bytes + s.scale_bytes;
+  if (bytes != h.payload_bytes()) {
+    return refuse("size_mismatch", "payload_bytes " + std::to_string(h.payload_bytes()) + " != shape x dtype" +
+                                       (s.scale_bytes ? " + scale tensor" : "") + " = " + std::to_string(bytes));
   }
   if (bytes > max_sample_bytes) {
     return refuse("too_large", "sample of " + std::to_string(bytes) + " bytes exceeds the daemon's limit of " +
@@ -69,6 +103,12 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   }
   if (!std::isfinite(h.scale_inv()) || h.scale_inv() < 0.0f) {
     return refuse("bad_scale", "scale_inv must be finite and >= 0, got " + std::to_string(h.scale_inv()));
+  }
+  if (!std::isfinite(h.global_scale_inv()) || h.global_scale_inv() < 0.0f) {
+    return refuse("bad_scale", "global_scale_inv must be finite and >= 0, got " + std::to_string(h.global_scale_inv()));
+  }
+  if (!std::isfinite(h.gemm_alpha())) {
+    return refuse("bad_scale", "gemm_alpha must be finite, got " + std::to_string(h.gemm_alpha()));
   }
   return {s, {}};
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fp8scope/dtype.h"
+#include "fp8scope/scale_layout.h"
 #include "fp8scope/status.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
@@ -22,6 +23,9 @@ struct Refusal {
 struct SampleShape {
   DType dtype = DType::kF32;
   std::int64_t numel = 0, rows = 0, cols = 0;
+  ScaleLayout layout = ScaleLayout::kNone;  // kTensorScalar for codes without a scale tensor
+  bool k_is_outer = false;
+  std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes, then the scale tensor
 };
 
 // A label value fp8scope will put into metrics: 1..kMaxLabelBytes printable ASCII.

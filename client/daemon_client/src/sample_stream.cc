@@ -20,7 +20,9 @@ std::chrono::steady_clock::time_point after(double seconds) {
 v1::Hello make_hello(const std::string& job, const std::string& run, std::uint32_t rank, std::uint32_t world_size,
                      std::uint32_t pid) {
   v1::Hello hello;
-  hello.set_protocol_version(wire::kProtocolVersion);
+  // Protocol 1, which every daemon reads: protocol 2 samples go only to a daemon whose Welcome
+  // says it reads them (SampleStream::send).
+  hello.set_protocol_version(wire::kOldestProtocolVersion);
   hello.set_job(job);
   hello.set_run(run);
   hello.set_rank(rank);
@@ -118,7 +120,16 @@ Status SampleStream::write(const v1::ClientMessage& m) {
   return Status();
 }
 
+bool SampleStream::reads(const v1::TensorHeader& header) const {
+  return wire::required_protocol(header) <= std::max(welcome_.protocol_version(), wire::kOldestProtocolVersion);
+}
+
 Result<std::uint64_t> SampleStream::send(v1::TensorHeader header, std::span<const std::uint8_t> payload) {
+  if (!reads(header)) {
+    return Status::error("fp8scoped at " + options_.endpoint + " reads protocol " +
+                         std::to_string(welcome_.protocol_version()) + "; FP4 codes and scale tensors need protocol " +
+                         std::to_string(wire::required_protocol(header)) + ": upgrade the daemon");
+  }
   std::uint64_t id;
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -8,11 +8,16 @@
 
 #include "fp8scope/dtype.h"
 #include "fp8scope/recipe.h"
+#include "fp8scope/wire_enums.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
 namespace fp8scope::wire {
 
-inline constexpr std::uint32_t kProtocolVersion = 1;
+// Protocol 1: FP8 with per-tensor scales. Protocol 2 adds FP4 codes, scale tensors in the
+// payload (TensorHeader fields 12-15) and the FP4 recipes. A daemon reads both; a client learns
+// from Welcome whether it may send protocol 2 samples.
+inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint64_t kMaxChunkBytes = 4u << 20;
 
 std::optional<DType> from_wire(v1::DType d);
@@ -23,6 +28,15 @@ v1::Recipe to_wire(RecipeKind r);
 
 std::optional<Operand> from_wire(v1::Operand o);
 v1::Operand to_wire(Operand o);
+
+std::optional<ScaleLayout> from_wire(v1::ScaleMode m);
+v1::ScaleMode to_wire(ScaleLayout l);
+
+std::optional<GemmRole> from_wire(v1::Gemm g);
+v1::Gemm to_wire(GemmRole g);
+
+// The oldest protocol that can carry this sample: 2 for FP4 codes or a scale tensor, else 1.
+std::uint32_t required_protocol(const v1::TensorHeader& header);
 
 // Label values: "fprop", "dgrad", "wgrad", "unknown"; "x", "w", "dy".
 const char* gemm_name(v1::Gemm g);

@@ -20,7 +20,8 @@
 
 namespace fp8scope {
 
-// The Hello a client sends first: this protocol version, this host and fp8scope's version.
+// The Hello a client sends first: protocol 1 (what every daemon reads), this host and fp8scope's
+// version.
 v1::Hello make_hello(const std::string& job, const std::string& run, std::uint32_t rank, std::uint32_t world_size,
                      std::uint32_t pid);
 
@@ -36,6 +37,9 @@ class SampleStream {
 
   const v1::Welcome& welcome() const { return welcome_; }
   v1::Policy policy() const;
+  // Whether the daemon reads this sample's protocol (Welcome.protocol_version); send() refuses
+  // what it does not, and the stream stays usable.
+  bool reads(const v1::TensorHeader& header) const;
 
   // Sends one sample (chunks of at most welcome().max_chunk_bytes), waiting while more than the
   // window is unacknowledged. Returns its sample id; an error if the stream broke.

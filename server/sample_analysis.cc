@@ -1,0 +1,117 @@
+#include "sample_analysis.h"
+
+#include <cstdio>
+
+#include "fp8scope/code_digest.h"
+#include "fp8scope/observed_analysis.h"
+#include "fp8scope/recipe_analysis.h"
+#include "fp8scope/wire.h"
+
+namespace fp8scope::server {
+namespace {
+
+std::string hex_digest(std::uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
+std::vector<RecipeKind> policy_recipes(const v1::Policy& p) {
+  std::vector<RecipeKind> kinds;
+  for (int r : p.recipes()) {
+    if (auto k = wire::from_wire(static_cast<v1::Recipe>(r))) kinds.push_back(*k);
+  }
+  if (kinds.empty()) kinds.assign(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds));
+  return kinds;
+}
+
+Operand operand_of(const Sample& s) { return wire::from_wire(s.header.operand()).value_or(Operand::kX); }
+
+}  // namespace
+
+Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const v1::Policy& policy) {
+  return dtype_is_codes(s.dtype) ? observed(s) : what_ifs(s, policy);
+}
+
+DelayedScalingState& SampleAnalyzer::delayed_state(const Sample& s, const Recipe& recipe, CastFormat format) {
+  std::lock_guard<std::mutex> lock(delayed_mu_);
+  auto& slot = delayed_[{s.client->job, s.client->run, s.client->rank, s.header.layer(), s.header.gemm(),
+                         s.header.operand(), static_cast<int>(format)}];
+  if (!slot) slot = std::make_unique<DelayedScalingState>(recipe, format);
+  return *slot;
+}
+
+Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const v1::Policy& policy) {
+  const Operand operand = operand_of(s);
+  const TensorView view{s.payload.data(), s.dtype, s.rows, s.cols, 1.0f};
+  std::vector<RecipePlan> plans;
+  std::vector<DelayedScalingState*> delayed;
+  for (RecipeKind kind : policy_recipes(policy)) {
+    RecipePlan p;
+    p.recipe = default_recipe(kind);
+    p.format = p.recipe.format_for(operand);
+    p.operand = operand;
+    DelayedScalingState* state = nullptr;
+    if (kind == RecipeKind::kTensorDelayed) {
+      state = &delayed_state(s, p.recipe, p.format);
+      p.scale = state->scale();
+    }
+    plans.push_back(p);
+    delayed.push_back(state);
+  }
+  Result<TensorReport> report = analyze_recipes(engine_, view, plans);
+  if (!report.ok()) return report.status();
+  SampleAnalysis a;
+  a.moments = report.value().moments;
+  a.te_amax = report.value().te_amax;
+  for (std::size_t k = 0; k < report.value().recipes.size(); ++k) {
+    const RecipeResult& r = report.value().recipes[k];
+    if (delayed[k] != nullptr) delayed[k]->update(a.te_amax);  // this step's amax joins the history
+    RecipeOutcome o;
+    o.recipe = recipe_name(r.plan.recipe.kind);
+    o.format = r.plan.format;
+    o.scale = r.tensor_scale();
+    o.scale_min = r.stats.scale_min;
+    o.scale_max = r.stats.scale_max;
+    o.stats = r.stats;
+    // The codes a weight's per-tensor current cast would write (the scale a PTQ export or TE would
+    // choose), for the inference check.
+    if (operand == Operand::kW && r.plan.recipe.kind == RecipeKind::kTensorCurrent && o.scale) {
+      o.codes_digest = hex_digest(quantized_code_digest(view, o.format, static_cast<float>(*o.scale)));
+    }
+    a.recipes.push_back(std::move(o));
+  }
+  return a;
+}
+
+Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
+  ObservedTensor t;
+  t.codes = s.payload.data();
+  t.dtype = s.dtype;
+  t.shape = {s.rows, s.cols, s.k_is_outer};
+  t.layout = s.scale_layout;
+  t.scales = std::span<const std::uint8_t>(s.payload.data() + s.codes_bytes, s.payload.size() - s.codes_bytes);
+  const float per_tensor = s.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv()
+                                                                        : s.header.global_scale_inv();
+  t.scale_inv = per_tensor > 0.0f ? per_tensor : 1.0f;  // 0: not given
+  Result<ObservedAnalysis> analyzed = analyze_observed(t);
+  if (!analyzed.ok()) return analyzed.status();
+  SampleAnalysis a;
+  a.moments = analyzed.value().moments;
+  a.te_amax = analyzed.value().te_amax;
+  RecipeOutcome o;
+  o.recipe = "observed";
+  o.format = code_format(s.dtype);
+  o.observed = true;
+  o.scale_layout = s.scale_layout;
+  o.stats = analyzed.value().stats;
+  o.scale_min = o.stats.scale_min;
+  o.scale_max = o.stats.scale_max;
+  if (s.scale_layout == ScaleLayout::kTensorScalar) o.scale = o.scale_min = o.scale_max = 1.0 / t.scale_inv;
+  // Fingerprints of the job's own FP8 codes, for the inference check.
+  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), s.codes_bytes)));
+  a.recipes.push_back(std::move(o));
+  return a;
+}
+
+}  // namespace fp8scope::server

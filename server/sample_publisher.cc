@@ -1,0 +1,144 @@
+#include "sample_publisher.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "fp8scope/scale_layout.h"
+#include "fp8scope/scale_rules.h"
+#include "fp8scope/wire.h"
+
+namespace fp8scope::server {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+const MetricDef& metric(const char* name) { return *find_metric(name); }
+
+}  // namespace
+
+double current_scale_for(CastFormat format, float te_amax) {
+  if (format == CastFormat::kE2M1) return nvfp4_global_encode_scale(te_amax);
+  return current_scale(te_amax, format_max(format), false, 0.0f);
+}
+
+SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history)
+    : series_(series),
+      tensors_(tensors),
+      history_(history),
+      last_step_(metric("fp8scope_last_step")),
+      scale_(metric("fp8scope_scale")),
+      scale_current_(metric("fp8scope_scale_current")),
+      log2_ratio_(metric("fp8scope_log2_magnitude_ratio")) {
+  for (const Statistic& st : statistics()) {
+    const MetricDef* m = find_metric(std::string("fp8scope_") + st.metric_name());
+    if (m == nullptr) continue;  // counts of one sample (numel, nan, inf) are no metric
+    (st.per_recipe() ? recipe_metrics_ : tensor_metrics_).push_back({&st, m});
+  }
+}
+
+HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
+                                      double scale_current) const {
+  HistoryRecord rec;
+  rec.time = time;
+  rec.job = s.client->job;
+  rec.run = s.client->run;
+  rec.rank = s.client->rank;
+  rec.step = s.header.step();
+  rec.layer = s.header.layer();
+  rec.gemm = wire::gemm_name(s.header.gemm());
+  rec.operand = wire::operand_label(s.header.operand());
+  rec.dtype = dtype_name(s.dtype);
+  rec.numel = static_cast<std::int64_t>(a.moments.numel);
+  rec.recipe = o.recipe;
+  rec.format = format_name(o.format);
+  rec.scale = o.scale.value_or(o.scale_min);
+  rec.scale_max = o.scale_max;
+  rec.scale_current = scale_current;
+  for (const Statistic& st : statistics()) {
+    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.observed) ? st.compute(a.moments, o.stats)
+                                                                           : std::nan(""));
+  }
+  if (!o.observed) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
+  rec.codes_digest = o.codes_digest;
+  if (o.observed) {
+    if (const ScaleLayoutInfo* info = scale_layout_info(o.scale_layout)) rec.scale_layout = info->name;
+    rec.gemm_alpha = s.header.gemm_alpha();
+    if (o.scale_layout != ScaleLayout::kTensorScalar) {
+      rec.scale_histogram.assign(std::begin(o.stats.scale_histogram), std::end(o.stats.scale_histogram));
+    }
+  }
+  return rec;
+}
+
+void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
+  const std::string gemm = wire::gemm_name(s.header.gemm());
+  const std::string op = wire::operand_label(s.header.operand());
+  const prometheus::Labels tensor_labels{{"job", s.client->job}, {"layer", s.header.layer()}, {"gemm", gemm}, {"operand", op}};
+  const std::uint32_t rank = s.client->rank;
+  const double time = now_seconds();
+  for (const StatisticMetric& m : tensor_metrics_) {
+    series_.set(*m.metric, tensor_labels, rank, m.statistic->compute(a.moments, QuantStats{}));
+  }
+  series_.set(last_step_, tensor_labels, rank, static_cast<double>(s.header.step()));
+
+  v1::TensorSummary summary;
+  v1::TensorKey* key = summary.mutable_key();
+  key->set_job(s.client->job);
+  key->set_run(s.client->run);
+  key->set_rank(rank);
+  key->set_layer(s.header.layer());
+  key->set_gemm(s.header.gemm());
+  key->set_operand(s.header.operand());
+  summary.set_step(s.header.step());
+  summary.set_dtype(wire::to_wire(s.dtype));
+  *summary.mutable_shape() = s.header.shape();
+  summary.set_time(time);
+
+  std::map<CastFormat, double> current_by_format;
+  for (const RecipeOutcome& o : a.recipes) {
+    const double current = current_scale_for(o.format, a.te_amax);
+    current_by_format[o.format] = current;
+    prometheus::Labels labels = tensor_labels;
+    labels["format"] = format_name(o.format);
+    labels["recipe"] = o.recipe;
+    v1::RecipeStats* rs = summary.add_recipes();
+    rs->set_recipe(o.recipe);
+    rs->set_format(format_name(o.format));
+    rs->set_scale(o.scale.value_or(o.scale_min));
+    rs->set_scale_max(o.scale_max);
+    rs->set_scale_current(current);
+    if (o.observed) rs->set_scale_mode(wire::to_wire(o.scale_layout));
+    for (const Statistic& st : statistics()) {
+      if (!st.per_recipe() || st.applies_to(o.observed)) (*rs->mutable_statistics())[st.key] = st.compute(a.moments, o.stats);
+    }
+    for (const StatisticMetric& m : recipe_metrics_) {
+      if (m.statistic->applies_to(o.observed)) series_.set(*m.metric, labels, rank, m.statistic->compute(a.moments, o.stats));
+    }
+    if (!o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {
+      // Current scaling maps amax to the format's max, so no bin above floor(log2 max) has mass:
+      // those series are left out.
+      const int top_bin = std::min(kHistogramBins - 1, std::ilogb(format_max(o.format)) - kHistogramMinLog2);
+      std::uint64_t binned = 0;
+      for (std::uint64_t c : o.stats.histogram) binned += c;
+      for (int b = 0; b <= top_bin; ++b) {
+        prometheus::Labels bin = labels;
+        bin["log2"] = std::to_string(kHistogramMinLog2 + b);
+        series_.set(log2_ratio_, bin, rank,
+                    binned ? static_cast<double>(o.stats.histogram[b]) / static_cast<double>(binned) : 0.0);
+      }
+    }
+    if (o.scale) series_.set(scale_, labels, rank, *o.scale);
+    history_.add(record(s, a, o, time, current));
+  }
+  for (const auto& [format, current] : current_by_format) {
+    prometheus::Labels labels = tensor_labels;
+    labels["format"] = format_name(format);
+    series_.set(scale_current_, labels, rank, current);
+  }
+  tensors_.update(summary);
+}
+
+}  // namespace fp8scope::server

@@ -1,0 +1,46 @@
+// Where an analyzed sample goes: its Prometheus series (the statistics of the tensor and of each
+// recipe, scales, the log2-magnitude histogram under current scaling), the live tensor table
+// behind `fp8scope tensors`, and one history record per recipe. Metric definitions are looked up
+// once, not per value.
+#pragma once
+
+#include <vector>
+
+#include "history_store.h"
+#include "metrics_table.h"
+#include "sample.h"
+#include "sample_analysis.h"
+#include "tensor_series.h"
+#include "tensor_table.h"
+
+namespace fp8scope::server {
+
+class SamplePublisher {
+ public:
+  SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history);
+
+  void publish(const Sample& s, const SampleAnalysis& a);
+
+ private:
+  struct StatisticMetric {
+    const Statistic* statistic;
+    const MetricDef* metric;
+  };
+  HistoryRecord record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
+                       double scale_current) const;
+
+  TensorSeries& series_;
+  TensorTable& tensors_;
+  HistoryStore& history_;
+  std::vector<StatisticMetric> tensor_metrics_, recipe_metrics_;
+  const MetricDef& last_step_;
+  const MetricDef& scale_;
+  const MetricDef& scale_current_;
+  const MetricDef& log2_ratio_;
+};
+
+// The scale "current scaling" would choose for this amax in a format: fmax / amax for FP8; for
+// E2M1, NVFP4's per-tensor encode scale (the one level of NVFP4 that is per tensor).
+double current_scale_for(CastFormat format, float te_amax);
+
+}  // namespace fp8scope::server
