@@ -86,14 +86,18 @@ void Capture::enqueue(const Pending& p) {
   if (publisher_idle_) work_.notify_one();
 }
 
-std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, CUstream stream) {
+std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                                               CUstream stream) {
   if (!writer_) return shm::kRingFull;
   const std::uint64_t payload = v.payload_bytes();
   std::lock_guard<std::mutex> lock(mu_);
   if (!device_ready()) return device_ == Device::kUnset ? shm::kNoContext : shm::kCudaError;
   CUcontext current = nullptr;
   if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::kNoContext;
-  const std::uint64_t staging_need = payload + (v.scale_inv != nullptr ? kStagingAlign : 0);
+  // Staging: the payload, then one aligned slot for the fp32 values that go into the record's header.
+  const bool scalar_scale = v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr;
+  const bool header_slot = scalar_scale || alpha.device != nullptr;
+  const std::uint64_t staging_need = align_up(payload, kStagingAlign) + (header_slot ? kStagingAlign : 0);
   if (staging_need > staging_bytes_ || shm::round_up(sizeof(shm::RecordHeader) + payload) > link_.segment()->data_bytes) {
     return shm::kTooLarge;
   }
@@ -113,9 +117,12 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
   copy_text(r->source_call, sizeof r->source_call, spec.source);
   r->gemm = static_cast<std::uint32_t>(spec.role);
   r->operand = static_cast<std::uint32_t>(spec.operand);
-  r->dtype = v.dtype;
-  r->scale_mode = v.scale_mode;
+  r->dtype = static_cast<std::uint32_t>(v.dtype);
+  r->scale_layout = static_cast<std::uint32_t>(v.scale_layout);
   r->scale_inv = 1.0f;
+  r->gemm_alpha = alpha.host;
+  r->k_is_outer = v.k_is_outer ? 1 : 0;
+  r->scale_bytes = payload - static_cast<std::uint64_t>(v.batch_count) * v.matrix_bytes();
   r->ndim = v.batch_count > 1 ? 3 : 2;
   const std::int64_t outer = static_cast<std::int64_t>(v.outer()), inner = static_cast<std::int64_t>(v.inner());
   if (v.batch_count > 1) {
@@ -131,25 +138,38 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
   p.payload_bytes = payload;
   p.staged = staging_ + *staged_at % staging_bytes_;
   p.staging_end = staging_head_;
-  // Device to device on the caller's stream, packing the strided matrix (and each batch) densely.
-  const std::uint64_t matrix_bytes = static_cast<std::uint64_t>(outer * inner) * static_cast<std::uint64_t>(v.element_bytes);
+  // Device to device on the caller's stream, packing the strided matrix (and each batch) densely,
+  // then the scale tensor right after the codes.
+  const std::uint64_t matrix_bytes = v.matrix_bytes();
+  const auto bytes_of = [&](std::int64_t elements) {
+    return static_cast<std::size_t>(elements * v.element_bits / 8);
+  };
   bool ok = true;
   for (std::int32_t b = 0; ok && b < v.batch_count; ++b) {
     CUDA_MEMCPY2D c{};
     c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    c.srcDevice = reinterpret_cast<CUdeviceptr>(v.data) +
-                  static_cast<CUdeviceptr>(b * v.batch_stride * v.element_bytes);
-    c.srcPitch = static_cast<std::size_t>(v.ld * v.element_bytes);
+    c.srcDevice = reinterpret_cast<CUdeviceptr>(v.data) + static_cast<CUdeviceptr>(bytes_of(b * v.batch_stride));
+    c.srcPitch = bytes_of(v.ld);
     c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
     c.dstDevice = p.staged + b * matrix_bytes;
-    c.dstPitch = static_cast<std::size_t>(inner * v.element_bytes);
-    c.WidthInBytes = static_cast<std::size_t>(inner * v.element_bytes);
+    c.dstPitch = bytes_of(inner);
+    c.WidthInBytes = bytes_of(inner);
     c.Height = static_cast<std::size_t>(outer);
     ok = cu_.memcpy_2d_async(&c, stream) == CUDA_SUCCESS;
   }
-  if (ok && v.scale_inv != nullptr) {
-    p.staged_scale = p.staged + align_up(payload, kStagingAlign);
-    ok = cu_.memcpy_dtod_async(p.staged_scale, reinterpret_cast<CUdeviceptr>(v.scale_inv), sizeof(float), stream) ==
+  if (ok && r->scale_bytes != 0) {
+    ok = cu_.memcpy_dtod_async(p.staged + static_cast<CUdeviceptr>(payload - r->scale_bytes),
+                               reinterpret_cast<CUdeviceptr>(v.scales), r->scale_bytes, stream) == CUDA_SUCCESS;
+  }
+  const CUdeviceptr slot = p.staged + align_up(payload, kStagingAlign);
+  if (ok && scalar_scale) {
+    p.staged_scale = slot;
+    ok = cu_.memcpy_dtod_async(p.staged_scale, reinterpret_cast<CUdeviceptr>(v.scales), sizeof(float), stream) ==
+         CUDA_SUCCESS;
+  }
+  if (ok && alpha.device != nullptr) {
+    p.staged_alpha = slot + sizeof(float);
+    ok = cu_.memcpy_dtod_async(p.staged_alpha, reinterpret_cast<CUdeviceptr>(alpha.device), sizeof(float), stream) ==
          CUDA_SUCCESS;
   }
   // The event that tells the publisher the copies ran: from the pool, or a new one.
@@ -207,10 +227,13 @@ void Capture::scalar(const char* name, std::uint64_t step, double value) {
 
 void Capture::finish(Pending& p, bool can_copy) {
   if (p.copied != nullptr && can_copy && p.record->kind == shm::RecordKind::kSample) {
+    auto header_value = [&](float* into, CUdeviceptr from) {
+      return from == 0 || cu_.memcpy_dtoh_async(into, from, sizeof(float), side_stream_) == CUDA_SUCCESS;
+    };
     const bool ok = cu_.stream_wait_event(side_stream_, p.copied, 0) == CUDA_SUCCESS &&
                     cu_.memcpy_dtoh_async(p.record + 1, p.staged, p.payload_bytes, side_stream_) == CUDA_SUCCESS &&
-                    (p.staged_scale == 0 || cu_.memcpy_dtoh_async(&p.record->scale_inv, p.staged_scale, sizeof(float),
-                                                                  side_stream_) == CUDA_SUCCESS) &&
+                    header_value(&p.record->scale_inv, p.staged_scale) &&
+                    header_value(&p.record->gemm_alpha, p.staged_alpha) &&
                     cu_.event_record(side_done_, side_stream_) == CUDA_SUCCESS &&
                     cu_.event_synchronize(side_done_) == CUDA_SUCCESS;
     shm::Header* h = link_.segment();

@@ -24,8 +24,8 @@ namespace fp8scope::hook {
 struct SampleSpec {
   std::uint64_t step;
   const std::string& layer;
-  Role role;
-  OperandKind operand;
+  GemmRole role;
+  Operand operand;
   const char* source;
 };
 
@@ -33,8 +33,10 @@ class Capture {
  public:
   Capture(ShipperLink& link, std::uint64_t staging_bytes);
 
-  // On the calling thread: stages one operand; the reason when it was dropped instead.
-  std::optional<shm::DropReason> sample(const SampleSpec& spec, const OperandView& operand, CUstream stream);
+  // On the calling thread: stages one operand (codes and scales, and the GEMM's alpha when it
+  // carries scales); the reason when it was dropped instead.
+  std::optional<shm::DropReason> sample(const SampleSpec& spec, const OperandView& operand, const GemmAlpha& alpha,
+                                        CUstream stream);
   // True when `stream` is being captured into a CUDA graph (nothing may be enqueued on it then).
   bool capturing(CUstream stream);
 
@@ -50,7 +52,8 @@ class Capture {
     shm::RecordHeader* record = nullptr;
     std::uint64_t payload_bytes = 0;
     CUevent copied = nullptr;  // null: nothing to copy from the device
-    CUdeviceptr staged = 0, staged_scale = 0;
+    CUdeviceptr staged = 0;    // the payload: codes, then the scale tensor
+    CUdeviceptr staged_scale = 0, staged_alpha = 0;  // one fp32 each, into the record's header
     std::uint64_t staging_end = 0;  // release the staging ring up to here
   };
 

@@ -73,26 +73,24 @@ HookRuntime* HookRuntime::get() {
   return g_runtime.load(std::memory_order_acquire);
 }
 
-void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* A, cublasLtMatrixLayout_t Adesc,
-                                   const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream) {
-  const CublasLtApi& lt = cublaslt_api();
+void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                                   cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                                   CUstream stream) {
+  // The shape is read once a call: for the step signature when steps come from it, else only
+  // when the step is sampled.
+  std::optional<MatmulShape> shape;
   std::uint64_t signature = 0;
-  if (clock_.needs_signature() && lt.layout_get != nullptr && lt.desc_get != nullptr && Adesc != nullptr) {
+  if (clock_.needs_signature()) {
     // A weight is read by fprop and dgrad alike: its layout flags keep their signatures apart.
-    std::uint64_t rows = 0, cols = 0;
-    std::int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
-    std::size_t written = 0;
-    lt.layout_get(Adesc, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows, &written);
-    lt.layout_get(Adesc, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols, &written);
-    lt.desc_get(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa, &written);
-    lt.desc_get(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb, &written);
-    signature = gemm_signature(A, rows, cols, transa != CUBLAS_OP_N, transb != CUBLAS_OP_N);
+    shape = read_matmul_shape(desc, Adesc);
+    signature = gemm_signature(A, shape->a_rows, shape->a_cols, shape->transa, shape->transb);
   }
   const std::uint64_t step = clock_.on_gemm(signature);
   if (!sampler_.step_selected(link_.segment(), step)) return;
-  const ReadResult read = read_cublaslt_call(desc, A, Adesc, B, Bdesc, stream);
+  if (!shape) shape = read_matmul_shape(desc, Adesc);
+  const ReadResult read = read_cublaslt_call(*shape, desc, alpha, A, Adesc, B, Bdesc, stream);
   // The name is taken even for a GEMM that cannot be read, so the ordinals of the others hold.
-  const Role layout_role = read.call ? role_from_layout(read.call->transa, read.call->transb) : Role::kUnknown;
+  const GemmRole layout_role = read.call ? role_from_layout(read.call->transa, read.call->transb) : GemmRole::kUnknown;
   const GemmName name = thread_ranges().name_next_gemm(layout_role, step);
   if (!sampler_.layer_selected(name.layer)) return;
   if (!read.call) {
@@ -129,7 +127,7 @@ void HookRuntime::observe_cublas(const char* source, cublasOperation_t transa, c
 void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmName& name) {
   struct Part {
     const OperandView& view;
-    OperandKind kind;
+    Operand kind;
   };
   const Part parts[] = {{call.a, operand_of_a(name.role)}, {call.b, operand_of_b(name.role)}};
   bool checked_capture = false;
@@ -147,7 +145,9 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
       continue;
     }
     const SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
-    if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.stream)) count(*dropped);
+    if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.alpha, call.stream)) {
+      count(*dropped);
+    }
   }
 }
 

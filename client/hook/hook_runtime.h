@@ -24,8 +24,8 @@ class HookRuntime {
   // The runtime only if it already exists (NVTX ranges and steps must not start a shipper).
   static HookRuntime* existing();
 
-  void observe_cublaslt(cublasLtMatmulDesc_t desc, const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
-                        cublasLtMatrixLayout_t Bdesc, CUstream stream);
+  void observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc,
+                        const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream);
   void observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                       const void* A, cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype,
                       int ldb, long long strideB, int batch_count, cublasHandle_t handle);

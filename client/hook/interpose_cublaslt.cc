@@ -16,7 +16,7 @@ extern "C" __attribute__((visibility("default"))) cublasStatus_t cublasLtMatmul(
   if (real == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;  // no library below us: nothing to call
   CallGuard guard;
   if (guard.observe()) {
-    if (HookRuntime* hook = HookRuntime::get()) hook->observe_cublaslt(desc, A, Adesc, B, Bdesc, stream);
+    if (HookRuntime* hook = HookRuntime::get()) hook->observe_cublaslt(desc, alpha, A, Adesc, B, Bdesc, stream);
   }
   return real(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, workspace_bytes,
               stream);

@@ -31,14 +31,14 @@ RangeName parse_range_name(std::string_view name) {
   return {name, RoleSuffix::kNone};
 }
 
-Role resolve_role(Role layout_role, RoleSuffix suffix) {
+GemmRole resolve_role(GemmRole layout_role, RoleSuffix suffix) {
   switch (suffix) {
-    case RoleSuffix::kFprop: return Role::kFprop;
-    case RoleSuffix::kDgrad: return Role::kDgrad;
-    case RoleSuffix::kWgrad: return Role::kWgrad;
-    case RoleSuffix::kForward: return Role::kFprop;
+    case RoleSuffix::kFprop: return GemmRole::kFprop;
+    case RoleSuffix::kDgrad: return GemmRole::kDgrad;
+    case RoleSuffix::kWgrad: return GemmRole::kWgrad;
+    case RoleSuffix::kForward: return GemmRole::kFprop;
     case RoleSuffix::kBackward:
-      return layout_role == Role::kDgrad || layout_role == Role::kWgrad ? layout_role : Role::kUnknown;
+      return layout_role == GemmRole::kDgrad || layout_role == GemmRole::kWgrad ? layout_role : GemmRole::kUnknown;
     case RoleSuffix::kNone: return layout_role;
   }
   return layout_role;
@@ -58,7 +58,7 @@ void RangeStack::pop(const void* domain) {
   }
 }
 
-GemmName RangeStack::name_next_gemm(Role layout_role, std::uint64_t step) {
+GemmName RangeStack::name_next_gemm(GemmRole layout_role, std::uint64_t step) {
   if (step != step_) {
     step_ = step;
     step_ordinal_ = 0;
@@ -66,7 +66,7 @@ GemmName RangeStack::name_next_gemm(Role layout_role, std::uint64_t step) {
   const std::uint32_t in_step = step_ordinal_++;
   for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
     if (it->step_marker) continue;
-    const Role role = resolve_role(layout_role, it->suffix);
+    const GemmRole role = resolve_role(layout_role, it->suffix);
     const std::uint32_t ordinal = it->ordinals[static_cast<std::uint32_t>(role)]++;
     return {it->layer + "#" + std::to_string(ordinal), role};
   }

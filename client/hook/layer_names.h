@@ -24,14 +24,14 @@ RangeName parse_range_name(std::string_view name);
 
 // The role a GEMM with this layout has inside a range with this suffix. In a backward range a TN
 // GEMM (as FP8 GEMMs on Hopper all are) cannot be told apart: unknown.
-Role resolve_role(Role layout_role, RoleSuffix suffix);
+GemmRole resolve_role(GemmRole layout_role, RoleSuffix suffix);
 
 // Label values are printable ASCII of bounded length (the daemon refuses anything else).
 inline constexpr std::size_t kMaxLayerLabelBytes = 200;
 
 struct GemmName {
   std::string layer;
-  Role role = Role::kUnknown;
+  GemmRole role = GemmRole::kUnknown;
 };
 
 class RangeStack {
@@ -43,7 +43,7 @@ class RangeStack {
   std::size_t depth() const { return entries_.size(); }
 
   // Names the next GEMM on this thread, and counts it.
-  GemmName name_next_gemm(Role layout_role, std::uint64_t step);
+  GemmName name_next_gemm(GemmRole layout_role, std::uint64_t step);
 
  private:
   struct Entry {
@@ -51,7 +51,7 @@ class RangeStack {
     RoleSuffix suffix;
     const void* domain;
     bool step_marker;
-    std::uint32_t ordinals[5];  // by Role value
+    std::uint32_t ordinals[5];  // by GemmRole value
   };
   std::vector<Entry> entries_;
   std::uint64_t step_ = ~0ull;

@@ -46,9 +46,9 @@ shm::PolicyCopy policy_from_environment() {
     while (start <= list.size()) {
       const std::size_t comma = std::min(list.find(',', start), list.size());
       const std::string item = list.substr(start, comma - start);
-      if (item == "x") mask |= 1u << static_cast<std::uint32_t>(OperandKind::kX);
-      else if (item == "w") mask |= 1u << static_cast<std::uint32_t>(OperandKind::kW);
-      else if (item == "dy") mask |= 1u << static_cast<std::uint32_t>(OperandKind::kDy);
+      if (item == "x") mask |= 1u << static_cast<std::uint32_t>(Operand::kX);
+      else if (item == "w") mask |= 1u << static_cast<std::uint32_t>(Operand::kW);
+      else if (item == "dy") mask |= 1u << static_cast<std::uint32_t>(Operand::kDy);
       else if (!item.empty()) warn("FP8SCOPE_OPERANDS", operands, "a comma-separated list of x, w, dy");
       start = comma + 1;
     }
@@ -102,7 +102,7 @@ bool Sampler::layer_selected(const std::string& layer) {
   return selected;
 }
 
-bool Sampler::operand_selected(OperandKind operand) const {
+bool Sampler::operand_selected(Operand operand) const {
   const std::uint32_t mask = operand_mask_.load(std::memory_order_relaxed);
   return mask == 0 || (mask & (1u << static_cast<std::uint32_t>(operand))) != 0;
 }

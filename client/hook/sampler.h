@@ -28,7 +28,7 @@ class Sampler {
   bool step_selected(const shm::Header* segment, std::uint64_t step);
 
   bool layer_selected(const std::string& layer);
-  bool operand_selected(OperandKind operand) const;
+  bool operand_selected(Operand operand) const;
   // Charges `bytes` to the step's budget; false (and nothing charged) when it would overrun it.
   bool charge(std::uint64_t step, std::uint64_t bytes);
 

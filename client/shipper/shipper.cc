@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "fp8scope/sampling_rule.h"
+#include "fp8scope/wire.h"
 
 namespace fp8scope::shipper {
 namespace {
@@ -105,10 +106,13 @@ Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
   }
   h.set_leading_dimension(r.leading_dimension);
   h.set_scale_inv(r.scale_inv);
-  h.set_scale_mode(static_cast<v1::ScaleMode>(r.scale_mode));
+  h.set_scale_mode(wire::to_wire(static_cast<ScaleLayout>(r.scale_layout)));
   h.set_source_call(std::string(r.source_call, strnlen(r.source_call, sizeof r.source_call)));
   h.set_payload_bytes(r.payload_bytes);
-  if (numel == 0 || r.payload_bytes % numel != 0) return Status::error("payload is not shape x element size");
+  if (r.scale_layout != static_cast<std::uint32_t>(ScaleLayout::kTensorScalar)) h.set_scale_bytes(r.scale_bytes);
+  h.set_k_is_outer(r.k_is_outer != 0);
+  h.set_gemm_alpha(r.gemm_alpha);
+  if (numel == 0 || r.scale_bytes > r.payload_bytes) return Status::error("payload is not shape x element size");
   return h;
 }
 
@@ -169,6 +173,10 @@ void Shipper::handle(const shm::RecordHeader& r) {
       Result<v1::TensorHeader> header = tensor_header(r);
       if (!header.ok()) {
         shm::count_drop(segment_, shm::kUnsupportedLayout);
+        return;
+      }
+      if (!stream_->reads(header.value())) {  // FP4 or a scale tensor for a protocol 1 daemon
+        shm::count_drop(segment_, shm::kDaemonTooOld);
         return;
       }
       const auto* payload = reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r));

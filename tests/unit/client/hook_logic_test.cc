@@ -15,16 +15,20 @@
 #include "step_clock.h"
 
 using namespace fp8scope::hook;
+using fp8scope::DType;
+using fp8scope::GemmRole;
+using fp8scope::Operand;
+using fp8scope::ScaleLayout;
 namespace shm = fp8scope::shm;
 
 TEST_CASE("roles follow the layout, operands follow the role", "[hook]") {
-  CHECK(role_from_layout(true, false) == Role::kFprop);
-  CHECK(role_from_layout(false, false) == Role::kDgrad);
-  CHECK(role_from_layout(false, true) == Role::kWgrad);
-  CHECK(role_from_layout(true, true) == Role::kUnknown);
-  CHECK((operand_of_a(Role::kFprop) == OperandKind::kW && operand_of_b(Role::kFprop) == OperandKind::kX));
-  CHECK((operand_of_a(Role::kDgrad) == OperandKind::kW && operand_of_b(Role::kDgrad) == OperandKind::kDy));
-  CHECK((operand_of_a(Role::kWgrad) == OperandKind::kX && operand_of_b(Role::kWgrad) == OperandKind::kDy));
+  CHECK(role_from_layout(true, false) == GemmRole::kFprop);
+  CHECK(role_from_layout(false, false) == GemmRole::kDgrad);
+  CHECK(role_from_layout(false, true) == GemmRole::kWgrad);
+  CHECK(role_from_layout(true, true) == GemmRole::kUnknown);
+  CHECK((operand_of_a(GemmRole::kFprop) == Operand::kW && operand_of_b(GemmRole::kFprop) == Operand::kX));
+  CHECK((operand_of_a(GemmRole::kDgrad) == Operand::kW && operand_of_b(GemmRole::kDgrad) == Operand::kDy));
+  CHECK((operand_of_a(GemmRole::kWgrad) == Operand::kX && operand_of_b(GemmRole::kWgrad) == Operand::kDy));
 }
 
 TEST_CASE("range suffixes set or narrow the role", "[hook]") {
@@ -34,49 +38,49 @@ TEST_CASE("range suffixes set or narrow the role", "[hook]") {
   CHECK(parse_range_name("/fprop").suffix == RoleSuffix::kNone);  // a suffix alone is a name
   CHECK(parse_range_name("fc1").suffix == RoleSuffix::kNone);
   // FP8 GEMMs are all TN on Hopper: the suffix decides.
-  CHECK(resolve_role(Role::kFprop, RoleSuffix::kWgrad) == Role::kWgrad);
-  CHECK(resolve_role(Role::kDgrad, RoleSuffix::kForward) == Role::kFprop);
-  CHECK(resolve_role(Role::kWgrad, RoleSuffix::kBackward) == Role::kWgrad);
-  CHECK(resolve_role(Role::kFprop, RoleSuffix::kBackward) == Role::kUnknown);
-  CHECK(resolve_role(Role::kDgrad, RoleSuffix::kNone) == Role::kDgrad);
+  CHECK(resolve_role(GemmRole::kFprop, RoleSuffix::kWgrad) == GemmRole::kWgrad);
+  CHECK(resolve_role(GemmRole::kDgrad, RoleSuffix::kForward) == GemmRole::kFprop);
+  CHECK(resolve_role(GemmRole::kWgrad, RoleSuffix::kBackward) == GemmRole::kWgrad);
+  CHECK(resolve_role(GemmRole::kFprop, RoleSuffix::kBackward) == GemmRole::kUnknown);
+  CHECK(resolve_role(GemmRole::kDgrad, RoleSuffix::kNone) == GemmRole::kDgrad);
 }
 
 TEST_CASE("a GEMM is named by its innermost range and its ordinal there, per role", "[hook]") {
   RangeStack ranges;
   const int domain = 0;
   ranges.push("train_step", nullptr, /*step_marker=*/true);
-  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "gemm#0");  // the step range names nothing
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "gemm#0");  // the step range names nothing
   ranges.push("blocks.0.attn", nullptr);
   ranges.push("blocks.0.attn.qkv", &domain);
-  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "blocks.0.attn.qkv#0");
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "blocks.0.attn.qkv#0");
   ranges.pop(&domain);
-  const GemmName first = ranges.name_next_gemm(Role::kFprop, 0), second = ranges.name_next_gemm(Role::kFprop, 0);
+  const GemmName first = ranges.name_next_gemm(GemmRole::kFprop, 0), second = ranges.name_next_gemm(GemmRole::kFprop, 0);
   CHECK(first.layer == "blocks.0.attn#0");
   CHECK(second.layer == "blocks.0.attn#1");
-  CHECK(ranges.name_next_gemm(Role::kDgrad, 0).layer == "blocks.0.attn#0");  // its own count
+  CHECK(ranges.name_next_gemm(GemmRole::kDgrad, 0).layer == "blocks.0.attn#0");  // its own count
   ranges.pop(nullptr);
   ranges.push("blocks.0.mlp.fc1/backward", nullptr);
-  const GemmName dgrad = ranges.name_next_gemm(Role::kDgrad, 0), wgrad = ranges.name_next_gemm(Role::kWgrad, 0);
-  CHECK((dgrad.layer == "blocks.0.mlp.fc1#0" && dgrad.role == Role::kDgrad));
-  CHECK((wgrad.layer == "blocks.0.mlp.fc1#0" && wgrad.role == Role::kWgrad));
+  const GemmName dgrad = ranges.name_next_gemm(GemmRole::kDgrad, 0), wgrad = ranges.name_next_gemm(GemmRole::kWgrad, 0);
+  CHECK((dgrad.layer == "blocks.0.mlp.fc1#0" && dgrad.role == GemmRole::kDgrad));
+  CHECK((wgrad.layer == "blocks.0.mlp.fc1#0" && wgrad.role == GemmRole::kWgrad));
   ranges.pop(&domain);  // another domain's pop leaves this range alone
   CHECK(ranges.depth() == 2);
   ranges.pop(nullptr);
   ranges.pop(nullptr);
   ranges.pop(nullptr);  // a pop without a push is ignored
   CHECK(ranges.depth() == 0);
-  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "gemm#7");  // the 8th GEMM of step 0
-  CHECK(ranges.name_next_gemm(Role::kFprop, 1).layer == "gemm#0");  // a new step counts afresh
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "gemm#7");  // the 8th GEMM of step 0
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 1).layer == "gemm#0");  // a new step counts afresh
 }
 
 TEST_CASE("names become printable, bounded label values", "[hook]") {
   RangeStack ranges;
   ranges.push(std::string("layer\x01\xff", 7), nullptr);
-  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "layer__#0");
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "layer__#0");
   ranges.push(std::string(1000, 'a'), nullptr);
-  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer.size() <= kMaxLayerLabelBytes);
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer.size() <= kMaxLayerLabelBytes);
   ranges.push("", nullptr);
-  CHECK(ranges.name_next_gemm(Role::kFprop, 0).layer == "unnamed#0");
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "unnamed#0");
 }
 
 TEST_CASE("steps: the first GEMM's repeat, an NVTX step range, or the C API", "[hook]") {
@@ -114,8 +118,8 @@ TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hoo
   CHECK(sampler.step_selected(nullptr, 2));
   CHECK_FALSE(sampler.step_selected(nullptr, 3));
   CHECK(sampler.step_selected(nullptr, 6));
-  CHECK(sampler.operand_selected(OperandKind::kX));
-  CHECK_FALSE(sampler.operand_selected(OperandKind::kW));
+  CHECK(sampler.operand_selected(Operand::kX));
+  CHECK_FALSE(sampler.operand_selected(Operand::kW));
   CHECK(sampler.layer_selected("blocks.0.mlp.fc1#0"));
   CHECK_FALSE(sampler.layer_selected("blocks.0.attn.qkv#0"));
   CHECK(sampler.charge(6, 600));
@@ -132,7 +136,7 @@ TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hoo
   p.every_n_steps = 1;
   shm::write_policy(segment, p);
   CHECK(sampler.step_selected(segment, 3));
-  CHECK(sampler.operand_selected(OperandKind::kW));
+  CHECK(sampler.operand_selected(Operand::kW));
   CHECK(sampler.layer_selected("blocks.0.attn.qkv#0"));
   CHECK(sampler.charge(3, 1u << 30));
 }
@@ -154,7 +158,7 @@ TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {
   ReadResult r = read_cublas_call("cublasGemmEx", true, false, 48, 16, 32, a, CUDA_R_16BF, 40, 0, b, CUDA_R_16BF, 32,
                                   0, 1, nullptr);
   REQUIRE(r.call);
-  CHECK((r.call->a.rows == 32 && r.call->a.cols == 48 && r.call->a.ld == 40 && r.call->a.element_bytes == 2));
+  CHECK((r.call->a.rows == 32 && r.call->a.cols == 48 && r.call->a.ld == 40 && r.call->a.element_bits == 16));
   CHECK((r.call->a.inner() == 32 && r.call->a.outer() == 48));  // row-major view [48, 32]
   CHECK((r.call->b.rows == 32 && r.call->b.cols == 16));
   CHECK(r.call->a.payload_bytes() == 48 * 32 * 2);
@@ -184,31 +188,80 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
   cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batches, sizeof batches);
   cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
   const char data[1] = {};
-  ReadResult r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+  auto read = [&] { return read_cublaslt_call(read_matmul_shape(desc, la), desc, nullptr, data, la, data, lb, nullptr); };
+  ReadResult r = read();
   REQUIRE(r.call);
   CHECK(r.call->transa);
   CHECK_FALSE(r.call->transb);
-  CHECK((r.call->a.dtype == 5 && r.call->a.scale_inv == &scale && r.call->a.scale_mode == kScaleModeTensorScalar));
+  CHECK((r.call->a.dtype == DType::kE4M3 && r.call->a.scales == &scale &&
+         r.call->a.scale_layout == ScaleLayout::kTensorScalar));
+  CHECK(r.call->a.payload_bytes() == 64 * 32);  // a scalar scale travels in the record's header
   CHECK((r.call->b.row_major && r.call->b.inner() == 64 && r.call->b.outer() == 16 && r.call->b.batch_count == 3));
-  CHECK(r.call->b.scale_mode == kScaleModeNone);
+  CHECK(r.call->b.scale_layout == ScaleLayout::kNone);
 
-  SECTION("block-scaled FP8 is counted, not guessed") {
-    const std::int32_t mxfp8 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mxfp8, sizeof mxfp8);
-    r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+  SECTION("every documented scale mode is read, with its tensor and its size") {
+    // A: E4M3 stored 64 x 32 and transposed (TN): K = 64 runs along the contiguous dimension, M = 32.
+    const struct {
+      std::int32_t mode;
+      ScaleLayout layout;
+      std::uint64_t bytes;
+    } modes[] = {
+        {CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0, ScaleLayout::kVec32Ue8m0, 128 * 4},     // 128x4 tiles
+        {CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3, ScaleLayout::kVec16Ue4m3, 128 * 4},     // 4 blocks: one tile
+        {CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, ScaleLayout::kVec128F32, 1 * 32 * 4},     // [K/128][M]
+        {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, ScaleLayout::kBlock128x128F32, 4 * 4},  // [M/128][4]
+        {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, ScaleLayout::kRowVector, 32 * 4},      // one per M
+    };
+    for (const auto& m : modes) {
+      INFO("mode " << m.mode);
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &m.mode, sizeof m.mode);
+      r = read();
+      REQUIRE(r.call);
+      CHECK(r.call->a.scale_layout == m.layout);
+      CHECK(r.call->a.scales == &scale);
+      CHECK_FALSE(r.call->a.k_is_outer);
+      CHECK(r.call->a.scale_bytes == m.bytes);
+      CHECK(r.call->a.payload_bytes() == 64 * 32 + m.bytes);  // the scale tensor travels after the codes
+    }
+    // Not transposed (NN): K = 32 runs along the stored columns, the outer dimension.
+    const std::int32_t n = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &n, sizeof n);
+    r = read();
+    REQUIRE(r.call);
+    CHECK(r.call->a.k_is_outer);
+    CHECK(r.call->a.scale_bytes == 64 * 4);  // OUTER_VEC: one per M = 64
+  }
+  SECTION("a scale mode this library cannot have set, or none known, is counted") {
+    const std::int32_t future = CUBLASLT_MATMUL_MATRIX_SCALE_END;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &future, sizeof future);
+    r = read();
     CHECK_FALSE(r.call);
-    CHECK(r.reason == shm::kBlockScales);
+    CHECK(r.reason == shm::kUnsupportedScaleMode);
+  }
+  SECTION("FP4 codes: two a byte, and the GEMM's alpha when it is a device pointer (TE's NVFP4)") {
+    cublasLtMatrixLayout_t fp4 = nullptr;
+    REQUIRE(cublasLtMatrixLayoutCreate(&fp4, CUDA_R_4F_E2M1, 64, 32, 64) == CUBLAS_STATUS_SUCCESS);
+    const std::int32_t vec16 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3, device = CUBLASLT_POINTER_MODE_DEVICE;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec16, sizeof vec16);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &device, sizeof device);
+    const float alpha = 0.5f;
+    r = read_cublaslt_call(read_matmul_shape(desc, fp4), desc, &alpha, data, fp4, data, lb, nullptr);
+    REQUIRE(r.call);
+    CHECK((r.call->a.dtype == DType::kE2M1 && r.call->a.element_bits == 4));
+    CHECK(r.call->a.payload_bytes() == 64 * 32 / 2 + 128 * 4);
+    CHECK(r.call->alpha.device == &alpha);
+    cublasLtMatrixLayoutDestroy(fp4);
   }
   SECTION("pointer-array batches are counted") {
     const std::int32_t pointer_array = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
     cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &pointer_array, sizeof pointer_array);
-    r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+    r = read();
     CHECK(r.reason == shm::kPointerArrayBatch);
   }
   SECTION("other layout orders are counted") {
     const std::int32_t col32 = CUBLASLT_ORDER_COL32;
     cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_ORDER, &col32, sizeof col32);
-    r = read_cublaslt_call(desc, data, la, data, lb, nullptr);
+    r = read();
     CHECK(r.reason == shm::kUnsupportedLayout);
   }
   cublasLtMatrixLayoutDestroy(lb);

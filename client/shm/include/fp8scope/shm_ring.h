@@ -15,7 +15,7 @@
 namespace fp8scope::shm {
 
 inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;  // 2: records carry scale tensors
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
@@ -29,22 +29,25 @@ enum DropReason : std::uint32_t {
   kUnsupportedDtype,   // an operand type the statistics do not cover (int8, FP4, complex, ...)
   kUnsupportedLayout,  // a layout order other than row or column major
   kPointerArrayBatch,  // batches given as arrays of pointers
-  kBlockScales,        // FP8 operands with block (MXFP8, 1x128, ...) scales
+  kUnsupportedScaleMode,  // a scale mode this cuBLASLt cannot have set, or one fp8scope does not know
   kNoContext,          // no current CUDA context, or another one than the hook's
   kCudaError,          // a driver call failed; the hook stopped sampling
   kDaemonUnreachable,  // the shipper could not reach fp8scoped
   kDaemonRefused,      // the daemon dropped or rejected the sample
+  kDaemonTooOld,       // FP4 codes or a scale tensor, for a daemon that reads protocol 1 only
   kDropReasonCount
 };
 inline constexpr const char* kDropReasonNames[kDropReasonCount] = {
-    "ring_full",   "staging_full",        "budget",        "too_large",    "graph_capture",
-    "unsupported_dtype", "unsupported_layout", "pointer_array_batch", "block_scales", "no_context",
-    "cuda_error",  "daemon_unreachable",  "daemon_refused"};
+    "ring_full",          "staging_full",       "budget",
+    "too_large",          "graph_capture",      "unsupported_dtype",
+    "unsupported_layout", "pointer_array_batch", "unsupported_scale_mode",
+    "no_context",         "cuda_error",         "daemon_unreachable",
+    "daemon_refused",     "daemon_too_old"};
 
 enum class RecordKind : std::uint32_t { kPadding = 1, kSample = 2, kStep = 3, kScalar = 4 };
 
-// One record's header; a sample's payload follows it. Enum fields carry the wire values
-// (proto/fp8scope/v1: Gemm, Operand, DType, ScaleMode).
+// One record's header; a sample's payload (the codes, then their scale tensor) follows it. Enum
+// fields carry the wire values (wire_enums.h: GemmRole, Operand, DType, ScaleLayout).
 struct alignas(kAlign) RecordHeader {
   std::uint32_t magic;
   RecordKind kind;
@@ -52,13 +55,16 @@ struct alignas(kAlign) RecordHeader {
   std::uint64_t step;
   char name[256];              // sample: layer label; scalar: its name; NUL-terminated
   char source_call[32];        // "cublasLtMatmul", "cublasGemmEx", ...
-  std::uint32_t gemm, operand, dtype, scale_mode;
+  std::uint32_t gemm, operand, dtype, scale_layout;
   std::uint32_t ndim;
   std::int64_t shape[4];       // logical shape in elements, last dimension contiguous
   std::int64_t leading_dimension;
-  float scale_inv;             // FP8 samples: written by the device-to-host copy
+  float scale_inv;             // per-tensor scaled codes: written by the device-to-host copy
+  float gemm_alpha;            // FP4 GEMMs: the alpha (NVFP4's per-tensor scales), copied or read; 0 = none
+  std::uint32_t k_is_outer;    // block scales run along the first dimension (see TensorHeader)
   double value;                // scalar records
-  std::uint64_t payload_bytes;
+  std::uint64_t payload_bytes; // codes and scales
+  std::uint64_t scale_bytes;   // of which the scale tensor, at the end
 };
 
 // The sampling policy as the shipper last received it (wire Policy fields, flattened).
@@ -183,7 +189,8 @@ class RingReader {
         continue;
       }
       const bool fits = r->kind != RecordKind::kSample ||
-                        (r->payload_bytes <= r->record_bytes - sizeof(RecordHeader) && r->ndim >= 1 && r->ndim <= 4);
+                        (r->payload_bytes <= r->record_bytes - sizeof(RecordHeader) && r->ndim >= 1 && r->ndim <= 4 &&
+                         r->scale_bytes <= r->payload_bytes);
       if (!fits) {
         h_->tail.store(head, std::memory_order_release);
         return Next::kCorrupt;
