@@ -29,6 +29,8 @@ struct RecipeOutcome {
   bool observed = false;
   ScaleLayout scale_layout = ScaleLayout::kNone;  // observed: how the job's scales were laid out
   std::string codes_digest;  // hex FNV-1a of FP8 codes: the job's own, or a weight's current-scaling cast
+
+  bool block_scaled() const { return scale_layout != ScaleLayout::kNone && scale_layout != ScaleLayout::kTensorScalar; }
 };
 
 struct SampleAnalysis {

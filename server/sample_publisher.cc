@@ -58,15 +58,16 @@ HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, 
   rec.scale_max = o.scale_max;
   rec.scale_current = scale_current;
   for (const Statistic& st : statistics()) {
-    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.observed) ? st.compute(a.moments, o.stats)
-                                                                           : std::nan(""));
+    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())
+                                 ? st.compute(a.moments, o.stats)
+                                 : std::nan(""));
   }
   if (!o.observed) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
   rec.codes_digest = o.codes_digest;
   if (o.observed) {
     if (const ScaleLayoutInfo* info = scale_layout_info(o.scale_layout)) rec.scale_layout = info->name;
     rec.gemm_alpha = s.header.gemm_alpha();
-    if (o.scale_layout != ScaleLayout::kTensorScalar) {
+    if (o.block_scaled()) {
       rec.scale_histogram.assign(std::begin(o.stats.scale_histogram), std::end(o.stats.scale_histogram));
     }
   }
@@ -112,10 +113,14 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     rs->set_scale_current(current);
     if (o.observed) rs->set_scale_mode(wire::to_wire(o.scale_layout));
     for (const Statistic& st : statistics()) {
-      if (!st.per_recipe() || st.applies_to(o.observed)) (*rs->mutable_statistics())[st.key] = st.compute(a.moments, o.stats);
+      if (!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())) {
+        (*rs->mutable_statistics())[st.key] = st.compute(a.moments, o.stats);
+      }
     }
     for (const StatisticMetric& m : recipe_metrics_) {
-      if (m.statistic->applies_to(o.observed)) series_.set(*m.metric, labels, rank, m.statistic->compute(a.moments, o.stats));
+      if (m.statistic->applies_to(o.observed, o.block_scaled())) {
+        series_.set(*m.metric, labels, rank, m.statistic->compute(a.moments, o.stats));
+      }
     }
     if (!o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {
       // Current scaling maps amax to the format's max, so no bin above floor(log2 max) has mass:

@@ -70,6 +70,32 @@ nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& te
   return j;
 }
 
+nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
+                                     const ScaleLayoutInfo& layout, double seconds) {
+  nlohmann::ordered_json j = tensor_fields(file, tensor);
+  j["recipe"] = "observed";
+  j["format"] = format_name(code_format(*tensor.dtype));
+  j["scale_layout"] = layout.name;
+  const bool per_tensor = layout.layout == ScaleLayout::kTensorScalar;
+  j["scale"] = per_tensor ? number(a.stats.scale_min) : nullptr;
+  j["scale_min"] = number(a.stats.scale_min);
+  j["scale_max"] = number(a.stats.scale_max);
+  j["nonfinite"] = a.moments.nan + a.moments.inf;
+  for (const Statistic& s : statistics()) {
+    if (std::string(s.key) == "numel" || (s.per_recipe() && !s.applies_to(true, !per_tensor))) continue;
+    const double v = s.compute(a.moments, a.stats);
+    j[s.key] = std::string(s.unit) == "elements" ? nlohmann::ordered_json(static_cast<std::uint64_t>(v)) : number(v);
+  }
+  if (!per_tensor) {
+    j["scale_blocks"] = a.stats.scale_blocks;
+    j["scale_log2_histogram"] = {{"min_log2", kScaleHistogramMinLog2},
+                                 {"counts", std::vector<std::uint64_t>(std::begin(a.stats.scale_histogram),
+                                                                       std::end(a.stats.scale_histogram))}};
+  }
+  j["seconds"] = seconds;
+  return j;
+}
+
 nlohmann::ordered_json skipped_json(const std::string& file, const FileTensor& tensor) {
   nlohmann::ordered_json j = tensor_fields(file, tensor);
   j["skipped"] = tensor.skip_reason;
@@ -100,6 +126,24 @@ void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport
                   percent(stat("saturation_ratio", m, q)).c_str(), format_value(stat("mse", m, q), "%.4g").c_str(),
                   format_value(stat("cosine", m, q), "%.6f").c_str(), format_value(stat("sqnr_db", m, q), "%.2f").c_str());
     out << line;
+  }
+}
+
+void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutInfo& layout) {
+  const TensorMoments& m = a.moments;
+  const QuantStats& q = a.stats;
+  out << "tensor " << tensor.name << "  " << dtype_name(*tensor.dtype) << " codes " << shape_text(tensor.shape)
+      << "  " << m.numel << " elements, scales " << layout.name << "\n";
+  out << "  dequantized: amax " << format_value(stat("amax", m, q), "%.6g") << "  amin "
+      << format_value(stat("amin", m, q), "%.6g") << "  range " << format_value(stat("dynamic_range_log2", m, q), "%.1f")
+      << " binades  zeros " << percent(stat("zero_ratio", m, q)) << "  NaN " << m.nan << "  Inf " << m.inf << "\n";
+  out << "  codes at +-max " << percent(stat("saturation_ratio", m, q)) << "  scale "
+      << format_value(q.scale_min, "%.3g") << ".." << format_value(q.scale_max, "%.3g") << "\n";
+  if (layout.layout != ScaleLayout::kTensorScalar) {
+    out << "  " << q.scale_blocks << " scale blocks holding values: at the encoding's floor "
+        << percent(stat("block_scale_floor_ratio", m, q)) << ", at its ceiling "
+        << percent(stat("block_scale_ceiling_ratio", m, q)) << ", widest block "
+        << format_value(stat("max_block_dynamic_range_log2", m, q), "%.1f") << " binades\n";
   }
 }
 

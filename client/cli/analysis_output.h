@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 
+#include "fp8scope/observed_analysis.h"
 #include "fp8scope/recipe_analysis.h"
 #include "fp8scope/tensor_file.h"
 
@@ -15,8 +16,12 @@ namespace fp8scope::cli {
 nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& tensor, const TensorReport& report,
                                    const RecipeResult& recipe);
 nlohmann::ordered_json skipped_json(const std::string& file, const FileTensor& tensor);
+// The JSON object for a job's own codes ("observed") and the scales they were read with.
+nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
+                                     const ScaleLayoutInfo& layout, double seconds);
 
 void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport& report);
+void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutInfo& layout);
 void print_skipped(std::ostream& out, const FileTensor& tensor);
 
 std::string shape_text(const std::vector<std::int64_t>& shape);

@@ -1,9 +1,11 @@
 #include "analyze_command.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "analysis_output.h"
 #include "fp8scope/cpu_engine.h"
+#include "fp8scope/observed_analysis.h"
 #include "fp8scope/recipe_analysis.h"
 #include "fp8scope/tensor_file.h"
 
@@ -72,6 +74,97 @@ Result<std::vector<const FileTensor*>> select(const TensorFile& file, const std:
   return chosen;
 }
 
+std::string layout_list() {
+  std::string names;
+  for (const ScaleLayoutInfo& l : scale_layouts()) names += std::string(names.empty() ? "" : ", ") + l.name;
+  return names;
+}
+
+// The scale tensor of --scales: a tensor of FILE, or the only (first) tensor of another file. Its
+// bytes as stored, whatever its element type says.
+struct ScaleSource {
+  std::optional<TensorFile> other;
+  std::span<const std::uint8_t> bytes;
+};
+
+Result<ScaleSource> scale_source(const AnalyzeOptions& o, const TensorFile& file) {
+  ScaleSource s;
+  if (const FileTensor* t = file.find(o.scales)) {
+    s.bytes = t->bytes;
+    return s;
+  }
+  Result<TensorFile> other = read_tensor_file(o.scales);
+  if (!other.ok()) return Status::error("--scales: expected a tensor of " + o.file + " or a file, got: " + other.message());
+  if (other.value().tensors().empty()) return Status::error("--scales " + o.scales + ": the file holds no tensor");
+  s.other.emplace(std::move(other).value());
+  s.bytes = s.other->tensors().front().bytes;
+  return s;
+}
+
+// FILE's tensors as a job's own codes read with the scales of --scales.
+int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vector<const FileTensor*>& chosen,
+                 std::ostream& out, std::ostream& err) {
+  const ScaleLayoutInfo* layout = scale_layout_from_name(o.scale_layout);
+  if (layout == nullptr) {
+    err << "fp8scope analyze: --scale-layout: expected one of " << layout_list() << ", got " << o.scale_layout << "\n";
+    return kBadInput;
+  }
+  const bool per_tensor = layout->layout == ScaleLayout::kTensorScalar;
+  if (o.scale_order != "cublas" && o.scale_order != "compact") {
+    err << "fp8scope analyze: --scale-order: expected cublas or compact, got " << o.scale_order << "\n";
+    return kBadInput;
+  }
+  if (o.scale_inv && !(std::isfinite(*o.scale_inv) && *o.scale_inv > 0.0)) {
+    err << "fp8scope analyze: --scale-inv: expected a finite number > 0, got " << *o.scale_inv << "\n";
+    return kBadInput;
+  }
+  if (per_tensor == !o.scales.empty()) {
+    err << "fp8scope analyze: " << (per_tensor ? "--scale-layout scalar_32f takes --scale-inv, not --scales"
+                                               : "--scale-layout " + o.scale_layout + " needs --scales")
+        << "\n";
+    return kBadInput;
+  }
+  ScaleSource source;
+  if (!per_tensor) {
+    Result<ScaleSource> s = scale_source(o, file);
+    if (!s.ok()) {
+      err << "fp8scope analyze: " << s.message() << "\n";
+      return kBadInput;
+    }
+    source = std::move(s).value();
+  }
+  if (!o.json) out << o.file << "\n";
+  for (const FileTensor* t : chosen) {
+    if (!t->dtype || !dtype_is_codes(*t->dtype)) {
+      err << "fp8scope analyze: " << o.file << ": tensor '" << t->name << "': --scale-layout reads codes (e4m3, e5m2 "
+          << "or e2m1; --dtype names raw .npy bytes), got " << (t->dtype ? dtype_name(*t->dtype) : t->file_dtype) << "\n";
+      return kBadInput;
+    }
+    const TensorView v = t->view();
+    ObservedTensor observed;
+    observed.codes = v.data;
+    observed.dtype = v.dtype;
+    observed.shape = {v.rows, v.cols, o.k_outer};
+    observed.layout = layout->layout;
+    observed.scales = source.bytes;
+    observed.compact_scales = o.scale_order == "compact";
+    observed.scale_inv = static_cast<float>(o.scale_inv.value_or(1.0));
+    const auto start = std::chrono::steady_clock::now();
+    Result<ObservedAnalysis> a = analyze_observed(observed);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!a.ok()) {
+      err << "fp8scope analyze: " << o.file << ": tensor '" << t->name << "': " << a.message() << "\n";
+      return kBadInput;
+    }
+    if (o.json) {
+      out << observed_json(o.file, *t, a.value(), *layout, seconds).dump() << "\n";
+    } else {
+      print_observed(out, *t, a.value(), *layout);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
@@ -88,7 +181,18 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
                   "current scaling, and delayed scaling at its steady state");
   cmd->add_option("--margin", o.margin, "Delayed scaling margin: scale = fmax * 2^-margin / amax (default 0)");
   cmd->add_option("--dtype", o.dtype,
-                  "Element type of .npy files NumPy cannot name: bf16 for '<V2'/'<u2', e4m3 or e5m2 for '|V1'/'|u1'");
+                  "Element type of .npy files NumPy cannot name: bf16 for '<V2'/'<u2', e4m3 or e5m2 for '|V1'/'|u1', "
+                  "e2m1 for '|u1' bytes of two FP4 codes each");
+  cmd->add_option("--scale-layout", o.scale_layout,
+                  "Read the tensors as a job's own codes with scales in this cuBLASLt layout: " + layout_list());
+  cmd->add_option("--scales", o.scales, "The scale tensor: a tensor of FILE, or a .npy/.safetensors file (its first tensor)");
+  cmd->add_option("--scale-order", o.scale_order,
+                  "cublas (the tiled layout the GEMM reads) or compact (one row per M/N block, one column per K block)")
+      ->capture_default_str();
+  cmd->add_option("--scale-inv", o.scale_inv,
+                  "scalar_32f: the codes' scale_inv; block layouts: a per-tensor factor the block scales multiply "
+                  "(NVFP4's), default 1");
+  cmd->add_flag("--k-outer", o.k_outer, "Block scales run along the first dimension, not the last (a non-TN operand)");
   cmd->add_flag("--json", o.json, "JSON Lines: one object per tensor and recipe");
   cmd->add_option("--threads", o.threads, "CPU threads (default: all)");
 }
@@ -102,10 +206,9 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
   ReadOptions read;
   if (!o.dtype.empty()) {
     read.npy_raw_dtype = dtype_from_name(o.dtype);
-    const bool raw_type = read.npy_raw_dtype && (*read.npy_raw_dtype == DType::kBF16 ||
-                                                 *read.npy_raw_dtype == DType::kE4M3 || *read.npy_raw_dtype == DType::kE5M2);
+    const bool raw_type = read.npy_raw_dtype && (*read.npy_raw_dtype == DType::kBF16 || dtype_is_codes(*read.npy_raw_dtype));
     if (!raw_type) {
-      err << "fp8scope analyze: --dtype: expected bf16, e4m3 or e5m2, got " << o.dtype << "\n";
+      err << "fp8scope analyze: --dtype: expected bf16, e4m3, e5m2 or e2m1, got " << o.dtype << "\n";
       return kBadInput;
     }
   }
@@ -119,6 +222,7 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
     err << "fp8scope analyze: " << chosen.message() << "\n";
     return kBadInput;
   }
+  if (!o.scale_layout.empty()) return run_observed(o, file.value(), chosen.value(), out, err);
   auto engine = make_cpu_engine(o.threads);
   if (!o.json) out << o.file << "\n";
   for (const FileTensor* t : chosen.value()) {

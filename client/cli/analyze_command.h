@@ -21,6 +21,12 @@ struct AnalyzeOptions {
   std::string dtype;
   bool json = false;
   int threads = 0;
+  // A job's own codes with their scales, instead of what-ifs.
+  std::string scale_layout;               // a cuBLASLt scale mode by name (scale_layout.h)
+  std::string scales;                     // a tensor of FILE, or a .npy/.safetensors file
+  std::string scale_order = "cublas";     // cublas (as the GEMM reads them) or compact
+  std::optional<double> scale_inv;        // scalar_32f: the scale_inv; block layouts: a per-tensor factor
+  bool k_outer = false;
 };
 
 void add_analyze_command(CLI::App& app, AnalyzeOptions& options);

@@ -170,8 +170,8 @@ TEST_CASE("bad input gets one clear line naming the file, and exit code 2", "[cl
       {"header.npy", std::string("\x93NUMPY\x01\x00\x30\x00", 10) + "{'descr': '<f4'", "truncated .npy header", {}},
       {"bytes.safetensors", safetensors_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})", floats({1, 2})),
        "shape x dtype is 16 bytes", {}},
-      {"dtype.safetensors", safetensors_file(R"({"w": {"dtype": "F4", "shape": [1], "data_offsets": [0, 1]}})", "x"),
-       "unsupported dtype F4", {}},
+      {"dtype.safetensors", safetensors_file(R"({"w": {"dtype": "F6_E2M3", "shape": [1], "data_offsets": [0, 1]}})", "x"),
+       "unsupported dtype F6_E2M3", {}},
       {"tensor.npy", good, "no tensor named 'nope'", {"--tensor", "nope"}},
       {"empty.npy", npy_file("<f4", false, "(0, 3)", ""), "is empty", {}},
   };
@@ -207,4 +207,57 @@ TEST_CASE("all-zero and non-finite tensors are analyzed, not rejected", "[cli][a
       analyze({dir.write("w.npy", npy_file("<f4", false, "(3,)", floats({NAN, INFINITY, 1.0f}))), "--json"});
   REQUIRE(weird.exit_code == 0);
   CHECK(lines(weird.out)[0]["nonfinite"] == 2);
+}
+
+TEST_CASE("a job's own codes read with their block scales, from one safetensors file or two", "[cli][analyze]") {
+  TempDir dir;
+  // MXFP8 codes of a 2 x 64 operand (K = 64: two 1x32 blocks a row): every code 0x7E (448) but
+  // one zero, and E8M0 scales 2^-5, 2^-3 (row 0) and 2^0, 2^-127 (row 1).
+  std::string codes(128, static_cast<char>(0x7E));
+  codes[5] = 0;
+  const std::uint8_t compact[4] = {122, 124, 127, 0};
+  std::string tiled(512, '\0');  // the 128x4 tile: row r, column c at (r % 32) * 16 + (r / 32) * 4 + c
+  tiled[0] = static_cast<char>(compact[0]);
+  tiled[1] = static_cast<char>(compact[1]);
+  tiled[16] = static_cast<char>(compact[2]);
+  tiled[17] = static_cast<char>(compact[3]);
+  const std::string file = dir.write(
+      "mx.safetensors",
+      safetensors_file(R"({"q": {"dtype": "F8_E4M3", "shape": [2, 64], "data_offsets": [0, 128]},)"
+                       R"( "q_scales": {"dtype": "F8_E8M0", "shape": [512], "data_offsets": [128, 640]}})",
+                       codes + tiled));
+  const ProcessResult r = analyze({file, "--tensor", "q", "--scale-layout", "vec32_ue8m0", "--scales", "q_scales", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json j = lines(r.out)[0];
+  CHECK(j["recipe"] == "observed");
+  CHECK(j["scale_layout"] == "vec32_ue8m0");
+  CHECK(j["amax"] == 448.0);                              // 448 * 2^0
+  CHECK(j["amin"] == 448.0 * std::ldexp(1.0, -127));      // 448 * 2^-127
+  CHECK(j["saturation_ratio"] == 127.0 / 128.0);
+  CHECK(j["zero_ratio"] == 1.0 / 128.0);
+  CHECK(j["block_scale_floor_ratio"] == 0.25);            // one block of four at 2^-127
+  CHECK(j["scale_min"] == 1.0);                           // the cast multipliers, 1 / scale_inv
+  CHECK(j["scale_max"] == std::ldexp(1.0, 127));
+  // The same scales kept compact in a file of their own read the same.
+  const std::string scales = dir.write(
+      "scales.npy", npy_file("|u1", false, "(2, 2)", std::string(reinterpret_cast<const char*>(compact), 4)));
+  const ProcessResult c = analyze(
+      {file, "--tensor", "q", "--scale-layout", "vec32_ue8m0", "--scales", scales, "--scale-order", "compact", "--json"});
+  REQUIRE(c.exit_code == 0);
+  CHECK(lines(c.out)[0]["amin"] == j["amin"]);
+  // Bad input: one line each.
+  for (const auto& [args, expect] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--scale-layout", "vec64"}, "--scale-layout: expected one of scalar_32f, outer_vec_32f"},
+           {{"--scale-layout", "vec32_ue8m0"}, "--scale-layout vec32_ue8m0 needs --scales"},
+           {{"--scale-layout", "vec128_32f", "--scales", "q_scales"}, "vec128_32f scales of a 2 x 64"},
+           {{"--scale-layout", "vec32_ue8m0", "--scales", dir.file("none.npy")}, "--scales: expected a tensor of"}}) {
+    std::vector<std::string> argv = {file, "--tensor", "q"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ProcessResult bad = analyze(argv);
+    INFO(bad.err);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find(expect) != std::string::npos);
+    CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
+  }
 }

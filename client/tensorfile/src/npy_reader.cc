@@ -140,11 +140,14 @@ NpyElement element_of(const std::string& descr, const ReadOptions& options) {
   if (kind == 'f' && e.bytes == 8) e.dtype = DType::kF64;
   if (kind == 'f' && e.bytes == 2) e.dtype = DType::kF16;
   const bool raw = (kind == 'V' || kind == 'u') && (e.bytes == 1 || e.bytes == 2);
-  if (raw && options.npy_raw_dtype && dtype_bytes(*options.npy_raw_dtype) == e.bytes) e.dtype = options.npy_raw_dtype;
+  // FP4 codes come two a byte: '|u1' bytes of packed E2M1 pairs.
+  const int raw_bytes = options.npy_raw_dtype ? (dtype_bits(*options.npy_raw_dtype) + 7) / 8 : 0;
+  if (raw && options.npy_raw_dtype && raw_bytes == e.bytes) e.dtype = options.npy_raw_dtype;
   if (e.dtype) return e;
   if (raw) {
     e.skip_reason = e.bytes == 2 ? "raw 16-bit elements: pass --dtype bf16 if they are bfloat16 bits"
-                                 : "raw 8-bit elements: pass --dtype e4m3 or e5m2 if they are FP8 codes";
+                                 : "raw 8-bit elements: pass --dtype e4m3 or e5m2 if they are FP8 codes, e2m1 if "
+                                   "they are packed FP4 codes";
   } else if (kind == 'i' || kind == 'u') {
     e.skip_reason = "integer tensor";
   } else if (kind == 'b') {
@@ -222,6 +225,11 @@ Status parse_npy(std::span<const std::uint8_t> file, const std::string& name, co
   t.bytes = file.subspan(data_at, expected);
   t.dtype = e.dtype;
   t.skip_reason = e.skip_reason;
+  if (t.dtype == DType::kE2M1) {  // the file's bytes hold two codes each: the logical last dimension doubles
+    if (h.fortran_order && h.shape.size() > 1) return Status::error("packed FP4 codes: expected C order");
+    if (t.shape.empty()) t.shape.push_back(1);
+    t.shape.back() *= 2;
+  }
   if (t.dtype && (h.fortran_order || e.big_endian)) {
     std::vector<std::uint8_t> copy(t.bytes.begin(), t.bytes.end());
     if (e.big_endian) {

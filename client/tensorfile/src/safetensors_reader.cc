@@ -17,21 +17,23 @@ constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
 struct StDtype {
   const char* name;
-  int bytes;
+  int bits;
   std::optional<DType> dtype;
   const char* skip_reason;
 };
 
+// F4 (float4_e2m1fn, two a byte) has a logical shape; its bytes are half its element count.
 constexpr StDtype kStDtypes[] = {
-    {"F64", 8, DType::kF64, ""},        {"F32", 4, DType::kF32, ""},
-    {"F16", 2, DType::kF16, ""},        {"BF16", 2, DType::kBF16, ""},
-    {"F8_E4M3", 1, DType::kE4M3, ""},   {"F8_E5M2", 1, DType::kE5M2, ""},
-    {"I64", 8, std::nullopt, "integer tensor"}, {"I32", 4, std::nullopt, "integer tensor"},
-    {"I16", 2, std::nullopt, "integer tensor"}, {"I8", 1, std::nullopt, "integer tensor"},
-    {"U64", 8, std::nullopt, "integer tensor"}, {"U32", 4, std::nullopt, "integer tensor"},
-    {"U16", 2, std::nullopt, "integer tensor"}, {"U8", 1, std::nullopt, "integer tensor"},
-    {"BOOL", 1, std::nullopt, "boolean tensor"}, {"F8_E8M0", 1, std::nullopt, "E8M0 scale tensor"},
-    {"C64", 8, std::nullopt, "complex tensor"},
+    {"F64", 64, DType::kF64, ""},        {"F32", 32, DType::kF32, ""},
+    {"F16", 16, DType::kF16, ""},        {"BF16", 16, DType::kBF16, ""},
+    {"F8_E4M3", 8, DType::kE4M3, ""},    {"F8_E5M2", 8, DType::kE5M2, ""},
+    {"F4", 4, DType::kE2M1, ""},
+    {"I64", 64, std::nullopt, "integer tensor"}, {"I32", 32, std::nullopt, "integer tensor"},
+    {"I16", 16, std::nullopt, "integer tensor"}, {"I8", 8, std::nullopt, "integer tensor"},
+    {"U64", 64, std::nullopt, "integer tensor"}, {"U32", 32, std::nullopt, "integer tensor"},
+    {"U16", 16, std::nullopt, "integer tensor"}, {"U8", 8, std::nullopt, "integer tensor"},
+    {"BOOL", 8, std::nullopt, "boolean tensor"}, {"F8_E8M0", 8, std::nullopt, "E8M0 scale tensor"},
+    {"C64", 64, std::nullopt, "complex tensor"},
 };
 
 const StDtype* find_dtype(std::string_view name) {
@@ -97,7 +99,8 @@ Status parse_safetensors(std::span<const std::uint8_t> file, ParsedFile* out) {
                            std::to_string(end) + "] fall outside the " + std::to_string(data.size()) +
                            "-byte data region (truncated file?)");
     }
-    const std::uint64_t expected = static_cast<std::uint64_t>(numel.value()) * static_cast<std::uint64_t>(st->bytes);
+    const std::uint64_t bits = static_cast<std::uint64_t>(numel.value()) * static_cast<std::uint64_t>(st->bits);
+    const std::uint64_t expected = (bits + 7) / 8;
     if (end - begin != expected) {
       return Status::error("tensor '" + name + "': shape x dtype is " + std::to_string(expected) +
                            " bytes, data_offsets span " + std::to_string(end - begin));

@@ -1,5 +1,6 @@
 #include "fp8scope/tensor_file.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -72,7 +73,7 @@ Result<TensorFile> read_tensor_file(const std::string& path, const ReadOptions& 
   // Files do not promise aligned data (old safetensors writers did not pad the header, an .npy
   // header can end anywhere); the engines read whole elements, so misaligned tensors are copied.
   for (FileTensor& t : parsed.tensors) {
-    const auto size = static_cast<std::uintptr_t>(t.dtype ? dtype_bytes(*t.dtype) : 1);
+    const auto size = static_cast<std::uintptr_t>(t.dtype ? std::max(1, dtype_bytes(*t.dtype)) : 1);
     if (reinterpret_cast<std::uintptr_t>(t.bytes.data()) % size == 0) continue;
     parsed.owned.emplace_back(t.bytes.begin(), t.bytes.end());
     t.bytes = parsed.owned.back();

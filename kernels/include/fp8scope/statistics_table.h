@@ -27,9 +27,11 @@ struct Statistic {
 
   const char* metric_name() const { return metric ? metric : key; }
   bool per_recipe() const { return scope != StatisticScope::kTensor; }
-  // Whether the statistic means something for a recipe's result (observed: the job's own codes).
-  bool applies_to(bool observed) const {
-    return scope == StatisticScope::kRecipe || scope == (observed ? StatisticScope::kObserved : StatisticScope::kWhatIf);
+  // Whether the statistic means something for a recipe's result (observed: the job's own codes;
+  // the observed-only statistics describe block scales, which one per-tensor scale has not).
+  bool applies_to(bool observed, bool block_scaled = true) const {
+    if (scope == StatisticScope::kObserved) return observed && block_scaled;
+    return scope == StatisticScope::kRecipe || (scope == StatisticScope::kWhatIf && !observed);
   }
 };
 

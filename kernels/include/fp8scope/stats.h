@@ -17,10 +17,11 @@ inline constexpr int kHistogramBins = 64;
 inline constexpr int kHistogramMinLog2 = -40;
 
 // Block scales' histogram: bin i counts blocks with floor(log2 scale_inv) == kScaleHistogramMinLog2
-// + i, the ends holding everything beyond. -56..7 spans the decode scales of activations, weights
-// and gradients; the E8M0 extremes (2^-127, 2^127) are counted apart, as the floor and ceiling.
-inline constexpr int kScaleHistogramBins = 64;
-inline constexpr int kScaleHistogramMinLog2 = -56;
+// + i, the ends holding everything beyond. -64..15 spans the decode scales of activations, weights
+// and gradients, and NVFP4's UE4M3 block scales without their per-tensor factor (up to 448); the
+// E8M0 extremes (2^-127, 2^127) are counted apart, as the floor and ceiling.
+inline constexpr int kScaleHistogramBins = 80;
+inline constexpr int kScaleHistogramMinLog2 = -64;
 
 // Recipe-independent facts about the tensor. amax/amin/moments are over finite elements only;
 // NaN and Inf are counted, never folded in.

@@ -134,6 +134,19 @@ TEST_CASE(".npy variants np.save and ml_dtypes write", "[tensor_file]") {
       CHECK(element(bf16.value().tensors()[0], 1) == -2.0f);
     }
   }
+  SECTION("packed FP4 codes as '|u1' with --dtype e2m1: two a byte, the last dimension doubled") {
+    const std::string data = {static_cast<char>(0x72), static_cast<char>(0xF8)};  // 1, 6 | -0, -6
+    ReadOptions options;
+    options.npy_raw_dtype = DType::kE2M1;
+    auto f = read_tensor_file(dir.write("fp4.npy", npy_file("|u1", false, "(1, 2)", data)), options);
+    REQUIRE(f.ok());
+    const FileTensor& t = f.value().tensors()[0];
+    CHECK(t.shape == std::vector<std::int64_t>{1, 4});
+    CHECK(element(t, 0) == 1.0f);
+    CHECK(element(t, 1) == 6.0f);
+    CHECK(element(t, 3) == -6.0f);
+    CHECK(!read_tensor_file(dir.write("fp4f.npy", npy_file("|u1", true, "(2, 2)", data + data)), options).ok());
+  }
   SECTION("big-endian floats are byte-swapped") {
     std::string data = floats({1.25f, -3.0f});
     for (std::size_t i = 0; i < data.size(); i += 4) std::reverse(data.begin() + i, data.begin() + i + 4);
@@ -209,4 +222,12 @@ TEST_CASE("a well-formed safetensors file built here reads back", "[tensor_file]
   CHECK(element(f.value().tensors()[0], 0) == 3.0f);
   CHECK(f.value().find("a")->view().rows == 2);
   CHECK(f.value().find("z")->numel() == 0);
+  // F4: float4_e2m1fn two a byte, the shape logical.
+  auto fp4 = read_tensor_file(dir.write(
+      "fp4.safetensors", safetensors_file(R"({"q": {"dtype": "F4", "shape": [2, 2], "data_offsets": [0, 2]}})",
+                                          std::string{static_cast<char>(0x72), static_cast<char>(0x0F)})));
+  REQUIRE(fp4.ok());
+  CHECK(fp4.value().tensors()[0].dtype == DType::kE2M1);
+  CHECK(element(fp4.value().tensors()[0], 1) == 6.0f);
+  CHECK(element(fp4.value().tensors()[0], 2) == -6.0f);
 }
