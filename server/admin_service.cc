@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "fp8scope/statistics_table.h"
+#include "fp8scope/scale_layout.h"
 #include "fp8scope/wire.h"
 
 namespace fp8scope::server {
@@ -128,7 +129,12 @@ grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::Cal
     row->set_recipe(r.recipe);
     row->set_format(r.format);
     row->set_scale(r.scale);
+    row->set_scale_max(r.scale_max);
     row->set_scale_current(r.scale_current);
+    if (const ScaleLayoutInfo* layout = scale_layout_from_name(r.scale_layout)) {
+      row->set_scale_mode(wire::to_wire(layout->layout));
+    }
+    row->set_gemm_alpha(r.gemm_alpha);
     for (std::size_t k = 0; k < statistics().size() && k < r.statistics.size(); ++k) {
       if (!std::isnan(r.statistics[k])) (*row->mutable_statistics())[statistics()[k].key] = r.statistics[k];
     }

@@ -6,11 +6,19 @@
 #include <cstdio>
 
 #include "fp8scope/sampling_rule.h"
+#include "fp8scope/scale_layout.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/wire.h"
 
 namespace fp8scope::cli {
 namespace {
+
+// A history row's scale layout by its name ("" for the what-ifs).
+std::string scale_layout_name(v1::ScaleMode m) {
+  const std::optional<ScaleLayout> layout = wire::from_wire(m);
+  const ScaleLayoutInfo* info = layout ? scale_layout_info(*layout) : nullptr;
+  return info != nullptr ? info->name : "";
+}
 
 std::string to_json(const google::protobuf::Message& m) {
   std::string out;
@@ -241,8 +249,11 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     auto reader = stub.QueryHistory(&ctx, q);
     v1::HistoryBatch batch;
     if (o.csv) {
-      out << "time,job,run,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_current";
-      for (const Statistic& s : statistics()) out << "," << s.key;
+      out << "time,job,run,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_max,scale_current,"
+             "scale_layout,gemm_alpha";
+      for (const Statistic& s : statistics()) {
+        if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
+      }
       out << "\n";
     } else {
       char line[256];
@@ -260,8 +271,11 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
           out << number(r.time(), "%.3f") << "," << r.key().job() << "," << r.key().run() << "," << r.key().rank() << ","
               << r.step() << "," << r.key().layer() << "," << wire::gemm_name(r.key().gemm()) << ","
               << wire::operand_label(r.key().operand()) << "," << r.dtype() << "," << r.numel() << "," << r.recipe()
-              << "," << r.format() << "," << number(r.scale(), "%.9g") << "," << number(r.scale_current(), "%.9g");
+              << "," << r.format() << "," << number(r.scale(), "%.9g") << "," << number(r.scale_max(), "%.9g") << ","
+              << number(r.scale_current(), "%.9g") << "," << scale_layout_name(r.scale_mode()) << ","
+              << (r.gemm_alpha() != 0 ? number(r.gemm_alpha(), "%.9g") : "");
           for (const Statistic& s : statistics()) {
+            if (std::string(s.key) == "numel") continue;
             const double v = value(s.key);
             out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
           }

@@ -91,9 +91,23 @@ std::vector<int> children_of(int pid) {
 
 }  // namespace
 
-TEST_CASE("tiny_trainer learns in BF16 and in FP8, deterministically", "[hook]") {
+// The block-scaled recipes tiny_trainer trains with, and the scale layout each operand reaches the
+// GEMM in (TE's: MXFP8 1x32 E8M0; Float8BlockScaling 1x128 activations and gradients, 128x128
+// weights; NVFP4 1x16 UE4M3, 16x16 weights).
+struct BlockMode {
+  const char* mode;
+  const char* codes;  // --dtype of the dumped codes
+  std::map<std::string, std::string> layout;  // operand -> scale layout
+};
+const BlockMode kBlockModes[] = {
+    {"mxfp8", "e4m3", {{"x", "vec32_ue8m0"}, {"w", "vec32_ue8m0"}, {"dy", "vec32_ue8m0"}}},
+    {"block", "e4m3", {{"x", "vec128_32f"}, {"w", "blk128x128_32f"}, {"dy", "vec128_32f"}}},
+    {"nvfp4", "e2m1", {{"x", "vec16_ue4m3"}, {"w", "vec16_ue4m3"}, {"dy", "vec16_ue4m3"}}},
+};
+
+TEST_CASE("tiny_trainer learns in BF16, FP8, MXFP8, FP8 block scaling and NVFP4, deterministically", "[hook]") {
   TempDir dir;
-  for (const std::string mode : {"bf16", "fp8"}) {
+  for (const std::string mode : {"bf16", "fp8", "mxfp8", "block", "nvfp4"}) {
     INFO(mode);
     const ProcessResult a = trainer({"--steps", "60", "--mode", mode, "--losses", dir.file(mode + "a")});
     const ProcessResult b = trainer({"--steps", "60", "--mode", mode, "--losses", dir.file(mode + "b")});
@@ -109,7 +123,8 @@ TEST_CASE("tiny_trainer learns in BF16 and in FP8, deterministically", "[hook]")
 TEST_CASE("under the hook, losses and the calls reaching cuBLAS are unchanged", "[hook]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"));
-  for (const std::string mode : {"bf16", "fp8"}) {
+  const std::vector<std::string> modes = {"bf16", "fp8", "mxfp8", "block", "nvfp4"};
+  for (const std::string& mode : modes) {
     INFO(mode);
     const ProcessResult plain = trainer({"--steps", "12", "--mode", mode, "--losses", dir.file(mode + ".plain")},
                                         {"FP8SCOPE_FIXTURE_TRACE=" + dir.file(mode + ".plain.trace")});
@@ -125,8 +140,85 @@ TEST_CASE("under the hook, losses and the calls reaching cuBLAS are unchanged", 
     CHECK(trace == lines_of(dir.file(mode + ".hooked.trace")));
   }
   // Every GEMM of every step was sampled once (cublasGemmEx's inner cublasLtMatmul is not).
-  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 2 * 12 * kSamplesPerStep; }));
-  CHECK(counter(daemon, "fp8scope_samples_total") == 2 * 12 * kSamplesPerStep);
+  const double samples = static_cast<double>(modes.size() * 12 * kSamplesPerStep);
+  CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == samples; }));
+  CHECK(counter(daemon, "fp8scope_samples_total") == samples);
+}
+
+TEST_CASE("block-scaled FP8 and NVFP4 operands arrive with their scales and read as analyze reads their dumps",
+          "[hook][block]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::map<std::string, std::vector<std::string>> operands = {
+      {"fprop", {"x", "w"}}, {"dgrad", {"w", "dy"}}, {"wgrad", {"x", "dy"}}};
+  double expected_samples = 0;
+  for (const BlockMode& m : kBlockModes) {
+    INFO(m.mode);
+    const std::string dump = dir.file(std::string("dump-") + m.mode);
+    std::filesystem::create_directories(dump);
+    const ProcessResult run = run_process(
+        under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--job", m.mode, "--run", m.mode},
+                   {"--steps", "8", "--mode", m.mode, "--dump-step", "5", "--dump-dir", dump}),
+        child_env(), 120.0);
+    REQUIRE(run.exit_code == 0);
+    expected_samples += 2 * kSamplesPerStep;
+    REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == expected_samples; }));
+    const std::string metrics = http_get(daemon.metrics(), "/metrics");
+    for (int l = 0; l < kLayers; ++l) {
+      for (const auto& [gemm, ops] : operands) {
+        for (const std::string& op : ops) {
+          const std::string base = dump + "/mlp." + std::to_string(l) + "." + gemm + "." + op;
+          INFO(base << " " << m.layout.at(op));
+          const ProcessResult analyze = cli({"analyze", base + ".npy", "--dtype", m.codes, "--json", "--scale-layout",
+                                             m.layout.at(op), "--scales", base + ".scales.npy"});
+          REQUIRE(analyze.exit_code == 0);
+          const json expected = json::parse(analyze.out);
+          const std::map<std::string, std::string> tensor = {
+              {"job", m.mode}, {"layer", "mlp." + std::to_string(l) + "#0"}, {"gemm", gemm}, {"operand", op}};
+          std::map<std::string, std::string> observed = tensor;
+          observed["format"] = m.codes;
+          observed["recipe"] = "observed";
+          for (const char* key : {"saturation_ratio", "block_scale_floor_ratio", "block_scale_ceiling_ratio",
+                                  "max_block_dynamic_range_log2"}) {
+            INFO(key);
+            CHECK(metric_value(metrics, std::string("fp8scope_") + key, observed) ==
+                  Approx(expected[key].get<double>()).epsilon(1e-12));
+          }
+          for (const char* key : {"amax", "amin", "zero_ratio", "dynamic_range_log2"}) {
+            INFO(key);
+            CHECK(metric_value(metrics, std::string("fp8scope_") + key, tensor) ==
+                  Approx(expected[key].get<double>()).epsilon(1e-12));
+          }
+          CHECK(metric_value(metrics, "fp8scope_mean", tensor) == Approx(expected["mean"].get<double>()).epsilon(1e-12));
+          CHECK(metric_value(metrics, "fp8scope_last_step", tensor) == 5.0);
+        }
+      }
+    }
+  }
+  // Nothing was dropped: every scale mode and FP4 was read.
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("fp8scope_samples_dropped_total{", 0) == 0) {
+      INFO(line);
+      CHECK(line.substr(line.rfind(' ') + 1) == "0");
+    }
+  }
+  // The history keeps each observed record's layout and its scale histogram.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2((dir.file("data") + "/history.sqlite").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  REQUIRE(eventually([&] {
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db,
+                       "SELECT COUNT(DISTINCT scale_layout), COUNT(*) FROM records WHERE recipe = 'observed' AND "
+                       "scale_layout IS NOT NULL AND length(scale_histogram) > 0",
+                       -1, &q, nullptr);
+    const bool done = sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 4 &&  // the 4 layouts above
+                      sqlite3_column_int64(q, 1) == static_cast<sqlite3_int64>(expected_samples);
+    sqlite3_finalize(q);
+    return done;
+  }));
+  sqlite3_close(db);
 }
 
 TEST_CASE("every layer, GEMM and operand reaches the daemon with the statistics analyze gives", "[hook]") {

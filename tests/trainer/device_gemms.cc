@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 namespace fp8scope::trainer {
 namespace {
@@ -20,6 +21,7 @@ cudaDataType data_type(Element e) {
     case Element::kBF16: return CUDA_R_16BF;
     case Element::kE4M3: return CUDA_R_8F_E4M3;
     case Element::kE5M2: return CUDA_R_8F_E5M2;
+    case Element::kE2M1: return CUDA_R_4F_E2M1;
   }
   return CUDA_R_16BF;
 }
@@ -49,36 +51,51 @@ Gemms::Gemms() {
   check(cublasCreate(&blas_), "cublasCreate");
   check(cublasSetStream(blas_, stream_), "cublasSetStream");
   workspace_ = std::make_unique<DeviceBuffer>(kWorkspaceBytes);
+  zero_ = std::make_unique<DeviceBuffer>(sizeof(float));
+  const float zero = 0.0f;
+  zero_->upload(&zero, sizeof zero);
 }
 
 Gemms::~Gemms() {
   workspace_.reset();
+  zero_.reset();
   cublasDestroy(blas_);
   cublasLtDestroy(lt_);
   cuStreamDestroy(stream_);
 }
 
 void Gemms::lt_matmul(bool transa, bool transb, const DeviceOperand& a, int a_rows, int a_cols, const DeviceOperand& b,
-                      int b_rows, int b_cols, DeviceBuffer& out, int m, int n) {
+                      int b_rows, int b_cols, DeviceBuffer& out, int m, int n, const float* alpha_device) {
   cublasLtMatmulDesc_t desc = nullptr;
   check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const std::int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
-  if (a.scale_inv != nullptr) {
-    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale_inv, sizeof a.scale_inv),
-          "set A_SCALE_POINTER");
+  for (const auto& [operand, pointer_attr, mode_attr] :
+       {std::tuple{&a, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_MODE},
+        std::tuple{&b, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}}) {
+    if (operand->scales == nullptr) continue;
+    check(cublasLtMatmulDescSetAttribute(desc, pointer_attr, &operand->scales, sizeof operand->scales),
+          "set the scale pointer");
+    if (operand->scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+      const std::int32_t mode = operand->scale_mode;
+      check(cublasLtMatmulDescSetAttribute(desc, mode_attr, &mode, sizeof mode), "set the scale mode");
+    }
   }
-  if (b.scale_inv != nullptr) {
-    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale_inv, sizeof b.scale_inv),
-          "set B_SCALE_POINTER");
+  if (alpha_device != nullptr) {
+    const std::int32_t device = CUBLASLT_POINTER_MODE_DEVICE;
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &device, sizeof device),
+          "set POINTER_MODE");
   }
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   check(cublasLtMatrixLayoutCreate(&la, data_type(a.element), a_rows, a_cols, a_rows), "cublasLtMatrixLayoutCreate A");
   check(cublasLtMatrixLayoutCreate(&lb, data_type(b.element), b_rows, b_cols, b_rows), "cublasLtMatrixLayoutCreate B");
   check(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m), "cublasLtMatrixLayoutCreate D");
+  // With device pointers, beta too is read from the device: it lives beside the workspace.
   const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(lt_, desc, &alpha, a.data, la, b.data, lb, &beta, out.get(), ld, out.get(), ld, nullptr,
+  const void* alpha_arg = alpha_device != nullptr ? static_cast<const void*>(alpha_device) : &alpha;
+  const void* beta_arg = alpha_device != nullptr ? zero_->get() : &beta;
+  check(cublasLtMatmul(lt_, desc, alpha_arg, a.data, la, b.data, lb, beta_arg, out.get(), ld, out.get(), ld, nullptr,
                        workspace_->get(), kWorkspaceBytes, stream_),
         "cublasLtMatmul");
   cublasLtMatrixLayoutDestroy(ld);
@@ -105,8 +122,9 @@ void Gemms::wgrad_nt(const DeviceOperand& x, const DeviceOperand& dy, DeviceBuff
   lt_matmul(false, true, x, K, M, dy, N, M, dw, K, N);
 }
 
-void Gemms::tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L) {
-  lt_matmul(true, false, a, L, Q, b, L, P, out, Q, P);
+void Gemms::tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L,
+               const float* alpha_device) {
+  lt_matmul(true, false, a, L, Q, b, L, P, out, Q, P, alpha_device);
 }
 
 void Gemms::capture_probe(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K) {

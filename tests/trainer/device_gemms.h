@@ -32,15 +32,17 @@ class DeviceBuffer {
   CUdeviceptr ptr_ = 0;
 };
 
-enum class Element { kBF16, kE4M3, kE5M2 };
+enum class Element { kBF16, kE4M3, kE5M2, kE2M1 };
 
-// One operand as a GEMM reads it: device data (row-major [rows, cols]) and, for FP8, the device
-// address of its scale_inv.
+// One operand as a GEMM reads it: device data (row-major [rows, cols], FP4 two a byte) and, for FP8
+// and FP4, the device address of its scales in cuBLASLt's scale mode: one scale_inv, or the scale
+// tensor of a block mode.
 struct DeviceOperand {
   const void* data;
   Element element;
   int rows, cols;
-  const float* scale_inv = nullptr;
+  const void* scales = nullptr;
+  cublasLtMatmulMatrixScale_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 };
 
 class Gemms {
@@ -56,22 +58,24 @@ class Gemms {
   // dW[N,K] = dY^T X (cublasLtMatmul, NT).
   void dgrad_nn(const DeviceOperand& w, const DeviceOperand& dy, DeviceBuffer& dx, int M, int N, int K);
   void wgrad_nt(const DeviceOperand& x, const DeviceOperand& dy, DeviceBuffer& dw, int M, int N, int K);
-  // FP8 GEMMs are TN only (Ada/Hopper cuBLASLt): out[P,Q] = b[P,L] a[Q,L]^T (cuBLAS's A = a,
-  // B = b), used for all three GEMMs with transposed copies.
-  void tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L);
+  // FP8 and FP4 GEMMs are TN (Ada/Hopper cuBLASLt): out[P,Q] = alpha b[P,L] a[Q,L]^T (cuBLAS's
+  // A = a, B = b), used for all three GEMMs with transposed copies. alpha_device: a device pointer
+  // to alpha (TE's NVFP4 GEMMs fold the per-tensor scales into it), else alpha is 1.
+  void tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L,
+          const float* alpha_device = nullptr);
 
   // Starts capturing the stream into a CUDA graph, runs one GEMM, ends and discards the graph.
   void capture_probe(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K);
 
  private:
   void lt_matmul(bool transa, bool transb, const DeviceOperand& a, int a_rows, int a_cols, const DeviceOperand& b,
-                 int b_rows, int b_cols, DeviceBuffer& out, int m, int n);
+                 int b_rows, int b_cols, DeviceBuffer& out, int m, int n, const float* alpha_device = nullptr);
 
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  std::unique_ptr<DeviceBuffer> workspace_;
+  std::unique_ptr<DeviceBuffer> workspace_, zero_;  // zero_: beta when scalars are device pointers
 };
 
 }  // namespace fp8scope::trainer

@@ -16,9 +16,11 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <nvtx3/nvToolsExt.h>
 #include <thread>
 
+#include "block_scaling.h"
 #include "device_gemms.h"
 #include "host_tensors.h"
 
@@ -117,6 +119,37 @@ struct Layer {
   std::unique_ptr<DeviceBuffer> w_device, w_scale_device;
 };
 
+// The block modes of each operand (block_scaling.h).
+struct BlockModes {
+  BlockMode x, w, dy;
+  Element element;
+};
+
+std::optional<BlockModes> block_modes(const std::string& mode) {
+  if (mode == "mxfp8") return BlockModes{BlockMode::kMxfp8, BlockMode::kMxfp8, BlockMode::kMxfp8, Element::kE4M3};
+  if (mode == "block") return BlockModes{BlockMode::kBlock1d, BlockMode::kBlock2d, BlockMode::kBlock1d, Element::kE4M3};
+  if (mode == "nvfp4") return BlockModes{BlockMode::kNvfp4, BlockMode::kNvfp4Weight, BlockMode::kNvfp4, Element::kE2M1};
+  return std::nullopt;
+}
+
+// A block-quantized GEMM operand on the device, with its scales (and for NVFP4 its amax).
+struct DeviceBlockOperand {
+  BlockQuantized q;
+  std::unique_ptr<DeviceBuffer> codes, scales;
+
+  DeviceOperand operand(Element element, int rows, int cols) const {
+    return {codes->get(), element, rows, cols, scales->get(), q.scale_mode};
+  }
+};
+
+DeviceBlockOperand block_on_device(const Matrix& m, BlockMode mode) {
+  DeviceBlockOperand d;
+  d.q = quantize_for_gemm(m, mode);
+  d.codes = on_device(d.q.codes);
+  d.scales = on_device(d.q.scales);
+  return d;
+}
+
 // Uploads into a layer's persistent buffer, allocating it on first use.
 template <class T>
 DeviceBuffer& upload_into(std::unique_ptr<DeviceBuffer>& buffer, const std::vector<T>& host) {
@@ -127,7 +160,8 @@ DeviceBuffer& upload_into(std::unique_ptr<DeviceBuffer>& buffer, const std::vect
 
 class Trainer {
  public:
-  Trainer(const Options& o) : o_(o), rng_(o.seed), hook_(find_hook_api(!o.no_step_api)) {
+  Trainer(const Options& o)
+      : o_(o), rng_(o.seed), hook_(find_hook_api(!o.no_step_api)), block_(block_modes(o.mode)) {
     std::mt19937_64 teacher_rng(1234);
     t1_ = random_normal(48, kInputs, 1.0f / std::sqrt(static_cast<float>(kInputs)), teacher_rng);
     t2_ = random_normal(kOutputs, 48, 1.0f / std::sqrt(48.0f), teacher_rng);
@@ -152,12 +186,19 @@ class Trainer {
   bool dumping(int step) const { return step == o_.dump_step && !o_.dump_dir.empty(); }
   void dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
             std::size_t bytes);
+  // A block-scaled operand's codes (NAME.npy) and its scale tensor as the GEMM reads it (NAME.scales.npy).
+  void dump_block(int step, const std::string& name, const BlockQuantized& q, int rows, int cols);
+  // out[P,Q] = b[P,L] a[Q,L]^T with both operands block-quantized along L, in the range LAYER/GEMM.
+  void block_tn(int step, const std::string& layer, const std::string& gemm, const Matrix& a, BlockMode a_mode,
+                const std::string& a_name, const Matrix& b, BlockMode b_mode, const std::string& b_name,
+                DeviceBuffer& out, int P, int Q, int L);
   Matrix forward(int step, int l, const Matrix& input);
   Matrix backward(int step, int l, const Matrix& dy);
 
   Options o_;
   std::mt19937_64 rng_;
   HookApi hook_;
+  std::optional<BlockModes> block_;
   Gemms gemms_;
   Matrix t1_, t2_;
   std::vector<Layer> layers_;
@@ -169,13 +210,52 @@ void Trainer::dump(int step, const std::string& name, const std::string& descr, 
   if (!write_npy(o_.dump_dir + "/" + name + ".npy", descr, rows, cols, data, bytes)) fail("writing a dump", 0);
 }
 
+void Trainer::dump_block(int step, const std::string& name, const BlockQuantized& q, int rows, int cols) {
+  const bool fp4 = block_->element == Element::kE2M1;
+  dump(step, name, "|u1", rows, fp4 ? cols / 2 : cols, q.codes.data(), q.codes.size());
+  const bool fp32_scales = q.scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ||
+                           q.scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  dump(step, name + ".scales", fp32_scales ? "<f4" : "|u1", 1,
+       static_cast<int>(q.scales.size() / (fp32_scales ? sizeof(float) : 1)), q.scales.data(), q.scales.size());
+}
+
+void Trainer::block_tn(int step, const std::string& layer, const std::string& gemm, const Matrix& a, BlockMode a_mode,
+                       const std::string& a_name, const Matrix& b, BlockMode b_mode, const std::string& b_name,
+                       DeviceBuffer& out, int P, int Q, int L) {
+  const DeviceBlockOperand da = block_on_device(a, a_mode), db = block_on_device(b, b_mode);
+  dump_block(step, layer + "." + gemm + "." + a_name, da.q, Q, L);
+  dump_block(step, layer + "." + gemm + "." + b_name, db.q, P, L);
+  std::unique_ptr<DeviceBuffer> alpha;
+  if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(da.q.amax, db.q.amax)});
+  nvtxRangePushA((layer + "/" + gemm).c_str());
+  gemms_.tn(da.operand(block_->element, Q, L), db.operand(block_->element, P, L), out, P, Q, L,
+            alpha ? static_cast<const float*>(alpha->get()) : nullptr);
+  nvtxRangePop();
+}
+
 Matrix Trainer::forward(int step, int l, const Matrix& input) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const int M = input.rows, K = input.cols, N = L.w.rows;
   const std::string name = "mlp." + std::to_string(l);
   L.input = input;
   DeviceBuffer out(static_cast<std::size_t>(M) * N * sizeof(float));
-  if (fp8()) {
+  if (block_) {
+    // The weight keeps one device buffer (the hook finds a step by its first GEMM's weight).
+    const BlockQuantized wq = quantize_for_gemm(L.w, block_->w);
+    const BlockQuantized xq = quantize_for_gemm(input, block_->x);
+    DeviceBuffer* w = &upload_into(L.w_device, wq.codes);
+    DeviceBuffer* ws = &upload_into(L.w_scale_device, wq.scales);
+    auto x = on_device(xq.codes), xs = on_device(xq.scales);
+    dump_block(step, name + ".fprop.w", wq, N, K);
+    dump_block(step, name + ".fprop.x", xq, M, K);
+    std::unique_ptr<DeviceBuffer> alpha;
+    if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(wq.amax, xq.amax)});
+    nvtxRangePushA((name + "/fprop").c_str());
+    gemms_.tn({w->get(), block_->element, N, K, ws->get(), wq.scale_mode},
+              {x->get(), block_->element, M, K, xs->get(), xq.scale_mode}, out, M, N, K,
+              alpha ? static_cast<const float*>(alpha->get()) : nullptr);
+    nvtxRangePop();
+  } else if (fp8()) {
     if (o_.serve_weights.empty()) {
       L.x_codes = L.x_fp8.cast(input, L.x_scale_inv);
       L.w_codes = L.w_fp8.cast(L.w, L.w_scale_inv);
@@ -190,8 +270,7 @@ Matrix Trainer::forward(int step, int l, const Matrix& input) {
     dump(step, name + ".fprop.x", "|u1", M, K, L.x_codes.data(), L.x_codes.size());
     dump(step, name + ".fprop.w", "|u1", N, K, L.w_codes.data(), L.w_codes.size());
     nvtxRangePushA((name + "/fprop").c_str());
-    gemms_.tn({w->get(), Element::kE4M3, N, K, static_cast<const float*>(ws->get())},
-              {x->get(), Element::kE4M3, M, K, static_cast<const float*>(xs->get())}, out, M, N, K);
+    gemms_.tn({w->get(), Element::kE4M3, N, K, ws->get()}, {x->get(), Element::kE4M3, M, K, xs->get()}, out, M, N, K);
     nvtxRangePop();
   } else {
     L.x_bf16 = to_bf16(input);
@@ -218,7 +297,13 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
   const int M = dy.rows, N = dy.cols, K = L.w.cols;
   const std::string name = "mlp." + std::to_string(l);
   DeviceBuffer dx_out(static_cast<std::size_t>(M) * K * sizeof(float)), dw_out(static_cast<std::size_t>(N) * K * sizeof(float));
-  if (fp8()) {
+  if (block_) {
+    // dX[M,K] = dY[M,N] W[N,K] and dW[N,K] = dY^T[N,M] X[M,K], each TN with operands quantized along
+    // the GEMM's K: W^T and dY along N, X^T and dY^T along M.
+    const Matrix wt = L.w.transposed(), xt = L.input.transposed(), dyt = dy.transposed();
+    block_tn(step, name, "dgrad", wt, block_->w, "w", dy, block_->dy, "dy", dx_out, M, K, N);
+    block_tn(step, name, "wgrad", xt, block_->x, "x", dyt, block_->dy, "dy", dw_out, N, K, M);
+  } else if (fp8()) {
     float dy_scale_inv = 1.0f;
     const std::vector<std::uint8_t> dy_codes = L.dy_fp8.cast(dy, dy_scale_inv);
     // Transposed copies of the codes: the transposed tensors under the same scales.
@@ -231,14 +316,13 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
     dump(step, name + ".dgrad.dy", "|u1", M, N, dy_codes.data(), dy_codes.size());
     dump(step, name + ".wgrad.x", "|u1", K, M, xt.data(), xt.size());
     dump(step, name + ".wgrad.dy", "|u1", N, M, dyt.data(), dyt.size());
-    const auto* dy_s = static_cast<const float*>(dys->get());
     nvtxRangePushA((name + "/dgrad").c_str());
-    gemms_.tn({d_wt->get(), Element::kE4M3, K, N, static_cast<const float*>(ws->get())},
-              {d_dy->get(), Element::kE5M2, M, N, dy_s}, dx_out, M, K, N);
+    gemms_.tn({d_wt->get(), Element::kE4M3, K, N, ws->get()}, {d_dy->get(), Element::kE5M2, M, N, dys->get()}, dx_out,
+              M, K, N);
     nvtxRangePop();
     nvtxRangePushA((name + "/wgrad").c_str());
-    gemms_.tn({d_xt->get(), Element::kE4M3, K, M, static_cast<const float*>(xs->get())},
-              {d_dyt->get(), Element::kE5M2, N, M, dy_s}, dw_out, N, K, M);
+    gemms_.tn({d_xt->get(), Element::kE4M3, K, M, xs->get()}, {d_dyt->get(), Element::kE5M2, N, M, dys->get()}, dw_out,
+              N, K, M);
     nvtxRangePop();
   } else {
     const std::vector<std::uint16_t> dy_bf16 = to_bf16(dy);
@@ -370,8 +454,9 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", o.hidden, "Width of the two hidden layers (a multiple of 16, as FP8 GEMMs need)")
       ->check(CLI::Range(16, 4096));
   app.add_option("--batch", o.batch, "Rows per step (a multiple of 16)")->check(CLI::Range(16, 4096));
-  app.add_option("--mode", o.mode, "bf16 or fp8 (delayed scaling, E4M3 forward, E5M2 backward)")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_option("--mode", o.mode,
+                 "bf16, fp8 (delayed scaling, E4M3 forward, E5M2 backward), mxfp8, block (1x128 and 128x128) or nvfp4")
+      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4"}));
   app.add_option("--losses", o.losses, "Write one loss per line (hex float) here");
   app.add_option("--seed", o.seed, "Data and initialization seed");
   app.add_option("--dump-step", o.dump_step, "Write every GEMM operand of this step as .npy into --dump-dir");
