@@ -139,6 +139,16 @@ layer = dashboard(
                                  "cellGap": 1, "color": {"scheme": "Oranges", "mode": "scheme"}}}),
         trend("Dynamic range", f"fp8scope_dynamic_range_log2{{{T}}}", "{{operand}}", 0, 34, "short"),
         trend("Last step", f"fp8scope_last_step{{{T}}}", "{{operand}}", 12, 34, "short"),
+        panel("The job's own block scales at their floor and ceiling (MXFP8, NVFP4, FP8 blocks)", "timeseries",
+              [target(f'fp8scope_block_scale_floor_ratio{{{T}, recipe="observed"}}', "floor {{format}} {{operand}}", "A"),
+               target(f'fp8scope_block_scale_ceiling_ratio{{{T}, recipe="observed"}}', "ceiling {{format}} {{operand}}",
+                      "B")],
+              0, 42, w=12, unit="percentunit",
+              description="Share of the job's scale blocks whose scale sits at its encoding's smallest value (the "
+                          "block's values are tiny for the format: E8M0 2^-127, UE4M3 0 or 2^-9) or largest "
+                          "(E8M0 2^127, NVFP4's UE4M3 448: the block holds the tensor's amax)."),
+        trend("Widest scale block (binades)", f'fp8scope_max_block_dynamic_range_log2{{{T}, recipe="observed"}}',
+              "{{format}} {{operand}}", 12, 42, "short"),
     ])
 
 gemm = dashboard(

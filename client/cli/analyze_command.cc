@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "analysis_output.h"
+#include "scale_source.h"
 #include "fp8scope/cpu_engine.h"
 #include "fp8scope/observed_analysis.h"
 #include "fp8scope/recipe_analysis.h"
@@ -80,27 +81,6 @@ std::string layout_list() {
   return names;
 }
 
-// The scale tensor of --scales: a tensor of FILE, or the only (first) tensor of another file. Its
-// bytes as stored, whatever its element type says.
-struct ScaleSource {
-  std::optional<TensorFile> other;
-  std::span<const std::uint8_t> bytes;
-};
-
-Result<ScaleSource> scale_source(const AnalyzeOptions& o, const TensorFile& file) {
-  ScaleSource s;
-  if (const FileTensor* t = file.find(o.scales)) {
-    s.bytes = t->bytes;
-    return s;
-  }
-  Result<TensorFile> other = read_tensor_file(o.scales);
-  if (!other.ok()) return Status::error("--scales: expected a tensor of " + o.file + " or a file, got: " + other.message());
-  if (other.value().tensors().empty()) return Status::error("--scales " + o.scales + ": the file holds no tensor");
-  s.other.emplace(std::move(other).value());
-  s.bytes = s.other->tensors().front().bytes;
-  return s;
-}
-
 // FILE's tensors as a job's own codes read with the scales of --scales.
 int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vector<const FileTensor*>& chosen,
                  std::ostream& out, std::ostream& err) {
@@ -126,7 +106,7 @@ int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vec
   }
   ScaleSource source;
   if (!per_tensor) {
-    Result<ScaleSource> s = scale_source(o, file);
+    Result<ScaleSource> s = read_scale_source(o.scales, file);
     if (!s.ok()) {
       err << "fp8scope analyze: " << s.message() << "\n";
       return kBadInput;

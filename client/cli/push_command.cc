@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include "fp8scope/sample_stream.h"
+#include "fp8scope/scale_layout.h"
 #include "fp8scope/tensor_file.h"
 #include "fp8scope/wire.h"
+#include "scale_source.h"
 
 namespace fp8scope::cli {
 namespace {
@@ -29,7 +31,13 @@ void add_push_command(CLI::App& app, PushOptions& o) {
   cmd->add_option("--world-size", o.world_size, "Ranks in the job")->capture_default_str();
   cmd->add_option("--scale-inv", o.scale_inv, "FP8 tensors: the dequantization scale they were stored with")
       ->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, ".npy raw element type: bf16, e4m3 or e5m2");
+  cmd->add_option("--dtype", o.dtype, ".npy raw element type: bf16, e4m3, e5m2 or e2m1 (packed FP4)");
+  cmd->add_option("--scale-layout", o.scale_layout,
+                  "Codes with block scales in this cuBLASLt layout (vec32_ue8m0, vec16_ue4m3, vec128_32f, "
+                  "blk128x128_32f, outer_vec_32f), as the GEMM read them");
+  cmd->add_option("--scales", o.scales, "With --scale-layout: a tensor of FILE, or a .npy/.safetensors file");
+  cmd->add_flag("--k-outer", o.k_outer, "Block scales run along the first dimension, not the last");
+  cmd->add_option("--global-scale-inv", o.global_scale_inv, "NVFP4: the per-tensor factor the block scales multiply");
 }
 
 int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
@@ -47,10 +55,27 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     err << "fp8scope push: " << file.message() << "\n";
     return kUsage;
   }
+  const ScaleLayoutInfo* layout = nullptr;
+  ScaleSource scales;
+  if (!o.scale_layout.empty()) {
+    layout = scale_layout_from_name(o.scale_layout);
+    if (layout == nullptr || layout->layout == ScaleLayout::kTensorScalar || o.scales.empty()) {
+      err << "fp8scope push: --scale-layout: expected a block layout with --scales (scalar scales take --scale-inv), "
+             "got "
+          << o.scale_layout << (o.scales.empty() ? " without --scales" : "") << "\n";
+      return kUsage;
+    }
+    Result<ScaleSource> s = read_scale_source(o.scales, file.value());
+    if (!s.ok()) {
+      err << "fp8scope push: " << s.message() << "\n";
+      return kUsage;
+    }
+    scales = std::move(s).value();
+  }
   std::vector<const FileTensor*> chosen;
   for (const FileTensor& t : file.value().tensors()) {
     const bool wanted = o.tensors.empty() || std::find(o.tensors.begin(), o.tensors.end(), t.name) != o.tensors.end();
-    if (wanted && t.dtype && t.numel() > 0) chosen.push_back(&t);
+    if (wanted && t.dtype && t.numel() > 0 && t.name != scales.tensor) chosen.push_back(&t);
   }
   for (const std::string& name : o.tensors) {
     if (file.value().find(name) == nullptr) {
@@ -83,11 +108,19 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     h.set_dtype(wire::to_wire(*t->dtype));
     for (std::int64_t d : t->shape) h.add_shape(d);
     h.set_leading_dimension(t->shape.empty() ? 1 : t->shape.back());
-    const bool fp8 = *t->dtype == DType::kE4M3 || *t->dtype == DType::kE5M2;
-    h.set_scale_inv(fp8 ? o.scale_inv : 0.0f);
-    h.set_scale_mode(fp8 ? v1::SCALE_MODE_TENSOR_SCALAR : v1::SCALE_MODE_NONE);
+    const bool codes = dtype_is_codes(*t->dtype);
+    h.set_scale_inv(codes && layout == nullptr ? o.scale_inv : 0.0f);
+    h.set_scale_mode(!codes ? v1::SCALE_MODE_NONE
+                            : (layout != nullptr ? wire::to_wire(layout->layout) : v1::SCALE_MODE_TENSOR_SCALAR));
     h.set_source_call("push");
-    Result<std::uint64_t> id = stream.value()->send(h, t->bytes);
+    std::vector<std::uint8_t> payload(t->bytes.begin(), t->bytes.end());
+    if (layout != nullptr && codes) {  // the scale tensor travels after the codes
+      payload.insert(payload.end(), scales.bytes.begin(), scales.bytes.end());
+      h.set_scale_bytes(scales.bytes.size());
+      h.set_k_is_outer(o.k_outer);
+      h.set_global_scale_inv(o.global_scale_inv);
+    }
+    Result<std::uint64_t> id = stream.value()->send(h, payload);
     if (!id.ok()) {
       err << "fp8scope push: " << id.message() << "\n";
       return kUnreachable;

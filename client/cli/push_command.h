@@ -21,6 +21,10 @@ struct PushOptions {
   std::uint32_t rank = 0, world_size = 1;
   std::string run = "push", job = "push";
   float scale_inv = 1.0f;
+  // A job's own codes with block scales, as cuBLASLt read them.
+  std::string scale_layout, scales;
+  bool k_outer = false;
+  float global_scale_inv = 0.0f;
 };
 
 void add_push_command(CLI::App& app, PushOptions& options);

@@ -135,11 +135,11 @@ class LivePrometheus(unittest.TestCase):
         wait_for("two scrapes of every series", lambda: cls.query("count_over_time(fp8scope_last_step[5m]) > 1"))
 
     @classmethod
-    def push(cls, name, array, layer, operand, step, gemm="fprop", expect_code=0):
+    def push(cls, name, array, layer, operand, step, gemm="fprop", expect_code=0, extra=()):
         path = os.path.join(cls.tmp, f"{name}.npy")
         np.save(path, array)
         r = subprocess.run([CLI, "push", path, "--endpoint", cls.grpc, "--job", JOB, "--layer", layer,
-                            "--operand", operand, "--gemm", gemm, "--step", str(step)],
+                            "--operand", operand, "--gemm", gemm, "--step", str(step), *extra],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == expect_code, f"push {name}: exit {r.returncode}\n{r.stdout}{r.stderr}"
 
@@ -156,6 +156,15 @@ class LivePrometheus(unittest.TestCase):
         dy = (rng.standard_normal((16, 32)) * 1e-6).astype(np.float32)
         dy[3, 5] = np.nan
         cls.push("dy", dy, "blocks.0.mlp.fc1", "dy", 4, gemm="wgrad")
+        # A job's own MXFP8 operand: E4M3 codes of a 16 x 64 tensor and its E8M0 scales, one per
+        # 1x32 block, in cuBLASLt's 128x4 tiles (16 rows padded to 128, 2 blocks padded to 4).
+        codes = rng.integers(0, 0x7F, size=(16, 64), dtype=np.uint8)
+        tiles = np.zeros(128 * 4, np.uint8)
+        for row in range(16):
+            tiles[row % 32 * 16 + row // 32 * 4: row % 32 * 16 + row // 32 * 4 + 2] = [120, 121]
+        np.save(os.path.join(cls.tmp, "scales.npy"), tiles)
+        cls.push("mx", codes, "blocks.1.mlp.fc1", "x", 4,
+                 extra=("--dtype", "e4m3", "--scale-layout", "vec32_ue8m0", "--scales", os.path.join(cls.tmp, "scales.npy")))
         cls.push("too_large", np.ones((64, 512), np.float32), "blocks.1.mlp.fc1", "x", 4, expect_code=3)
 
     @classmethod
