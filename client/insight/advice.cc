@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "fp8scope/recipe.h"
 
@@ -44,23 +45,21 @@ const Threshold& threshold(const char* signal) {
   std::abort();  // a signal name below that the table lacks: a programming error
 }
 
+const Levels& levels(const char* signal, bool fp4) {
+  const Threshold& t = threshold(signal);
+  return fp4 ? t.fp4 : t.fp8;
+}
+
 // 0 at `fine`, 0.5 at `concern`, 1 at `severe`, linear between; works for both directions.
-double level(double fine, const Threshold& t, double v) {
+double level(const Levels& t, double v) {
   if (!std::isfinite(v)) return 0.0;
-  const double to_concern = (v - fine) / (t.concern - fine);
+  const double to_concern = (v - t.fine) / (t.concern - t.fine);
   if (to_concern <= 1.0) return std::max(0.0, 0.5 * to_concern);
   return std::min(1.0, 0.5 + 0.5 * (v - t.concern) / (t.severe - t.concern));
 }
 
-struct Fine {
-  const char* signal;
-  double fine;
-};
-constexpr Fine kFine[] = {{"underflow_ratio", 0}, {"overflow_ratio", 0}, {"sqnr_db", 30},
-                          {"1-cosine", 0},        {"lagging_share", 0},  {"spike_blame", 0}};
-
-bool at_least(const char* signal, double v, bool severe) {
-  const Threshold& t = threshold(signal);
+bool at_least(const char* signal, double v, bool severe, bool fp4 = false) {
+  const Levels& t = levels(signal, fp4);
   if (!std::isfinite(v)) return false;
   const double bar = severe ? t.severe : t.concern;
   return t.severe >= t.concern ? v >= bar : v <= bar;
@@ -76,6 +75,45 @@ std::string format(const char* fmt, Args... args) {
 // E4M3 spans log2(448 / 2^-9) binades from its smallest subnormal to its max.
 const double kE4m3Binades = std::log2(448.0) + 9.0;
 
+double max_of(const std::vector<double>& v) {
+  double m = std::nan("");
+  for (double x : v) {
+    if (std::isfinite(x) && !(x <= m)) m = x;
+  }
+  return m;
+}
+
+double min_of(const std::vector<double>& v) {
+  double m = std::nan("");
+  for (double x : v) {
+    if (std::isfinite(x) && !(x >= m)) m = x;
+  }
+  return m;
+}
+
+// Between a typical and a worst value, on a log scale: the typical step stays below, the worst
+// crosses. Zero typical values count as a hundredth of the worst.
+double between(double typical, double worst) {
+  return std::sqrt(std::max(typical, worst * 1e-2) * worst);
+}
+
+// AutoswitchGemm thresholds for a tensor fine at its median but past a level of concern at some
+// sampled step (underflow, or SQNR below it); nothing otherwise.
+std::optional<AutoswitchThresholds> autoswitch_for(const std::vector<RecordPoint>* points, bool fp4) {
+  const std::vector<double> underflow = series(points, "underflow_ratio"), sqnr = series(points, "sqnr_db"),
+                            mse = series(points, "mse");
+  const double u_median = median_of(underflow), u_worst = max_of(underflow);
+  const double q_median = median_of(sqnr), q_worst = min_of(sqnr);
+  const double e_median = median_of(mse), e_worst = max_of(mse);
+  const bool fine_usually = !at_least("underflow_ratio", u_median, false, fp4) && !at_least("sqnr_db", q_median, false, fp4);
+  const bool bad_sometimes = at_least("underflow_ratio", u_worst, false, fp4) || at_least("sqnr_db", q_worst, false, fp4);
+  if (!fine_usually || !bad_sometimes || !std::isfinite(e_worst) || !(e_worst > e_median)) return std::nullopt;
+  AutoswitchThresholds t;
+  t.underflow_pct = 100.0 * (u_worst > u_median ? between(u_median, u_worst) : levels("underflow_ratio", fp4).severe);
+  t.mse = between(e_median, e_worst);
+  return t;
+}
+
 }  // namespace
 
 const char* recommendation_name(Recommendation r) {
@@ -84,19 +122,27 @@ const char* recommendation_name(Recommendation r) {
     case Recommendation::kCurrentScaling: return "current scaling for this tensor";
     case Recommendation::kTuneDelayed: return "raise margin or shorten the history";
     case Recommendation::kE5m2ForDy: return "E5M2 for Dy";
+    case Recommendation::kFinerRecipe: return "MXFP8 for this tensor";
     case Recommendation::kFallBackToBf16: return "fall back to BF16";
   }
   return "?";
 }
 
 const std::vector<Threshold>& advice_thresholds() {
+  // FP4 levels from what NVFP4 and MXFP4 do to N(0, 1) data (fp8scope analyze: underflow 6.8% and
+  // 10.7%, SQNR 20.4 and 18.7 dB): concern at twice that underflow or 4 dB less SQNR, severe at
+  // four times or 7 dB less; 1-cosine follows SQNR (1-cosine ~ 10^(-SQNR/10) / 2).
   static const std::vector<Threshold> table = {
-      {"underflow_ratio", 1e-3, 1e-2, "share of elements current scaling flushes to zero (median)"},
-      {"overflow_ratio", 1e-5, 1e-3, "share of elements delayed scaling clips (mean)"},
-      {"sqnr_db", 20.0, 12.0, "signal to quantization noise under current scaling, dB (median)"},
-      {"1-cosine", 5e-3, 2e-2, "1 - cosine of the tensor and its FP8 copy under current scaling (median)"},
-      {"lagging_share", 0.05, 0.25, "share of sampled steps where delayed scaling's scale exceeds current's"},
-      {"spike_blame", 1.0, 2.0, "loss spikes or divergence at whose onset this tensor moved most"},
+      {"underflow_ratio", {0, 1e-3, 1e-2}, {0, 0.15, 0.30},
+       "share of elements current scaling (or the job's block recipe) flushes to zero (median)"},
+      {"overflow_ratio", {0, 1e-5, 1e-3}, {0, 1e-5, 1e-3}, "share of elements delayed scaling clips (mean)"},
+      {"sqnr_db", {30, 20.0, 12.0}, {22, 16.0, 13.0},
+       "signal to quantization noise under current scaling (or the job's block recipe), dB (median)"},
+      {"1-cosine", {0, 5e-3, 2e-2}, {0, 1.25e-2, 2.5e-2},
+       "1 - cosine of the tensor and its quantized copy under the same recipe (median)"},
+      {"lagging_share", {0, 0.05, 0.25}, {0, 0.05, 0.25},
+       "share of sampled steps where delayed scaling's scale exceeds current's"},
+      {"spike_blame", {0, 1.0, 2.0}, {0, 1.0, 2.0}, "loss spikes or divergence at whose onset this tensor moved most"},
   };
   return table;
 }
@@ -104,21 +150,28 @@ const std::vector<Threshold>& advice_thresholds() {
 RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, const RunRecords* baseline) {
   RunAdvice out;
   out.run = run.run;
+  out.sampling_interval = run.sampling_interval;
   for (const auto& [key, own] : run.tensors) {
     if (key.operand == "y") continue;  // GEMM outputs (the daemon's GEMM check) are not cast by the job
     TensorAdvice a;
     a.tensor = key;
+    // A block-scaled job's tensors are judged by the what-if of the recipe it cast them with.
+    const bool block = own.block_scaled();
+    a.observed_layout = own.scale_layout;
+    a.what_if_recipe = own.matching_recipe();
+    const std::optional<RecipeKind> kind = recipe_kind_from_name(a.what_if_recipe);
+    const bool fp4 = kind && default_recipe(*kind).fp4();  // judged by FP4's levels
     const TensorRecords* what_if = &own;
     a.what_if_source = run.run;
-    if (own.find("tensor_current") == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {
+    if (own.find(a.what_if_recipe) == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {
       if (auto it = baseline->tensors.find(key); it != baseline->tensors.end()) {
         what_if = &it->second;
         a.what_if_source = baseline->run;
       }
     }
     std::string current_format = "e4m3";
-    const auto* current = what_if->find("tensor_current", &current_format);
-    const auto* delayed = what_if->find("tensor_delayed", current != nullptr ? nullptr : &current_format);
+    const auto* current = what_if->find(a.what_if_recipe, &current_format);
+    const auto* delayed = block ? nullptr : what_if->find("tensor_delayed", current != nullptr ? nullptr : &current_format);
     if (current == nullptr && delayed == nullptr) a.what_if_source.clear();
     std::string observed_format;
     const auto* observed = own.find("observed", &observed_format);
@@ -130,9 +183,11 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
     for (double& c : cosine) c = 1.0 - c;
     a.one_minus_cosine = median_of(cosine);
     a.overflow_delayed = mean_of(series(delayed, "overflow_ratio"));
-    // The job's own scales when it ran FP8 (what really lagged), else the delayed what-if's.
+    // The job's own scales when it ran FP8 (what really lagged), else the delayed what-if's. Block
+    // scales come from each block's own amax: nothing lags.
     a.lagging_share = std::nan("");
-    if (const auto* lag_source = observed != nullptr ? observed : delayed; lag_source != nullptr && !lag_source->empty()) {
+    const auto* lag_source = block ? nullptr : (observed != nullptr ? observed : delayed);
+    if (lag_source != nullptr && !lag_source->empty()) {
       std::size_t lagging = 0;
       for (const RecordPoint& p : *lag_source) lagging += p.scale > p.scale_current * (1.0 + 1e-6);
       a.lagging_share = static_cast<double>(lagging) / static_cast<double>(lag_source->size());
@@ -142,10 +197,11 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
         ++a.spike_blame;
       }
     }
-    // The run's own amaxes when it has them (the observed FP8 data dequantized), for the replay.
+    // The run's own amaxes when it has them (the observed FP8 data dequantized), for the replay of
+    // delayed scaling (which block-scaled jobs do not use).
     const std::vector<RecordPoint>* amax_source = observed != nullptr ? observed : current != nullptr ? current : delayed;
     if (observed != nullptr) current_format = observed_format;
-    if (amax_source != nullptr) {
+    if (amax_source != nullptr && !block) {
       std::vector<AmaxPoint> amax;
       for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
       a.replay = suggest_delayed_scaling(amax, format_from_name(current_format).value_or(CastFormat::kE4M3),
@@ -155,11 +211,15 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
     // Where the job ran FP8 its own scales say whether delayed scaling clipped (the lag); the
     // delayed what-if, replayed on sampled steps only, would overstate it.
     const double what_if_overflow = observed != nullptr ? std::nan("") : a.overflow_delayed;
-    const double values[] = {a.underflow_current, what_if_overflow, a.sqnr_current_db,
-                             a.one_minus_cosine,  a.lagging_share,  static_cast<double>(a.spike_blame)};
-    for (std::size_t i = 0; i < std::size(kFine); ++i) {
-      const double l = level(kFine[i].fine, threshold(kFine[i].signal), values[i]);
-      if (l > a.risk) a.risk = l, a.driver = kFine[i].signal;
+    const std::pair<const char*, double> signals[] = {{"underflow_ratio", a.underflow_current},
+                                                      {"overflow_ratio", what_if_overflow},
+                                                      {"sqnr_db", a.sqnr_current_db},
+                                                      {"1-cosine", a.one_minus_cosine},
+                                                      {"lagging_share", a.lagging_share},
+                                                      {"spike_blame", static_cast<double>(a.spike_blame)}};
+    for (const auto& [signal, value] : signals) {
+      const double l = level(levels(signal, fp4), value);
+      if (l > a.risk) a.risk = l, a.driver = signal;
     }
 
     // The gradient's span in binades: the BF16 tensor's (the run's or the baseline's) when there is
@@ -167,18 +227,29 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
     const std::vector<RecordPoint>* bf16_source = current != nullptr ? current : delayed;
     const double range = median_of(series(bf16_source != nullptr ? bf16_source : observed, "dynamic_range_log2"));
     const double range_limit = bf16_source != nullptr ? kE4m3Binades : kE4m3Binades - 1.0;
-    const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true) ||
-                                    at_least("sqnr_db", a.sqnr_current_db, true) ||
-                                    at_least("1-cosine", a.one_minus_cosine, true);
+    const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true, fp4) ||
+                                    at_least("sqnr_db", a.sqnr_current_db, true, fp4) ||
+                                    at_least("1-cosine", a.one_minus_cosine, true, fp4);
     const bool lagging = at_least("overflow_ratio", what_if_overflow, false) ||
                          at_least("lagging_share", a.lagging_share, false);
-    if (key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > range_limit) {
+    // An FP4 job's tensor that its recipe loses but MXFP8 holds: the finer recipe, not BF16.
+    const auto* mxfp8 = what_if->find("mxfp8");
+    const bool mxfp8_holds = fp4 && mxfp8 != nullptr &&
+                             !at_least("underflow_ratio", median_of(series(mxfp8, "underflow_ratio")), true) &&
+                             !at_least("sqnr_db", median_of(series(mxfp8, "sqnr_db")), true);
+    const std::string cast_by = block ? std::string("the job's recipe (") + a.what_if_recipe + ")" : "current scaling";
+    if (!block && key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > range_limit) {
       a.recommendation = Recommendation::kE5m2ForDy;
       a.reason = format("the gradient spans %.1f binades%s; E4M3 holds %.1f, E5M2 %.1f", range,
                         bf16_source != nullptr ? "" : " of E4M3 codes", kE4m3Binades, std::log2(57344.0) + 16.0);
+    } else if (lossy_even_current && mxfp8_holds) {
+      a.recommendation = Recommendation::kFinerRecipe;
+      a.finer_recipe = "mxfp8";
+      a.reason = format("%s loses too much (underflow %.3g, SQNR %.1f dB); mxfp8 keeps SQNR at %.1f dB", cast_by.c_str(),
+                        a.underflow_current, a.sqnr_current_db, median_of(series(mxfp8, "sqnr_db")));
     } else if (lossy_even_current) {
       a.recommendation = Recommendation::kFallBackToBf16;
-      a.reason = format("even current scaling loses too much: underflow %.3g, SQNR %.1f dB, 1-cosine %.3g",
+      a.reason = format("even %s loses too much: underflow %.3g, SQNR %.1f dB, 1-cosine %.3g", cast_by.c_str(),
                         a.underflow_current, a.sqnr_current_db, a.one_minus_cosine);
     } else if (lagging || a.spike_blame > 0) {
       const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
@@ -203,8 +274,13 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
       a.reason = why;
     } else {
       a.recommendation = Recommendation::kKeepFp8;
-      a.reason = format("underflow %.3g, SQNR %.1f dB, delayed overflow %.3g: within the thresholds",
-                        a.underflow_current, a.sqnr_current_db, a.overflow_delayed);
+      a.reason = block ? format("under %s: underflow %.3g, SQNR %.1f dB: within the thresholds", a.what_if_recipe.c_str(),
+                                a.underflow_current, a.sqnr_current_db)
+                       : format("underflow %.3g, SQNR %.1f dB, delayed overflow %.3g: within the thresholds",
+                                a.underflow_current, a.sqnr_current_db, a.overflow_delayed);
+    }
+    if (a.recommendation != Recommendation::kFallBackToBf16 && a.recommendation != Recommendation::kFinerRecipe) {
+      a.autoswitch = autoswitch_for(current, fp4);
     }
     out.tensors.push_back(std::move(a));
   }

@@ -39,10 +39,23 @@ std::string number(double v, const char* fmt = "%.3g") {
 struct ModulePlan {
   std::set<std::string> sampled_gemms, bf16_gemms;
   std::map<std::string, std::set<std::string>> per_tensor;  // gemm -> TE tensor names
+  // AutoswitchGemm: the GEMMs and tensors to watch, and the strictest thresholds among them.
+  std::set<std::string> autoswitch_gemms, autoswitch_tensors;
+  double underflow_pct = 0, mse = 0;
   bool operator<(const ModulePlan& o) const {
-    return std::tie(sampled_gemms, bf16_gemms, per_tensor) < std::tie(o.sampled_gemms, o.bf16_gemms, o.per_tensor);
+    return std::tie(sampled_gemms, bf16_gemms, per_tensor, autoswitch_gemms, autoswitch_tensors, underflow_pct, mse) <
+           std::tie(o.sampled_gemms, o.bf16_gemms, o.per_tensor, o.autoswitch_gemms, o.autoswitch_tensors,
+                    o.underflow_pct, o.mse);
   }
 };
+
+void add_autoswitch(ModulePlan& p, const TensorAdvice& t) {
+  const bool first = p.autoswitch_gemms.empty();
+  p.autoswitch_gemms.insert(t.tensor.gemm);
+  p.autoswitch_tensors.insert(te_tensor(t.tensor.operand));
+  p.underflow_pct = first ? t.autoswitch->underflow_pct : std::min(p.underflow_pct, t.autoswitch->underflow_pct);
+  p.mse = first ? t.autoswitch->mse : std::min(p.mse, t.autoswitch->mse);
+}
 
 }  // namespace
 
@@ -57,8 +70,9 @@ int transformer_layer_index(const std::string& module) {
 
 void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_rows) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-9s %-9s %-7s %-9s %-9s %-5s %s\n", "risk", "layer", "gemm",
-                "op", "underflow", "d.overflw", "sqnr_dB", "1-cosine", "fp8_sat", "blame", "recommendation");
+  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5s %s\n", "risk", "layer",
+                "gemm", "op", "judged_by", "underflow", "d.overflw", "sqnr_dB", "1-cosine", "code_sat", "blame",
+                "recommendation");
   out << line;
   std::size_t rows = 0;
   for (const TensorAdvice& t : a.tensors) {
@@ -66,8 +80,8 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
       out << "... " << a.tensors.size() - max_rows << " more tensors (all of them with --top 0)\n";
       break;
     }
-    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
-                  t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(),
+    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
+                  t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(), t.what_if_recipe.c_str(),
                   number(t.underflow_current).c_str(), number(t.overflow_delayed).c_str(),
                   number(t.sqnr_current_db, "%.1f").c_str(), number(t.one_minus_cosine).c_str(),
                   number(t.saturation_observed).c_str(), t.spike_blame, recommendation_name(t.recommendation));
@@ -78,19 +92,27 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
     if (!t.what_if_source.empty() && t.what_if_source != a.run) sources.insert(t.what_if_source);
   }
   if (!sources.empty()) {
-    out << "(underflow, overflow, SQNR and 1-cosine of tensors run " << a.run << " captured only in FP8 come from the same "
-        << "tensors of " << join(sources, ", ") << ")\n";
+    out << "(underflow, overflow, SQNR and 1-cosine of tensors run " << a.run << " captured only as FP8 or FP4 codes "
+        << "come from the same tensors of " << join(sources, ", ") << ", under the recipe in judged_by)\n";
   }
-  out << "\nwhy, for each tensor not kept in FP8 as it is:\n";
+  bool any = false;
   for (const TensorAdvice& t : a.tensors) {
-    if (t.recommendation == Recommendation::kKeepFp8) continue;
-    out << "  " << t.tensor.name() << ": " << recommendation_name(t.recommendation) << " - " << t.reason << "\n";
+    if (t.recommendation == Recommendation::kKeepFp8 && !t.autoswitch) continue;
+    if (!any) out << "\nwhy, for each tensor not kept as it is:\n";
+    any = true;
+    out << "  " << t.tensor.name() << ": " << recommendation_name(t.recommendation) << " - " << t.reason;
+    if (t.autoswitch) {
+      out << "; switch its GEMM to high precision while underflow exceeds " << number(t.autoswitch->underflow_pct)
+          << "% or MSE " << number(t.autoswitch->mse) << " (AutoswitchGemm in --format te-yaml)";
+    }
+    out << "\n";
   }
+  if (!any) out << "\nevery tensor is kept as it is.\n";
 }
 
 void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
   std::map<std::string, ModulePlan> modules;
-  std::vector<std::string> recipe_level;
+  std::vector<std::string> recipe_level, autoswitch_notes;
   for (const TensorAdvice& t : a.tensors) {
     ModulePlan& p = modules[module_name(t.tensor.layer)];
     p.sampled_gemms.insert(t.tensor.gemm);
@@ -99,21 +121,31 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
       case Recommendation::kCurrentScaling: p.per_tensor[t.tensor.gemm].insert(te_tensor(t.tensor.operand)); break;
       case Recommendation::kTuneDelayed:
       case Recommendation::kE5m2ForDy:
+      case Recommendation::kFinerRecipe:
         recipe_level.push_back(t.tensor.name() + ": " + recommendation_name(t.recommendation) + " - " + t.reason);
         break;
       case Recommendation::kKeepFp8: break;
+    }
+    if (t.autoswitch) {
+      add_autoswitch(p, t);
+      autoswitch_notes.push_back(t.tensor.name() + ": underflow " + number(t.autoswitch->underflow_pct) + "%, mse " +
+                                 number(t.autoswitch->mse));
     }
   }
   // Modules that need the same features share one section and one regex.
   std::map<ModulePlan, std::set<std::string>> sections;
   for (auto& [module, plan] : modules) {
-    if (plan.bf16_gemms.empty() && plan.per_tensor.empty()) continue;
-    for (const std::string& g : plan.bf16_gemms) plan.per_tensor.erase(g);  // BF16 wins over rescaling
+    for (const std::string& g : plan.bf16_gemms) {  // BF16 wins over rescaling and switching
+      plan.per_tensor.erase(g);
+      plan.autoswitch_gemms.erase(g);
+    }
+    if (plan.autoswitch_gemms.empty()) plan.autoswitch_tensors.clear();
+    if (plan.bf16_gemms.empty() && plan.per_tensor.empty() && plan.autoswitch_gemms.empty()) continue;
     sections[plan].insert(module);
   }
   out << "# Transformer Engine precision debug tools (nvdlfw_inspect) config written by fp8scope advise\n"
       << "# for run " << a.run << ". Load it with debug_api.initialize(config_file=...).\n";
-  if (sections.empty()) out << "# No layer needs BF16 or per-tensor current scaling.\n";
+  if (sections.empty()) out << "# No layer needs BF16, per-tensor current scaling or automatic switching.\n";
   int n = 0;
   for (const auto& [plan, names] : sections) {
     std::set<std::string> escaped;
@@ -133,6 +165,18 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
         out << "        - gemm: " << gemm << "\n          tensors: [" << join(tensors, ", ") << "]\n";
       }
     }
+    if (!plan.autoswitch_gemms.empty()) {
+      // TE PR #2883's AutoswitchGemm: high precision while a watched tensor crosses the thresholds.
+      out << "    AutoswitchGemm:\n      enabled: True\n      gemms: [" << join(plan.autoswitch_gemms, ", ")
+          << "]\n      tensors: [" << join(plan.autoswitch_tensors, ", ") << "]\n      underflow_threshold_pct: "
+          << number(plan.underflow_pct, "%.4g") << "\n      mse_threshold: " << number(plan.mse, "%.4g")
+          << "\n      freq: " << a.sampling_interval << "\n";
+    }
+  }
+  if (!autoswitch_notes.empty()) {
+    out << "# AutoswitchGemm thresholds sit between each tensor's typical and worst sampled step; a section\n"
+        << "# takes the lowest of its tensors':\n";
+    for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
   }
   if (!recipe_level.empty()) {
     out << "# Recipe settings the debug API cannot express (set them in the FP8 recipe):\n";
@@ -189,7 +233,13 @@ std::string advice_json(const RunAdvice& a) {
                         {"lagging_share", finite(t.lagging_share)},
                         {"saturation_observed", finite(t.saturation_observed)},
                         {"what_if_source", t.what_if_source},
+                        {"what_if_recipe", t.what_if_recipe},
+                        {"observed_layout", t.observed_layout},
                         {"spike_blame", t.spike_blame}};
+    if (!t.finer_recipe.empty()) j["finer_recipe"] = t.finer_recipe;
+    if (t.autoswitch) {
+      j["autoswitch"] = {{"underflow_threshold_pct", t.autoswitch->underflow_pct}, {"mse_threshold", t.autoswitch->mse}};
+    }
     if (t.replay) {
       j["replay"] = {{"amax_history_len", t.replay->best.history_len},
                      {"margin", t.replay->best.margin},

@@ -17,6 +17,23 @@ const std::vector<RecordPoint>* TensorRecords::find(const std::string& recipe, s
   return nullptr;
 }
 
+const char* TensorRecords::matching_recipe() const {
+  struct Match {
+    const char* layout;
+    const char* fp8;  // the recipe for FP8 codes
+    const char* fp4;  // for FP4 codes
+  };
+  // OUTER_VEC_32F (rowwise) has no recipe of its own: per-tensor current scaling is the nearest.
+  static constexpr Match kMatches[] = {{"vec32_ue8m0", "mxfp8", "mxfp4"},
+                                       {"vec16_ue4m3", "nvfp4", "nvfp4"},
+                                       {"vec128_32f", "block_1x128", "block_1x128"},
+                                       {"blk128x128_32f", "block_128x128", "block_128x128"}};
+  for (const Match& m : kMatches) {
+    if (scale_layout == m.layout) return dtype == "e2m1" ? m.fp4 : m.fp8;
+  }
+  return "tensor_current";
+}
+
 double statistic(const RecordPoint& p, const char* key) {
   const Statistic* s = find_statistic(key);
   if (s == nullptr) return std::nan("");
@@ -39,11 +56,13 @@ Result<RunRecords> load_run_records(const server::HistoryStore& history, const s
   std::map<std::pair<TensorKey, RecipeKey>, std::map<std::uint64_t, std::pair<std::uint32_t, RecordPoint>>> by_step;
   Status s = history.query(filter, [&](const server::HistoryRecord& r) {
     TensorKey tk{r.layer, r.gemm, r.operand};
-    out.tensors[tk].dtype = r.dtype;
+    TensorRecords& tensor = out.tensors[tk];
+    tensor.dtype = r.dtype;
+    if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.scale_layout = r.scale_layout;
     auto& steps = by_step[{tk, RecipeKey{r.recipe, r.format}}];
     auto it = steps.find(r.step);
     if (it == steps.end() || r.rank < it->second.first) {
-      steps[r.step] = {r.rank, RecordPoint{r.step, r.scale, r.scale_current, r.statistics, r.codes_digest}};
+      steps[r.step] = {r.rank, RecordPoint{r.step, r.scale, r.scale_current, r.scale_max, r.statistics, r.codes_digest}};
     }
     if (++out.records % 4096 == 0 && progress) progress(out.records, total.value());
     return true;

@@ -27,16 +27,22 @@ struct RecipeKey {
 struct RecordPoint {
   std::uint64_t step = 0;
   double scale = 0, scale_current = 0;
+  double scale_max = 0;            // block-scaled codes: the largest block scale (scale is the smallest)
   std::vector<double> statistics;  // in statistics() order
   std::string codes_digest;        // see HistoryRecord
 };
 
 struct TensorRecords {
-  std::string dtype;                                       // as captured (bf16, e4m3, ...)
+  std::string dtype;                                       // as captured (bf16, e4m3, e2m1, ...)
   std::map<RecipeKey, std::vector<RecordPoint>> recipes;   // each in step order, the lowest rank per step
+  std::string scale_layout;  // the job's own block-scale layout (scale_layout.h's name); "" = per-tensor or none
 
   // The series of `recipe` (its first format), and that format; nullptr when not sampled.
   const std::vector<RecordPoint>* find(const std::string& recipe, std::string* format = nullptr) const;
+  // The what-if recipe that casts as the job cast this tensor: the block recipe of its scale layout
+  // (mxfp8 or mxfp4, nvfp4, block_1x128, block_128x128), else tensor_current.
+  const char* matching_recipe() const;
+  bool block_scaled() const { return !scale_layout.empty(); }
 };
 
 struct RunRecords {

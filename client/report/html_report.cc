@@ -193,19 +193,31 @@ std::pair<const std::vector<insight::RecordPoint>*, std::string> series_of(const
 // Rows: the riskiest tensors; columns: sampled steps bucketed; a cell holds the bucket's worst value.
 void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
   out << "<h2>Underflow and overflow per tensor and step</h2>";
+  // The recipe a row reads: nullptr = the what-if that casts as the job did (tensor_current, or a
+  // block-scaled job's own block recipe). Delayed scaling is drawn only for per-tensor tensors.
   struct Map {
     const char* recipe;
     const char* statistic;
     const char* title;
+    bool block_scaled_rows;
   };
-  const Map maps[] = {{"tensor_current", "underflow_ratio", "underflow ratio, current scaling"},
-                      {"tensor_delayed", "overflow_ratio", "overflow ratio, delayed scaling"},
-                      {"observed", "saturation_ratio", "FP8 codes at +-max, the job's own casts"}};
+  const Map maps[] = {
+      {nullptr, "underflow_ratio", "underflow ratio, ", true},
+      {"tensor_delayed", "overflow_ratio", "overflow ratio, delayed scaling", false},
+      {"observed", "saturation_ratio", "codes at +-max, the job's own casts", true},
+      {"observed", "block_scale_floor_ratio", "block scales at the scale format's floor, the job's own", true}};
+  auto recipe_of = [](const Map& spec, const insight::TensorAdvice& t) {
+    return spec.recipe != nullptr ? spec.recipe : t.what_if_recipe.c_str();
+  };
+  auto drawn = [](const Map& spec, const insight::TensorAdvice& t) {
+    return spec.block_scaled_rows || t.observed_layout.empty();
+  };
   // The columns: every step any drawn series sampled.
   std::vector<std::uint64_t> steps;
   for (const insight::TensorAdvice& t : s.advice.tensors) {
     for (const Map& spec : maps) {
-      if (const auto* points = series_of(s, t.tensor, spec.recipe).first) {
+      if (!drawn(spec, t)) continue;
+      if (const auto* points = series_of(s, t.tensor, recipe_of(spec, t)).first) {
         for (const insight::RecordPoint& p : *points) steps.push_back(p.step);
       }
     }
@@ -222,25 +234,36 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
     Heatmap map;
     map.value_label = spec.statistic;
     map.cell_width = std::clamp(900 / static_cast<int>(columns), 4, 24);  // about 900 px wide
-    std::set<std::string> sources;
+    std::set<std::string> sources, recipes;
     for (std::size_t c = 0; c < columns; ++c) map.columns.push_back(static_cast<double>(steps[c * steps.size() / columns]));
     for (const insight::TensorAdvice& t : s.advice.tensors) {
       if (map.rows.size() == o.heatmap_rows) break;
-      const auto [points, source] = series_of(s, t.tensor, spec.recipe);
+      if (!drawn(spec, t)) continue;
+      const auto [points, source] = series_of(s, t.tensor, recipe_of(spec, t));
       if (points == nullptr) continue;
-      sources.insert(source);
       std::vector<double> row(columns, std::nan(""));
+      bool any = false;
       for (const insight::RecordPoint& p : *points) {
         double& slot = row[column_of(p.step)];
         const double v = insight::statistic(p, spec.statistic);
         if (std::isfinite(v) && (std::isnan(slot) || v > slot)) slot = v;
+        any = any || std::isfinite(v);
       }
+      if (!any) continue;  // e.g. block-scale statistics of a per-tensor cast
+      sources.insert(source);
+      recipes.insert(recipe_of(spec, t));
       map.rows.push_back(t.tensor.name());
       map.values.push_back(std::move(row));
     }
     std::string from;
     for (const std::string& r : sources) from += (from.empty() ? "" : ", ") + r;
-    map.title = std::string(spec.title) + " (run " + from + ")";
+    std::string title = spec.title;
+    if (spec.recipe == nullptr) {  // name the recipes the rows were cast with
+      std::string names;
+      for (const std::string& r : recipes) names += (names.empty() ? "" : ", ") + r;
+      title += recipes == std::set<std::string>{"tensor_current"} ? "current scaling" : "the job's recipe (" + names + ")";
+    }
+    map.title = title + " (run " + from + ")";
     if (!map.rows.empty()) out << "<div>" << render(map) << "</div>";
   }
 }
@@ -248,30 +271,41 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
 void scale_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
   out << "<h2>Delayed against current scale</h2><p class='muted'>Where delayed scaling's scale (from the amax "
          "history) rises above the scale current scaling would choose for the same tensor, the cast clips. For "
-         "an FP8 run, the scale the job itself used.</p>";
+         "an FP8 run, the scale the job itself used; for a block-scaled one, its smallest and largest block scale against "
+         "the one per-tensor scale current scaling would choose (FP4: the blocks' spread alone, their scales being "
+         "relative to the tensor's global scale).</p>";
   std::size_t drawn = 0;
   for (const insight::TensorAdvice& t : s.advice.tensors) {
     if (drawn == o.scale_plots) break;
     // The job's own scales first (what really happened), else the delayed what-if.
     auto [points, source] = series_of(s, t.tensor, "observed");
-    const char* label = "the job's own";
+    const bool block = !t.observed_layout.empty();
+    const char* label = block ? "smallest block scale" : "the job's own";
     if (points == nullptr) {
       std::tie(points, source) = series_of(s, t.tensor, "tensor_delayed");
       label = "delayed";
     }
     if (points == nullptr) continue;
     LineChart chart;
-    chart.title = t.tensor.name() + " (run " + source + ")";
+    chart.title = t.tensor.name() + " (run " + source + (block ? ", " + t.observed_layout + " block scales" : "") + ")";
     chart.x_label = "step";
     chart.y_label = "scale";
     chart.log_y = true;
     chart.height = 240;
-    LineSeries d{label, "#d62728", {}}, c{"current", "#2ca02c", {}};
+    LineSeries d{label, "#d62728", {}}, c{"current", "#2ca02c", {}}, top{"largest block scale", "#1f77b4", {}};
     for (const insight::RecordPoint& p : *points) {
       d.points.emplace_back(static_cast<double>(p.step), p.scale);
       c.points.emplace_back(static_cast<double>(p.step), p.scale_current);
+      if (block) top.points.emplace_back(static_cast<double>(p.step), p.scale_max);
     }
-    chart.series = {d, c};
+    // An FP4 block's UE4M3 scale multiplies the tensor's global scale (NVFP4's two levels): no one
+    // per-tensor scale sits on the same axis, so only the blocks' spread is drawn.
+    if (t.observed_format == "e2m1") {
+      chart.series = {d, top};
+    } else {
+      chart.series = {d, c};
+      if (block) chart.series.push_back(top);
+    }
     out << render(chart);
     ++drawn;
   }

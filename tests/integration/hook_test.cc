@@ -221,6 +221,45 @@ TEST_CASE("block-scaled FP8 and NVFP4 operands arrive with their scales and read
   sqlite3_close(db);
 }
 
+TEST_CASE("advise and report judge an NVFP4 job by the NVFP4 what-ifs of its BF16 baseline and draw its block scales",
+          "[hook][block]") {
+  TempDir dir;
+  const std::string data = dir.file("data");
+  DaemonProcess daemon(data);
+  for (const char* mode : {"bf16", "nvfp4"}) {
+    REQUIRE(run_process(under_hook({"--endpoint", daemon.grpc(), "--every", "2", "--job", "study", "--run", mode},
+                                   {"--steps", "8", "--mode", mode}),
+                        child_env(), 120.0)
+                .exit_code == 0);
+  }
+  // Every sample of both runs analyzed: 4 sampled steps each.
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 2 * 4 * kSamplesPerStep; }));
+  json advice;
+  REQUIRE(eventually([&] {
+    const ProcessResult a = cli({"advise", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16", "--format", "json"});
+    if (a.exit_code != 0) return false;
+    advice = json::parse(a.out);
+    return advice["tensors"].size() == static_cast<std::size_t>(kSamplesPerStep);
+  }));
+  for (const json& t : advice["tensors"]) {
+    INFO(t.dump());
+    CHECK(t["what_if_recipe"] == "nvfp4");
+    CHECK(t["what_if_source"] == "bf16");
+    CHECK(t["observed_layout"] == "vec16_ue4m3");
+    CHECK(t["lagging_share"].is_null());  // block scales do not lag
+    CHECK_FALSE(t.contains("replay"));
+  }
+  const std::string html = dir.file("report.html");
+  REQUIRE(cli({"report", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16", "-o", html}).exit_code == 0);
+  std::ifstream in(html);
+  const std::string page{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  CHECK_THAT(page, Catch::Contains("underflow ratio, the job&#39;s recipe (nvfp4) (run bf16)"));
+  CHECK_THAT(page, Catch::Contains("block scales at the scale format&#39;s floor, the job&#39;s own (run nvfp4)"));
+  CHECK_THAT(page, Catch::Contains("vec16_ue4m3 block scales)"));
+  CHECK_THAT(page, Catch::Contains("largest block scale"));
+  CHECK_THAT(page, !Catch::Contains("overflow ratio, delayed scaling"));  // no per-tensor tensor to draw it for
+}
+
 TEST_CASE("every layer, GEMM and operand reaches the daemon with the statistics analyze gives", "[hook]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"));

@@ -385,5 +385,5 @@ TEST_CASE("compare flags the inference weights whose scale or codes are not trai
   CHECK_THAT(page.str(), Catch::Contains("<td>scale differs</td>"));
   // An FP8 run's tensors arrive cast: the heatmaps take the what-ifs from the baseline's.
   CHECK_THAT(page.str(), Catch::Contains("underflow ratio, current scaling (run train-bf16)"));
-  CHECK_THAT(page.str(), Catch::Contains("FP8 codes at +-max, the job&#39;s own casts (run serve-fp8)"));
+  CHECK_THAT(page.str(), Catch::Contains("codes at +-max, the job&#39;s own casts (run serve-fp8)"));
 }

@@ -4,12 +4,15 @@
 // promises; the TE YAML parses into the sections it should, the Megatron list counts from the ends.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <random>
 #include <sstream>
 
 #include "advice.h"
 #include "advice_formats.h"
 #include "amax_replay.h"
 #include "attribution.h"
+#include "fp8scope/cpu_engine.h"
+#include "fp8scope/recipe.h"
 #include "fp8scope/statistics_table.h"
 #include "inference_check.h"
 
@@ -220,4 +223,142 @@ TEST_CASE("inference check: scale, codes and format against training's last capt
   RunRecords fp8_training = inference;
   fp8_training.tensors[{"a", "wgrad", "x"}] = with({{observed, {weight(3, 2.0, "ff")}}});
   CHECK_FALSE(check_inference(fp8_training, training));
+}
+
+TEST_CASE("advice: a block-scaled job is judged by its own recipe's what-if, and FP4 losses point to MXFP8",
+          "[advice]") {
+  // An NVFP4 job captured its tensors as E2M1 codes with 1x16 UE4M3 block scales; its BF16
+  // baseline has the what-ifs of every recipe. One tensor NVFP4 loses and MXFP8 holds; one that
+  // both hold has observed scales far above the per-tensor current scale, which is no lag for
+  // block scales (each block's scale comes from its own amax).
+  std::vector<RecordPoint> nvfp4_lossy = healthy(30);
+  for (RecordPoint& p : nvfp4_lossy) p = point(p.step, {{"underflow_ratio", 0.04}, {"sqnr_db", 12.0}, {"amax", 4.0}});
+  std::vector<RecordPoint> observed_blocks = healthy(30);
+  for (RecordPoint& p : observed_blocks) p.scale = 64 * p.scale_current;
+  auto fp4 = [&](std::vector<RecordPoint> observed) {
+    TensorRecords t = with({{{"observed", "e2m1"}, std::move(observed)}});
+    t.dtype = "e2m1";
+    t.scale_layout = "vec16_ue4m3";
+    return t;
+  };
+  RunRecords run = run_of({{{"blocks.0.mlp", "fprop", "x"}, fp4(observed_blocks)},
+                           {{"blocks.1.mlp", "fprop", "x"}, fp4(observed_blocks)}});
+  run.run = "nvfp4";
+  RunRecords baseline = run_of({
+      {{"blocks.0.mlp", "fprop", "x"},
+       with({{{"nvfp4", "e2m1"}, healthy(30)}, {{"mxfp8", "e4m3"}, healthy(30)}, {kCurrent, nvfp4_lossy}})},
+      {{"blocks.1.mlp", "fprop", "x"},
+       with({{{"nvfp4", "e2m1"}, nvfp4_lossy}, {{"mxfp8", "e4m3"}, healthy(30)}, {kCurrent, healthy(30)}})},
+  });
+  baseline.run = "bf16";
+  const RunAdvice advice = advise(run, {}, &baseline);
+  REQUIRE(advice.tensors.size() == 2);
+  std::map<std::string, const TensorAdvice*> by;
+  for (const TensorAdvice& t : advice.tensors) by[t.tensor.layer] = &t;
+  const TensorAdvice& held = *by["blocks.0.mlp"];
+  const TensorAdvice& lost = *by["blocks.1.mlp"];
+  // Judged by the baseline's nvfp4 what-if, not by tensor_current (which says the opposite).
+  CHECK(held.what_if_recipe == "nvfp4");
+  CHECK(held.what_if_source == "bf16");
+  CHECK(held.observed_layout == "vec16_ue4m3");
+  CHECK(held.recommendation == Recommendation::kKeepFp8);
+  CHECK(held.sqnr_current_db == 31.0);
+  CHECK(std::isnan(held.lagging_share));
+  CHECK_FALSE(held.replay);
+  CHECK(lost.recommendation == Recommendation::kFinerRecipe);
+  CHECK(lost.finer_recipe == "mxfp8");
+  CHECK(lost.sqnr_current_db == 12.0);
+  CHECK_THAT(lost.reason, Catch::Contains("the job's recipe (nvfp4)"));
+  CHECK_THAT(lost.reason, Catch::Contains("mxfp8 keeps SQNR at 31.0 dB"));
+
+  SECTION("without an MXFP8 what-if that holds, the answer is BF16") {
+    baseline.tensors[{"blocks.1.mlp", "fprop", "x"}].recipes.erase({"mxfp8", "e4m3"});
+    const RunAdvice no_mxfp8 = advise(run, {}, &baseline);
+    for (const TensorAdvice& t : no_mxfp8.tensors) {
+      if (t.tensor.layer == "blocks.1.mlp") CHECK(t.recommendation == Recommendation::kFallBackToBf16);
+    }
+  }
+  SECTION("the TE YAML names the finer recipe as a recipe setting, and the JSON carries it") {
+    std::ostringstream yaml;
+    write_te_debug_yaml(advice, yaml);
+    CHECK_THAT(yaml.str(), Catch::Contains("#   blocks.1.mlp fprop x: MXFP8 for this tensor - the job's recipe (nvfp4)"));
+    CHECK_THAT(yaml.str(), !Catch::Contains("DisableFP8Layer"));
+    const std::string json = advice_json(advice);
+    CHECK_THAT(json, Catch::Contains("\"finer_recipe\":\"mxfp8\""));
+    CHECK_THAT(json, Catch::Contains("\"what_if_recipe\":\"nvfp4\""));
+  }
+}
+
+TEST_CASE("advice: a tensor fine most steps but lossy at some gets AutoswitchGemm thresholds between the two",
+          "[advice]") {
+  // Underflow 1e-5 and MSE 1e-4 at most steps; at every tenth, underflow 2% (past the severe 1%)
+  // and MSE 1e-2. The thresholds sit at the geometric means: the typical step stays below them,
+  // the bad ones cross.
+  std::vector<RecordPoint> bursty = healthy(40);
+  for (std::size_t i = 5; i < bursty.size(); i += 10) {
+    bursty[i] = point(bursty[i].step, {{"underflow_ratio", 0.02}, {"mse", 1e-2}, {"sqnr_db", 31.0}, {"amax", 4.0}});
+  }
+  RunRecords run = run_of({{{"blocks.4.attn.qkv", "fprop", "x"}, with({{kCurrent, bursty}, {kDelayed, healthy(40)}})},
+                           {{"blocks.5.attn.qkv", "fprop", "x"}, with({{kCurrent, healthy(40)}, {kDelayed, healthy(40)}})}});
+  run.sampling_interval = 4;
+  const RunAdvice advice = advise(run, {});
+  std::map<std::string, const TensorAdvice*> by;
+  for (const TensorAdvice& t : advice.tensors) by[t.tensor.layer] = &t;
+  const TensorAdvice& b = *by["blocks.4.attn.qkv"];
+  CHECK(b.recommendation == Recommendation::kKeepFp8);
+  REQUIRE(b.autoswitch);
+  CHECK(b.autoswitch->underflow_pct == Approx(100.0 * std::sqrt(2e-4 * 0.02)));  // the median is under 1% of the worst
+  CHECK(b.autoswitch->mse == Approx(std::sqrt(1e-4 * 1e-2)));
+  CHECK(b.autoswitch->underflow_pct < 2.0);
+  CHECK(b.autoswitch->underflow_pct > 1e-3);
+  CHECK_FALSE(by["blocks.5.attn.qkv"]->autoswitch);
+
+  std::ostringstream yaml;
+  write_te_debug_yaml(advice, yaml);
+  CHECK_THAT(yaml.str(), Catch::Contains("layer_name_regex_pattern: '^(blocks\\.4\\.attn\\.qkv)$'\n  transformer_engine:\n"
+                                         "    AutoswitchGemm:\n      enabled: True\n      gemms: [fprop]\n"
+                                         "      tensors: [activation]\n      underflow_threshold_pct: 0.2\n"
+                                         "      mse_threshold: 0.001\n      freq: 4\n"));
+  CHECK_THAT(yaml.str(), !Catch::Contains("blocks\\.5"));
+}
+
+TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's levels; FP4's levels are not FP8's",
+          "[advice]") {
+  // Each recipe's cast of the same unit Gaussian, by the real CPU engine, judged as the sole
+  // record of a tensor the job cast with that recipe: keep, at low risk, whatever the format.
+  // FP8's levels would condemn the FP4 casts outright.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> data(256 * 256);
+  for (float& x : data) x = normal(rng);
+  auto engine = make_cpu_engine(1);
+  const std::pair<const char*, const char*> layouts[] = {{"tensor_current", ""},       {"mxfp8", "vec32_ue8m0"},
+                                                         {"block_1x128", "vec128_32f"}, {"nvfp4", "vec16_ue4m3"},
+                                                         {"mxfp4", "vec32_ue8m0"}};
+  for (const auto& [name, layout] : layouts) {
+    INFO(name);
+    const Recipe recipe = default_recipe(recipe_kind_from_name(name).value());
+    const CastFormat format = recipe.fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3;
+    const QuantSpec spec = quant_spec_for(recipe, format, Operand::kX, {}).value();
+    TensorAnalysis a;
+    REQUIRE(engine->analyze(TensorView{data.data(), DType::kF32, 256, 256, 1.0f}, {&spec, 1}, &a).ok());
+    RecordPoint p;
+    for (const Statistic& s : statistics()) p.statistics.push_back(s.compute(a.moments, a.quant[0]));
+    TensorRecords own = with({{{name, recipe.fp4() ? "e2m1" : "e4m3"}, {p}}});
+    own.dtype = recipe.fp4() ? "e2m1" : "e4m3";
+    own.scale_layout = layout;
+    RunRecords run = run_of({{{"l", "fprop", "x"}, own}});
+    const RunAdvice advice = advise(run, {});
+    REQUIRE(advice.tensors.size() == 1);
+    const TensorAdvice& t = advice.tensors[0];
+    CHECK(t.what_if_recipe == name);
+    CHECK(t.recommendation == Recommendation::kKeepFp8);
+    CHECK(t.risk < 0.5);
+    if (recipe.fp4()) {
+      const Threshold& underflow = advice_thresholds()[0];
+      REQUIRE(std::string(underflow.signal) == "underflow_ratio");
+      CHECK(t.underflow_current > underflow.fp8.severe);  // a 4-bit cast flushes several % of N(0, 1)
+      CHECK(t.underflow_current < underflow.fp4.concern);
+    }
+  }
 }
