@@ -11,6 +11,7 @@ packages=(
   catch2 libbenchmark-dev prometheus python3-numpy python3-yaml openssl systemd
   clang libclang-rt-14-dev
   chromium  # the report test opens the HTML report in headless chromium
+  python3-torch  # the Python helper test names real torch.nn modules (CPU build)
 )
 
 missing=()

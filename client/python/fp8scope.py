@@ -13,6 +13,7 @@ started it (LD_PRELOAD). Without the hook every function here does nothing, so s
 unchanged outside `fp8scope run`.
 """
 import ctypes
+import threading
 import warnings
 
 __all__ = ["available", "step", "log", "range_push", "range_pop", "name_modules"]
@@ -86,14 +87,119 @@ def _nvtx_ranges():
     return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
 
 
+class _BackwardRanges:
+    """The "<path>/backward" ranges of one name_modules call.
+
+    A module's backward begins when the gradient of its output is complete and ends when the
+    gradient of its input is: a hook on each tensor marks the two, so no tensor is replaced (an
+    in-place op on a module's input or output keeps working, as it does not under PyTorch's full
+    backward hooks, which also end a module whose input needs no gradient before its weight
+    gradient GEMM runs; PyTorch < 2.0 has no backward pre-hook at all). A module whose input needs
+    no gradient (the first layer) has nothing after its backward: its range ends with an enclosing
+    module's or with the backward pass. An input shared with other modules (q, k and v reading one
+    normalized tensor) ends late, but the next module's range opens on top of it, so each module's
+    GEMMs still get its name. Ranges nest as the modules do, per thread (autograd runs backward on
+    its own threads, and the hook names a GEMM by its thread's innermost range).
+    """
+
+    def __init__(self, torch, push, pop):
+        self.torch, self.push, self.pop = torch, push, pop
+        self.local = threading.local()
+
+    def _state(self):
+        state = self.local
+        if not hasattr(state, "open"):
+            state.open, state.closing_queued, state.calls = [], False, {}
+        return state
+
+    def _begin(self, call):
+        state = self._state()
+        self.push(call.label)
+        state.open.append(call)
+        if not state.closing_queued:
+            state.closing_queued = True
+            self.torch.autograd.Variable._execution_engine.queue_callback(lambda: self._close_all(state))
+
+    def _end(self, call):
+        state = self._state()
+        if call not in state.open:
+            return
+        while state.open:
+            self.pop()
+            if state.open.pop() is call:
+                return
+
+    def _close_all(self, state):
+        while state.open:
+            state.open.pop()
+            self.pop()
+        state.closing_queued = False
+
+    def _marks(self, tensor):
+        """The calls that end and begin when `tensor`'s gradient is complete; one hook per tensor."""
+        marks = getattr(tensor, "_fp8scope_marks", None)
+        if marks is None:
+            marks = _Marks()
+            tensor._fp8scope_marks = marks
+            tensor.register_hook(lambda _grad: self._fire(marks))
+        return marks
+
+    def _fire(self, marks):
+        # Inner modules end first; then outer modules begin first (hooks were added inner first).
+        ends, begins = marks.ends[::-1], marks.begins[::-1]
+        marks.ends, marks.begins = [], []
+        for call in ends:
+            self._end(call)
+        for call in begins:
+            self._begin(call)
+
+    def _tensors(self, values):
+        if isinstance(values, self.torch.Tensor):
+            values = (values,)
+        elif not isinstance(values, (tuple, list)):
+            return []  # dicts and model-output classes: no backward range of their own
+        return [v for v in values if isinstance(v, self.torch.Tensor) and v.requires_grad]
+
+    def forward_pre(self, module, inputs, label):
+        call = _Call(label, self._tensors(inputs) if self.torch.is_grad_enabled() else [])
+        self._state().calls.setdefault(id(module), []).append(call)
+        for t in call.inputs:
+            self._marks(t).ends.append(call)
+
+    def forward_post(self, module, output):
+        call = self._state().calls[id(module)].pop()
+        if not self.torch.is_grad_enabled():
+            return
+        for t in self._tensors(output):
+            if not any(t is i for i in call.inputs):  # a module that hands its input on has no backward
+                self._marks(t).begins.append(call)
+        call.inputs = []
+
+
+class _Marks:
+    __slots__ = ("ends", "begins")
+
+    def __init__(self):
+        self.ends, self.begins = [], []
+
+
+class _Call:
+    """One call of a module, from its forward to the end of its backward."""
+
+    __slots__ = ("label", "inputs")
+
+    def __init__(self, label, inputs):
+        self.label, self.inputs = label, inputs
+
+
 def name_modules(model, root="model", use_nvtx=None):
     """Pushes a range named by each module's path around its forward ("<path>/forward") and its
     backward ("<path>/backward"), so the hook names every GEMM by the innermost module that ran it.
 
     use_nvtx: True pushes NVTX ranges through torch.cuda.nvtx (visible to Nsight too), False uses
     the hook's own range API; None (the default) takes NVTX when PyTorch has CUDA. Returns the hook
-    handles (call .remove() on each to undo). Modules without full backward hooks (PyTorch < 2.0)
-    are named in forward only.
+    handles (call .remove() on each to undo). The backward range of a module whose output is not a
+    tensor, list or tuple (a dict, a model-output class) is left out; its children still have theirs.
     """
     nvtx = _nvtx_ranges() if use_nvtx in (None, True) else None
     if use_nvtx and nvtx is None:
@@ -102,26 +208,21 @@ def name_modules(model, root="model", use_nvtx=None):
     if nvtx is None and _hook is None:
         warnings.warn("fp8scope.name_modules: the hook is not loaded (run under `fp8scope run`); nothing is named")
         return []
+    import torch  # noqa: PLC0415 - a model to name means PyTorch is there
 
+    ranges = _BackwardRanges(torch, push, pop)
     handles = []
     for name, module in model.named_modules():
         path = f"{root}.{name}" if name else root
 
-        def forward_pre(_module, _inputs, label=f"{path}/forward"):
-            push(label)
+        def forward_pre(module, inputs, forward=f"{path}/forward", backward=f"{path}/backward"):
+            push(forward)
+            ranges.forward_pre(module, inputs, backward)
 
-        def forward_post(_module, _inputs, _output):
+        def forward_post(module, _inputs, output):
             pop()
-
-        def backward_pre(_module, _grad_output, label=f"{path}/backward"):
-            push(label)
-
-        def backward_post(_module, _grad_input, _grad_output):
-            pop()
+            ranges.forward_post(module, output)
 
         handles.append(module.register_forward_pre_hook(forward_pre))
         handles.append(module.register_forward_hook(forward_post))
-        if hasattr(module, "register_full_backward_pre_hook"):
-            handles.append(module.register_full_backward_pre_hook(backward_pre))
-            handles.append(module.register_full_backward_hook(backward_post))
     return handles
