@@ -19,6 +19,7 @@
 #include "../support/daemon_fixture.h"
 #include "../support/temp_dir.h"
 #include "fp8scope/gemm_check.h"
+#include "fp8scope/recipe.h"
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/stats.h"
 #include "fp8scope/wire.h"
@@ -203,7 +204,7 @@ TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[da
   CHECK(history.out.find("time,job,run,rank,step,layer,gemm,operand") == 0);
 }
 
-TEST_CASE("bad input is refused and counted; the daemon keeps serving and loses nothing accepted", "[daemon]") {
+TEST_CASE("bad input is refused and counted, and the daemon keeps serving and loses nothing accepted", "[daemon]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"), {"--max-series", "60"});
   // A good sample first: it must still be there at the end.
@@ -308,7 +309,12 @@ TEST_CASE("bad input is refused and counted; the daemon keeps serving and loses 
     c.mutable_chunk()->mutable_header()->set_payload_bytes(512);
     c.mutable_chunk()->set_sample_id(1);
     c.mutable_chunk()->set_data(std::string(256, 'x'));
+    auto received = [&] {
+      return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_received_bytes_total", {});
+    };
+    const double before = received();
     s->Write(c);
+    REQUIRE(eventually([&] { return received() >= before + 256; }));  // the half sample is in the daemon
     ctx.TryCancel();
     REQUIRE(eventually([&] {
       return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total",
@@ -350,7 +356,9 @@ TEST_CASE("bad input is refused and counted; the daemon keeps serving and loses 
   CHECK(status.exit_code == 0);
   CHECK(eventually([&] {
     const ProcessResult h = cli({"history", "--endpoint", daemon.grpc(), "--run", "good", "--csv"});
-    return h.exit_code == 0 && std::count(h.out.begin(), h.out.end(), '\n') == 6;  // header + 5 recipes
+    // The header and one row per recipe of the default policy.
+    return h.exit_code == 0 &&
+           std::count(h.out.begin(), h.out.end(), '\n') == static_cast<std::ptrdiff_t>(1 + std::size(kAllRecipeKinds));
   }));
   CHECK(daemon.running());
 }

@@ -413,7 +413,7 @@ TEST_CASE("a forked child is left alone, and GEMMs under graph capture are skipp
   CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 6 * kSamplesPerStep; }));
 }
 
-TEST_CASE("an FP8 inference job serving the BF16 checkpoint passes the inference check; another checkpoint fails it",
+TEST_CASE("an FP8 inference job serving the BF16 checkpoint passes the inference check, and another checkpoint fails it",
           "[hook][inference]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"));

@@ -322,7 +322,7 @@ TEST_CASE("advice: a tensor fine most steps but lossy at some gets AutoswitchGem
   CHECK_THAT(yaml.str(), !Catch::Contains("blocks\\.5"));
 }
 
-TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's levels; FP4's levels are not FP8's",
+TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's levels, and FP4's levels are not FP8's",
           "[advice]") {
   // Each recipe's cast of the same unit Gaussian, by the real CPU engine, judged as the sole
   // record of a tensor the job cast with that recipe: keep, at low risk, whatever the format.

@@ -21,7 +21,7 @@ TEST_CASE("labels are escaped everywhere they appear", "[svg_chart]") {
   CHECK(svg.find("spike &#39;here&#39;") != std::string::npos);
 }
 
-TEST_CASE("a line breaks at non-finite points; log charts skip non-positive ones; no data says so", "[svg_chart]") {
+TEST_CASE("a line breaks at non-finite points, log charts skip non-positive ones, and no data says so", "[svg_chart]") {
   LineChart c;
   c.series = {{"loss", "#000", {{0, 1}, {1, NAN}, {2, 3}, {3, 4}}}};
   std::string svg = render(c);

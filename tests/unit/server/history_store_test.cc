@@ -80,7 +80,7 @@ TEST_CASE("an unwritable data dir is an error naming it", "[history_store]") {
   CHECK(store.message().find("/proc/fp8scope-cannot-be-here") != std::string::npos);
 }
 
-TEST_CASE("code fingerprints are stored; a store without their column still reads, and gains it", "[history_store]") {
+TEST_CASE("code fingerprints are stored, and a store without their column still reads and gains it", "[history_store]") {
   fp8scope::testing::TempDir dir;
   {
     auto store = HistoryStore::open(dir.path());
