@@ -76,21 +76,25 @@ shm::RecordHeader* Capture::reserve_record(std::uint64_t payload_bytes, std::uin
   return r;
 }
 
-void Capture::enqueue(const Pending& p) {
+void Capture::enqueue(std::unique_lock<std::mutex>& lock, const Pending& p) {
   if (p.copied == nullptr && pending_.empty() && in_flight_ == 0) {
     // Nothing to copy and nothing ahead of it: publish here rather than wake the publisher.
     writer_->publish(p.ring_end);
+    lock.unlock();
     return;
   }
   pending_.push_back(p);
-  if (publisher_idle_) work_.notify_one();
+  const bool wake = publisher_idle_;
+  publisher_idle_ = false;  // one wake is enough for whatever else queues before it runs
+  lock.unlock();
+  if (wake) work_.notify_one();
 }
 
 std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                                                CUstream stream) {
   if (!writer_) return shm::kRingFull;
   const std::uint64_t payload = v.payload_bytes();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!device_ready()) return device_ == Device::kUnset ? shm::kNoContext : shm::kCudaError;
   CUcontext current = nullptr;
   if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::kNoContext;
@@ -189,28 +193,28 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
     r->kind = shm::RecordKind::kPadding;
     p.copied = nullptr;
     device_ = Device::kFailed;
-    enqueue(p);
+    enqueue(lock, p);
     return shm::kCudaError;
   }
-  enqueue(p);
+  enqueue(lock, p);
   return std::nullopt;
 }
 
 void Capture::step(std::uint64_t step) {
   if (!writer_) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Pending p;
   p.staging_end = staging_head_;
   p.record = reserve_record(0, p.ring_end);
   if (p.record == nullptr) return;  // the ring is full; the next step event says where we are
   p.record->kind = shm::RecordKind::kStep;
   p.record->step = step;
-  enqueue(p);
+  enqueue(lock, p);
 }
 
 void Capture::scalar(const char* name, std::uint64_t step, double value) {
   if (!writer_) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Pending p;
   p.staging_end = staging_head_;
   p.record = reserve_record(0, p.ring_end);
@@ -222,7 +226,7 @@ void Capture::scalar(const char* name, std::uint64_t step, double value) {
   p.record->step = step;
   copy_text(p.record->name, sizeof p.record->name, name);
   p.record->value = value;
-  enqueue(p);
+  enqueue(lock, p);
 }
 
 void Capture::finish(Pending& p, bool can_copy) {

@@ -60,7 +60,10 @@ class Capture {
   bool device_ready();  // under mu_, on the calling thread
   std::optional<std::uint64_t> reserve_staging(std::uint64_t bytes);
   shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
-  void enqueue(const Pending& p);
+  // Queues a record for the publisher and releases `lock` (mu_), then wakes the publisher if it
+  // sleeps: woken while the caller still held mu_, it would only block on it again (two more
+  // syscalls and a context switch on the training thread's time).
+  void enqueue(std::unique_lock<std::mutex>& lock, const Pending& p);
   void publisher_loop();
   // Copies a staged sample into its record (when `can_copy`) and publishes the record.
   void finish(Pending& p, bool can_copy);

@@ -61,9 +61,12 @@ ShipperLink::ShipperLink(std::uint64_t ring_bytes, std::string shipper_path) : s
     std::fprintf(stderr, "fp8scope hook: cannot create the shared ring (%s); sampling is off\n", std::strerror(errno));
     return;
   }
-  // Populated now, once: otherwise the first pass through the ring takes a page fault every few
-  // records on the training thread.
+  // Populated now, once, for writing: otherwise the first pass through the ring takes a page fault
+  // every few records on the training thread. MAP_POPULATE alone maps a shared mapping's pages
+  // read-only (the first write still faults); MADV_POPULATE_WRITE (Linux 5.14) maps them writable,
+  // and where the kernel lacks it the read population stands.
   void* base = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (base != MAP_FAILED) madvise(base, bytes_, MADV_POPULATE_WRITE);
   if (base == MAP_FAILED || !shm::initialize(base, bytes_, static_cast<std::uint32_t>(getpid()))) {
     std::fprintf(stderr, "fp8scope hook: cannot map the shared ring (%s); sampling is off\n", std::strerror(errno));
     return;
