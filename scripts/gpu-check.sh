@@ -3,7 +3,8 @@
 # daemon needs): builds kernels/ and the checker for this GPU, then compares the CUDA engine with
 # the CPU engine, the hardware FP8 cast with the software one, times the statistics against a
 # device-to-device copy and the cuBLASLt GEMM check, and prints a table. With .carry/ from
-# scripts/gpu-carry.sh beside it, it then runs the hook on the real libraries (see below).
+# scripts/gpu-carry.sh beside it, it then runs the hook on the real libraries, block-scaled GEMMs
+# included (see below).
 # Finishes in a few minutes.
 #   scripts/gpu-check.sh [CUDA architecture, default: the GPU's own, e.g. 90]
 set -euo pipefail
@@ -16,7 +17,8 @@ build-gpu/kernels/fp8scope_gpu_check
 
 # The hook with the real CUDA libraries (only when scripts/gpu-carry.sh brought the binaries built
 # on Debian, with their libraries, in .carry/): tiny_trainer in BF16 and FP8 under `fp8scope run`
-# (losses identical to a run without the hook), then PyTorch (BF16 nn.Linear training and
+# (losses identical to a run without the hook), block-scaled FP8 (and MXFP8 and NVFP4 on sm_100)
+# with the daemon's decoding checked against `fp8scope analyze` of the operands, then PyTorch (BF16 nn.Linear training and
 # torch._scaled_mm FP8) under it, with the daemon's figures checked against PyTorch's own casts.
 if [ -x .carry/bin/fp8scope ]; then
   carry="$PWD/.carry"
@@ -35,6 +37,23 @@ if [ -x .carry/bin/fp8scope ]; then
       "$carry/bin/tiny_trainer" --steps 30 --mode "$mode" --losses "$work/$mode.hooked"
     cmp -s "$work/$mode.alone" "$work/$mode.hooked" && echo "$mode: losses identical with and without the hook" \
       || echo "$mode: LOSSES DIFFER under the hook"
+  done
+  # The job's own block-scaled GEMMs on the real cuBLASLt: Float8BlockScaling's VEC128_32F and
+  # BLK128x128_32F run on sm_90 (cuBLAS 12.9+); MXFP8's VEC32_UE8M0 and NVFP4's VEC16_UE4M3 need
+  # sm_100, so on an H100/H200 they are compiled (tiny_trainer and the hook have them), not run.
+  block_modes=(block)
+  if [ "$arch" -ge 100 ]; then block_modes+=(mxfp8 nvfp4); else
+    echo "mxfp8, nvfp4: need sm_100 (B200/GB200); compiled, not run on sm_$arch"; fi
+  for mode in "${block_modes[@]}"; do
+    "$carry/bin/tiny_trainer" --steps 8 --mode "$mode" --losses "$work/$mode.alone"
+    mkdir -p "$work/dump-$mode"
+    "$carry/bin/fp8scope" run --endpoint "$grpc" --every 5 --job "gpu-$mode" --run "gpu-$mode" -- \
+      "$carry/bin/tiny_trainer" --steps 8 --mode "$mode" --losses "$work/$mode.hooked" \
+      --dump-step 5 --dump-dir "$work/dump-$mode"
+    cmp -s "$work/$mode.alone" "$work/$mode.hooked" && echo "$mode: losses identical with and without the hook" \
+      || echo "$mode: LOSSES DIFFER under the hook"
+    sleep 3  # the last samples are analyzed asynchronously
+    python3 scripts/gpu_block_check.py "$carry/bin/fp8scope" "$metrics" "gpu-$mode" "$mode" "$work/dump-$mode" || true
   done
   if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     PYTHONPATH="$PWD/client/python" "$carry/bin/fp8scope" run --endpoint "$grpc" --every 1 --job torch -- \
