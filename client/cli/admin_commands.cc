@@ -82,7 +82,11 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
   out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
   out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
   out << "recipes";
-  if (p.recipes().empty()) out << " (all five)";
+  if (p.recipes().empty()) {
+    out << " (all:";
+    for (RecipeKind k : kAllRecipeKinds) out << " " << recipe_name(k);
+    out << ")";
+  }
   for (int r : p.recipes()) {
     if (auto k = wire::from_wire(static_cast<v1::Recipe>(r))) out << " " << recipe_name(*k);
   }

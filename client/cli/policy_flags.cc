@@ -12,7 +12,7 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
   cmd->add_option("--start-step", f.start_step, "First step to sample");
   cmd->add_option("--end-step", f.end_step, "Stop sampling at this step (0 = never)");
   cmd->add_option("--bytes-per-step", f.bytes_per_step, "Per-process byte budget per step (0 = no limit)");
-  cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default all five)");
+  cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default: every recipe)");
   cmd->add_flag("--reset", f.reset, "Start from the default policy instead of the current one");
 }
 

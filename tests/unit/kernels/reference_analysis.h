@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -55,6 +56,18 @@ inline Moments moments(const std::vector<float>& x) {
 }
 
 // TE's amax of a set of elements: Inf counts, NaN does not.
+// The counts and extremes an engine must get exactly (sums are grouped differently: callers
+// compare those within their own tolerances).
+inline void check_exact_moments(const TensorMoments& got, const Moments& want) {
+  CHECK(got.numel == want.numel);
+  CHECK(got.finite == want.finite);
+  CHECK(got.nonzero == want.nonzero);
+  CHECK(got.nan == want.nan);
+  CHECK(got.inf == want.inf);
+  CHECK(got.amax == want.amax);
+  CHECK(got.amin == want.amin);
+}
+
 inline float te_amax_of(const std::vector<float>& x, std::int64_t rows, std::int64_t cols, std::int64_t r0,
                         std::int64_t r1, std::int64_t c0, std::int64_t c1) {
   float a = 0.0f;
