@@ -33,8 +33,47 @@ bool flagged(WeightVerdict v) {
   return v == WeightVerdict::kScaleDiffers || v == WeightVerdict::kCodesDiffer || v == WeightVerdict::kFormatDiffers;
 }
 
+bool same_scale(double a, double b) { return std::fabs(a - b) <= kScaleTolerance * std::fabs(b); }
+
+// A block-scaled weight (MXFP8, NVFP4, 1x128, 128x128): only training's own codes of the same
+// layout can be compared, by their fingerprint and their smallest and largest block scale; the
+// daemon fingerprints a BF16 weight's per-tensor cast, not its block casts.
+void check_block_scaled(WeightCheck& c, const RecordPoint& inf, const std::string& inf_layout,
+                        const TensorRecords& training) {
+  std::string fmt;
+  const RecordPoint* ref = latest(training.find("observed", &fmt));
+  if (ref == nullptr || training.scale_layout.empty()) {
+    c.verdict = WeightVerdict::kNotComparable;
+    c.detail = "inference casts this weight with " + inf_layout +
+               " block scales; training has no block-scaled codes of it to compare with";
+    return;
+  }
+  c.training_step = ref->step;
+  c.training_format = fmt;
+  c.training_scale = ref->scale;
+  c.training_source = "observed";
+  if (fmt != c.format || training.scale_layout != inf_layout) {
+    c.verdict = WeightVerdict::kFormatDiffers;
+    c.detail = "inference casts to " + c.format + " with " + inf_layout + " scales, training to " + fmt + " with " +
+               training.scale_layout;
+  } else if (!same_scale(inf.scale, ref->scale) || !same_scale(inf.scale_max, ref->scale_max)) {
+    c.verdict = WeightVerdict::kScaleDiffers;
+    c.detail = format("block scales %.7g to %.7g, training ended with %.7g to %.7g", inf.scale, inf.scale_max,
+                      ref->scale, ref->scale_max);
+  } else if (inf.codes_digest.empty() || ref->codes_digest.empty() || inf.codes_digest != ref->codes_digest) {
+    c.verdict = inf.codes_digest.empty() || ref->codes_digest.empty() ? WeightVerdict::kNotComparable
+                                                                       : WeightVerdict::kCodesDiffer;
+    c.detail = c.verdict == WeightVerdict::kCodesDiffer
+                   ? "the same block scale range, but the codes differ from training's last (another checkpoint)"
+                   : "the same block scale range; no code fingerprint on one side";
+  } else {
+    c.verdict = WeightVerdict::kMatches;
+    c.detail = "the same codes and block scale range as training's last";
+  }
+}
+
 WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std::string& inf_format,
-                         const TensorRecords* training) {
+                         const std::string& inf_layout, const TensorRecords* training) {
   WeightCheck c;
   c.tensor = key;
   c.step = inf.step;
@@ -43,6 +82,10 @@ WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std
   if (training == nullptr) {
     c.verdict = WeightVerdict::kNotInTraining;
     c.detail = "training captured no weight of this layer and GEMM";
+    return c;
+  }
+  if (!inf_layout.empty()) {
+    check_block_scaled(c, inf, inf_layout, *training);
     return c;
   }
   // Trained in FP8: the codes and scale training's last step used. Trained in BF16: the scale and
@@ -65,7 +108,10 @@ WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std
   if (fmt != inf_format) {
     c.verdict = WeightVerdict::kFormatDiffers;
     c.detail = "inference casts to " + inf_format + ", training to " + fmt;
-  } else if (!(std::fabs(inf.scale - ref->scale) <= kScaleTolerance * std::fabs(ref->scale))) {
+  } else if (!training->scale_layout.empty()) {
+    c.verdict = WeightVerdict::kFormatDiffers;
+    c.detail = "inference casts with one per-tensor scale, training with " + training->scale_layout + " block scales";
+  } else if (!same_scale(inf.scale, ref->scale)) {
     c.verdict = WeightVerdict::kScaleDiffers;
     c.detail = format("scale %.7g, training ended with %.7g (%+.2f binades)", inf.scale, ref->scale,
                       std::log2(inf.scale / ref->scale));
@@ -111,7 +157,8 @@ std::optional<InferenceCheck> check_inference(const RunRecords& inference, const
     const RecordPoint* inf = latest(records.find("observed", &fmt));
     if (inf == nullptr) continue;  // inference ran this GEMM in high precision
     auto it = training.tensors.find(key);
-    out.weights.push_back(check_weight(key, *inf, fmt, it == training.tensors.end() ? nullptr : &it->second));
+    out.weights.push_back(
+        check_weight(key, *inf, fmt, records.scale_layout, it == training.tensors.end() ? nullptr : &it->second));
     out.flagged += flagged(out.weights.back().verdict);
   }
   if (out.weights.empty()) return std::nullopt;

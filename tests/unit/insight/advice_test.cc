@@ -362,3 +362,47 @@ TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's leve
     }
   }
 }
+
+TEST_CASE("inference check: block-scaled weights against training's own codes of the same layout", "[inference_check]") {
+  auto weight = [](std::uint64_t step, double smallest, double largest, const char* digest) {
+    RecordPoint p = point(step, {{"amax", 1.0}}, smallest, smallest);
+    p.scale_max = largest;
+    p.codes_digest = digest;
+    return p;
+  };
+  auto blocks = [](const char* format, const char* layout, RecordPoint p) {
+    TensorRecords t = with({{{"observed", format}, {p}}});
+    t.scale_layout = layout;
+    return t;
+  };
+  RunRecords training = run_of({
+      {{"same", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(9, 0.5, 64.0, "aa"))},
+      {{"rescaled", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(9, 0.5, 64.0, "bb"))},
+      {{"other_recipe", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(9, 0.5, 64.0, "cc"))},
+      {{"bf16", "fprop", "w"}, with({{kCurrent, {weight(9, 100.0, 100.0, "dd")}}})},
+      {{"per_tensor", "fprop", "w"}, blocks("e4m3", "vec128_32f", weight(9, 2.0, 8.0, "ee"))},
+  });
+  training.run = "train";
+  RunRecords inference = run_of({
+      {{"same", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(3, 0.5, 64.0, "aa"))},
+      {{"rescaled", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(3, 0.5, 128.0, "bb"))},
+      {{"other_recipe", "fprop", "w"}, blocks("e2m1", "vec16_ue4m3", weight(3, 0.5, 64.0, "cc"))},
+      {{"bf16", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(3, 0.5, 64.0, "dd"))},
+      {{"per_tensor", "fprop", "w"}, with({{{"observed", "e4m3"}, {weight(3, 2.0, 2.0, "ee")}}})},
+  });
+  inference.run = "serve";
+  const auto c = check_inference(inference, training);
+  REQUIRE(c);
+  std::map<std::string, WeightCheck> v;
+  for (const WeightCheck& w : c->weights) v[w.tensor.layer] = w;
+  CHECK(v["same"].verdict == WeightVerdict::kMatches);
+  CHECK(v["rescaled"].verdict == WeightVerdict::kScaleDiffers);
+  CHECK_THAT(v["rescaled"].detail, Catch::Contains("0.5 to 128, training ended with 0.5 to 64"));
+  CHECK(v["other_recipe"].verdict == WeightVerdict::kFormatDiffers);
+  CHECK_THAT(v["other_recipe"].detail, Catch::Contains("vec16_ue4m3"));
+  // The daemon fingerprints a BF16 weight's per-tensor cast only: nothing to hold MXFP8 codes to.
+  CHECK(v["bf16"].verdict == WeightVerdict::kNotComparable);
+  // Per-tensor codes against training's 1x128 blocks: its smallest block scale is no per-tensor scale.
+  CHECK(v["per_tensor"].verdict == WeightVerdict::kFormatDiffers);
+  CHECK(c->flagged == 3);
+}
