@@ -2,12 +2,14 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <regex>
+#include <limits>
 #include <unordered_map>
 
+#include "fp8scope/layer_pattern.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/stats.h"
 
@@ -44,21 +46,24 @@ Status exec(sqlite3* db, const std::string& sql) {
   return Status();
 }
 
-// REGEXP for layer filters, with the compiled patterns of one connection cached.
+// REGEXP for layer filters: linear-time layer patterns, the compiled ones of a connection cached
+// (a few at a time: filters come from queries, not from rows).
+using PatternCache = std::unordered_map<std::string, LayerPattern>;
+
 void regexp(sqlite3_context* ctx, int, sqlite3_value** argv) {
-  auto* cache = static_cast<std::unordered_map<std::string, std::regex>*>(sqlite3_user_data(ctx));
+  auto* cache = static_cast<PatternCache*>(sqlite3_user_data(ctx));
   const auto* pattern = reinterpret_cast<const char*>(sqlite3_value_text(argv[0]));
   const auto* text = reinterpret_cast<const char*>(sqlite3_value_text(argv[1]));
   if (pattern == nullptr || text == nullptr) return sqlite3_result_int(ctx, 0);
   auto it = cache->find(pattern);
   if (it == cache->end()) {
-    try {
-      it = cache->emplace(pattern, std::regex(pattern, std::regex::ECMAScript)).first;
-    } catch (const std::regex_error&) {
-      return sqlite3_result_error(ctx, "invalid regular expression", -1);
-    }
+    std::string error;
+    std::optional<LayerPattern> compiled = LayerPattern::compile(pattern, &error);
+    if (!compiled) return sqlite3_result_error(ctx, ("layer pattern: " + error).c_str(), -1);
+    if (cache->size() >= 16) cache->clear();
+    it = cache->emplace(pattern, std::move(*compiled)).first;
   }
-  sqlite3_result_int(ctx, std::regex_search(text, it->second) ? 1 : 0);
+  sqlite3_result_int(ctx, it->second.search(text) ? 1 : 0);
 }
 
 Result<sqlite3*> open_db(const std::string& path, bool read_only = false) {
@@ -70,9 +75,8 @@ Result<sqlite3*> open_db(const std::string& path, bool read_only = false) {
     return s;
   }
   sqlite3_busy_timeout(db, 5000);
-  sqlite3_create_function_v2(db, "regexp", 2, SQLITE_UTF8, new std::unordered_map<std::string, std::regex>, regexp,
-                             nullptr, nullptr,
-                             [](void* p) { delete static_cast<std::unordered_map<std::string, std::regex>*>(p); });
+  sqlite3_create_function_v2(db, "regexp", 2, SQLITE_UTF8, new PatternCache, regexp, nullptr, nullptr,
+                             [](void* p) { delete static_cast<PatternCache*>(p); });
   return db;
 }
 
@@ -307,9 +311,15 @@ const char* kFilterWhere =
     " AND (?5 = '' OR layer REGEXP ?5) AND (?6 = '' OR gemm = ?6) AND (?7 = '' OR operand = ?7)"
     " AND (?8 = '' OR recipe = ?8)";
 
+// Steps are stored as SQLite's signed INTEGER; bounds past its largest value select up to it (the
+// daemon refuses larger steps) rather than wrapping negative.
+sqlite3_int64 step_bound(std::uint64_t step) {
+  return static_cast<sqlite3_int64>(std::min<std::uint64_t>(step, std::numeric_limits<sqlite3_int64>::max()));
+}
+
 void bind_filter(sqlite3_stmt* q, const HistoryFilter& f) {
-  sqlite3_bind_int64(q, 1, static_cast<sqlite3_int64>(f.min_step));
-  sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(f.max_step));
+  sqlite3_bind_int64(q, 1, step_bound(f.min_step));
+  sqlite3_bind_int64(q, 2, step_bound(f.max_step));
   int i = 3;
   for (const std::string* t : {&f.job, &f.run, &f.layer_regex, &f.gemm, &f.operand, &f.recipe}) {
     sqlite3_bind_text(q, i++, t->c_str(), -1, SQLITE_TRANSIENT);

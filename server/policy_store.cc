@@ -1,7 +1,6 @@
 #include "policy_store.h"
 
-#include <regex>
-
+#include "fp8scope/layer_pattern.h"
 #include "fp8scope/sampling_rule.h"
 #include "fp8scope/wire.h"
 
@@ -39,11 +38,8 @@ void PolicyStore::unsubscribe(int id) {
 }
 
 Status validate_policy(const v1::Policy& p) {
-  if (p.layer_regex().size() > 1000) return Status::error("layer_regex: expected at most 1000 characters");
-  try {
-    std::regex check(p.layer_regex(), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return Status::error("layer_regex: not a valid ECMAScript regex: " + std::string(e.what()));
+  if (std::string error; !LayerPattern::compile(p.layer_regex(), &error)) {
+    return Status::error("layer_regex: not a layer pattern: " + error);
   }
   for (int op : p.operands()) {
     if (!wire::from_wire(static_cast<v1::Operand>(op))) return Status::error("operands: expected x, w or dy");

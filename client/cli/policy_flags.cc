@@ -1,12 +1,13 @@
 #include "policy_flags.h"
 
+#include "fp8scope/layer_pattern.h"
 #include "fp8scope/recipe.h"
 #include "fp8scope/wire.h"
 
 namespace fp8scope::cli {
 
 void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
-  cmd->add_option("--layer-regex", f.layer_regex, "Sample layers matching this ECMAScript regex ('' = all)");
+  cmd->add_option("--layer-regex", f.layer_regex, "Sample layers whose name this layer pattern matches (docs/operations.md; '' = all)");
   cmd->add_option("--operands", f.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
   cmd->add_option("--every", f.every, "Sample every N steps");
   cmd->add_option("--start-step", f.start_step, "First step to sample");
@@ -32,6 +33,9 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
       if (!kind) return Status::error("--recipe: unknown recipe " + r);
       p.add_recipes(wire::to_wire(*kind));
     }
+  }
+  if (std::string error; f.layer_regex && !LayerPattern::compile(*f.layer_regex, &error)) {
+    return Status::error("--layer-regex: not a layer pattern: " + error);
   }
   if (f.layer_regex) p.set_layer_regex(*f.layer_regex);
   if (f.every) p.set_every_n_steps(*f.every);

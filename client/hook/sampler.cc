@@ -67,13 +67,13 @@ void Sampler::adopt(const shm::PolicyCopy& p) {
   std::lock_guard<std::mutex> lock(mu_);
   max_bytes_per_step_ = p.max_bytes_per_step;
   layer_cache_.clear();
-  match_all_ = p.layer_regex[0] == '\0';
-  if (!match_all_) {
-    try {
-      layer_regex_ = std::regex(p.layer_regex, std::regex::ECMAScript | std::regex::optimize);
-    } catch (const std::regex_error&) {
-      warn("layer regex", p.layer_regex, "an ECMAScript regular expression");
-      match_all_ = true;
+  layer_pattern_.reset();
+  if (p.layer_regex[0] != '\0') {
+    std::string error;
+    layer_pattern_ = LayerPattern::compile(p.layer_regex, &error);
+    if (!layer_pattern_) {
+      error = "a layer pattern (" + error + ")";
+      warn("layer regex", p.layer_regex, error.c_str());
     }
   }
 }
@@ -94,10 +94,10 @@ bool Sampler::step_selected(const shm::Header* segment, std::uint64_t step) {
 
 bool Sampler::layer_selected(const std::string& layer) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (match_all_) return true;
+  if (!layer_pattern_) return true;
   if (const auto it = layer_cache_.find(layer); it != layer_cache_.end()) return it->second;
   if (layer_cache_.size() >= kMaxCachedLayers) layer_cache_.clear();
-  const bool selected = std::regex_search(layer, layer_regex_);
+  const bool selected = layer_pattern_->search(layer);
   layer_cache_.emplace(layer, selected);
   return selected;
 }

@@ -7,10 +7,11 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <regex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "fp8scope/layer_pattern.h"
 #include "fp8scope/shm_ring.h"
 #include "gemm_operands.h"
 
@@ -41,8 +42,7 @@ class Sampler {
 
   std::mutex mu_;  // below: the sampled path and policy changes
   std::uint64_t max_bytes_per_step_ = 0;
-  bool match_all_ = true;
-  std::regex layer_regex_;
+  std::optional<LayerPattern> layer_pattern_;  // none: every layer
   std::unordered_map<std::string, bool> layer_cache_;
   std::uint64_t budget_step_ = ~0ull, budget_used_ = 0;
 };

@@ -28,7 +28,7 @@ TEST_CASE("policies that cannot be applied are refused", "[policy]") {
   PolicyStore store;
   v1::Policy bad;
   bad.set_layer_regex("([unclosed");
-  CHECK(store.set(bad).message().find("layer_regex: not a valid ECMAScript regex") == 0);
+  CHECK(store.set(bad).message().find("layer_regex: not a layer pattern: missing ']' at offset 10") == 0);
   bad = v1::Policy();
   bad.add_operands(static_cast<v1::Operand>(9));
   CHECK(!store.set(bad).ok());
