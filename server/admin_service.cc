@@ -4,6 +4,7 @@
 
 #include <deque>
 
+#include "fp8scope/layer_pattern.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/scale_layout.h"
 #include "fp8scope/wire.h"
@@ -105,6 +106,9 @@ grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::Cal
   f.job = q->job();
   f.run = q->run();
   f.layer_regex = q->layer_regex();
+  if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
+    return new BatchWriter({}, {grpc::StatusCode::INVALID_ARGUMENT, "layer_regex: not a layer pattern: " + error});
+  }
   if (q->gemm() != v1::GEMM_UNSPECIFIED) f.gemm = wire::gemm_name(q->gemm());
   if (q->operand() != v1::OPERAND_UNSPECIFIED) f.operand = wire::operand_label(q->operand());
   f.recipe = q->recipe();

@@ -18,7 +18,11 @@ double now_seconds() {
 }  // namespace
 
 AnalysisPipeline::AnalysisPipeline(PipelineDeps deps)
-    : d_(deps), analyzer_(*deps.engine), publisher_(*deps.series, *deps.tensors, *deps.history) {}
+    : d_(deps),
+      analyzer_(*deps.engine),
+      publisher_(*deps.series, *deps.tensors, *deps.history),
+      // Waiting GEMM operands keep their leases: at most a quarter of the queue budget.
+      gemm_pairs_(16, 64ull << 20, deps.budget->capacity() / 4) {}
 
 AnalysisPipeline::~AnalysisPipeline() {
   d_.queue->close();
@@ -65,7 +69,7 @@ void AnalysisPipeline::process(Sample& s) {
   }
   publisher_.publish(s, analysis.value());
   if (!dtype_is_codes(s.dtype)) {
-    if (std::optional<GemmPair> pair = gemm_pairs_.offer(s)) check_gemm(*pair);
+    if (std::optional<GemmPair> pair = gemm_pairs_.offer(std::move(s))) check_gemm(*pair);
   }
   d_.health->sample_analyzed(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - s.completed).count());

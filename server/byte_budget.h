@@ -1,7 +1,8 @@
-// The daemon's memory budget for sample payloads: a stream reserves a sample's bytes when its first
-// chunk arrives and the reservation travels with the sample until its analysis is done, so memory
-// waiting in the pipeline never exceeds the budget. A full budget drops samples; it never blocks a
-// training process.
+// The daemon's memory budget for sample payloads: a stream reserves a sample's bytes as its chunks
+// arrive (not what its header declares, so a client that declares a huge sample and stalls holds
+// only what it sent) and the reservation travels with the sample until its analysis is done, so
+// memory waiting in the pipeline never exceeds the budget. A full budget drops samples; it never
+// blocks a training process.
 #pragma once
 
 #include <atomic>
@@ -48,6 +49,13 @@ class BudgetLease {
     return *this;
   }
   ~BudgetLease() { reset(); }
+  // Holds `bytes` more, or nothing more and false when the budget cannot give them.
+  bool grow(std::uint64_t bytes) {
+    if (budget_ == nullptr || !budget_->try_reserve(bytes)) return false;
+    bytes_ += bytes;
+    return true;
+  }
+  std::uint64_t bytes() const { return bytes_; }
   void reset() {
     if (budget_ != nullptr) budget_->release(bytes_);
     budget_ = nullptr;

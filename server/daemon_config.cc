@@ -1,5 +1,8 @@
 #include "daemon_config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <sstream>
@@ -51,7 +54,13 @@ bool is_loopback_address(const std::string& address) {
   std::string host = address;
   if (const auto colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  // Literal addresses only (and "localhost", loopback by RFC 6761): a name such as
+  // 127.attacker.example is resolved later, to anything.
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return host == "localhost";
 }
 
 Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {

@@ -1,6 +1,8 @@
 // Pairs the X and W samples of one forward GEMM (same job, run, rank, layer and step) so the
 // daemon can compare the GEMM's FP8 output with its high-precision output. Keeps the latest
-// unmatched operand of a few GEMMs (copies, bounded in count and size); a pair is handed out once.
+// unmatched operand of a few GEMMs, bounded in count and bytes; a pair is handed out once. A
+// waiting operand is the analyzed sample's own payload, moved here with its lease on the queue
+// budget, so memory held for pairing is inside the daemon's stated budget, not beside it.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +23,20 @@ struct GemmPair {
   std::int64_t x_rows, x_cols, w_rows, w_cols;
   float x_scale_inv, w_scale_inv;
   Payload x, w;
+  BudgetLease x_lease, w_lease;
 };
 
 class GemmPairing {
  public:
-  GemmPairing(std::size_t max_pending = 16, std::uint64_t max_operand_bytes = 64ull << 20)
-      : max_pending_(max_pending), max_operand_bytes_(max_operand_bytes) {}
+  GemmPairing(std::size_t max_pending = 16, std::uint64_t max_operand_bytes = 64ull << 20,
+              std::uint64_t max_pending_bytes = 256ull << 20)
+      : max_pending_(max_pending), max_operand_bytes_(max_operand_bytes), max_pending_bytes_(max_pending_bytes) {}
 
-  // Offers an fprop operand; returns the pair when its partner was already waiting.
-  std::optional<GemmPair> offer(const Sample& sample);
+  // Offers an analyzed fprop operand; returns the pair when its partner was already waiting. Takes
+  // the sample's payload and lease when it keeps or pairs it; leaves other samples untouched.
+  std::optional<GemmPair> offer(Sample&& sample);
+
+  std::uint64_t pending_bytes() const;
 
  private:
   struct Pending {
@@ -42,10 +49,12 @@ class GemmPairing {
     std::int64_t rows, cols;
     float scale_inv;
     Payload payload;
+    BudgetLease lease;
   };
   std::size_t max_pending_;
-  std::uint64_t max_operand_bytes_;
-  std::mutex mu_;
+  std::uint64_t max_operand_bytes_, max_pending_bytes_;
+  std::uint64_t pending_bytes_ = 0;
+  mutable std::mutex mu_;
   std::list<Pending> pending_;  // oldest first
 };
 

@@ -2,12 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
 
 #include "fp8scope/wire.h"
+#include "fp8scope/wire_enums.h"
 #include "sample_validation.h"
 
 namespace fp8scope::server {
@@ -17,7 +19,7 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage> {
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(const IngestDeps& deps, grpc::CallbackServerContext* context, bool accepting)
       : deps_(deps), peer_(context->peer()) {
@@ -35,7 +37,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
       finish(grpc::Status::OK);
       return;
     }
-    const grpc::Status s = handle(in_);
+    v1::ClientMessage message;
+    if (!grpc::SerializationTraits<v1::ClientMessage>::Deserialize(&in_, &message).ok()) {
+      spdlog::warn("client {} sent a message that is not a fp8scope.v1 ClientMessage (or has a string that is not "
+                   "UTF-8); stream ended", peer_);
+      finish({grpc::StatusCode::INVALID_ARGUMENT,
+              "undecodable ClientMessage: not fp8scope.v1 protobuf, or a string field that is not UTF-8"});
+      return;
+    }
+    const grpc::Status s = handle(message);
     if (!s.ok()) {
       finish(s);
       return;
@@ -80,12 +90,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
       case v1::ClientMessage::kHello: return on_hello(m.hello());
       case v1::ClientMessage::kChunk: on_chunk(m.chunk()); return grpc::Status::OK;
       case v1::ClientMessage::kStep: {
+        if (m.step().step() > kMaxStep) return scalar_refused("a step above " + std::to_string(kMaxStep));
         deps_.history->add(ScalarRecord{now_seconds(), client_->job, client_->run, client_->rank, m.step().step(),
                                         "step_started", now_seconds()});
         return grpc::Status::OK;
       }
       case v1::ClientMessage::kScalar: {
-        if (!valid_label(m.scalar().name())) return grpc::Status::OK;  // counted nowhere: scalars are best effort
+        if (m.scalar().step() > kMaxStep) return scalar_refused("a step above " + std::to_string(kMaxStep));
+        if (!valid_label(m.scalar().name())) {
+          return scalar_refused("a name that is not 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
+        }
         deps_.history->add(ScalarRecord{now_seconds(), client_->job, client_->run, client_->rank, m.scalar().step(),
                                         m.scalar().name(), m.scalar().value()});
         return grpc::Status::OK;
@@ -94,6 +108,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
       case v1::ClientMessage::KIND_NOT_SET: break;
     }
     return {grpc::StatusCode::INVALID_ARGUMENT, "empty ClientMessage"};
+  }
+
+  // A step mark or scalar history cannot keep: counted and dropped, the stream goes on (told once).
+  grpc::Status scalar_refused(const std::string& why) {
+    deps_.health->sample_dropped("bad_scalar");
+    if (!scalar_refusal_logged_) spdlog::warn("client {} sent a step or scalar with {}; dropped", peer_, why);
+    scalar_refusal_logged_ = true;
+    return grpc::Status::OK;
   }
 
   grpc::Status on_hello(const v1::Hello& hello) {
@@ -122,16 +144,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     w->set_max_chunk_bytes(deps_.limits.max_chunk_bytes);
     w->set_max_inflight_bytes(deps_.max_inflight_bytes);
     w->set_max_sample_bytes(deps_.limits.max_sample_bytes);
-    send(std::move(welcome));
+    send(welcome);
     // The current policy now, and every change later; the listener is removed in OnDone.
     policy_subscription_ = deps_.policy->subscribe([this](const v1::Policy& p) {
       v1::ServerMessage m;
       *m.mutable_policy() = p;
-      send(std::move(m));
+      send(m);
     });
     v1::ServerMessage policy;
     *policy.mutable_policy() = deps_.policy->get();
-    send(std::move(policy));
+    send(policy);
     return grpc::Status::OK;
   }
 
@@ -152,24 +174,43 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
         ack.mutable_ack()->set_reason(e.refusal.reason);
         if (!dropped) spdlog::warn("client {} sample {} rejected: {}", peer_, e.sample_id, e.refusal.message);
       }
-      send(std::move(ack));
+      send(ack);
     }
   }
 
   // The client reports cumulative counts; the metrics get the increase since its last report.
+  // Reasons are a closed set (wire_enums.h); an unknown one (a newer client's) counts as "other",
+  // remembered for the first few so its running total is not counted twice, and counted once
+  // beyond that, so neither metric series nor this stream's memory grow with what a client invents.
   void on_counters(const v1::ClientCounters& c) {
+    std::uint64_t other = 0;
     for (const auto& [reason, total] : c.dropped()) {
-      if (!valid_label(reason) || reason.size() > 64) continue;
-      std::uint64_t& seen = client_dropped_[reason];
-      if (total > seen && client_dropped_.size() <= 32) deps_.health->sample_dropped("client_" + reason, total - seen);
-      seen = std::max(seen, total);
+      const auto known = std::find(std::begin(kClientDropReasons), std::end(kClientDropReasons), reason);
+      if (known != std::end(kClientDropReasons)) {
+        std::uint64_t& seen = client_dropped_[*known];
+        if (total > seen) deps_.health->sample_dropped("client_" + reason, total - seen);
+        seen = std::max(seen, total);
+        continue;
+      }
+      const auto it = other_dropped_.find(reason);
+      if (it == other_dropped_.end()) {
+        if (other_dropped_.size() < kMaxOtherReasons) other_dropped_.emplace(reason, total);
+        other += total;
+      } else if (total > it->second) {
+        other += total - it->second;
+        it->second = total;
+      }
     }
+    if (other > 0) deps_.health->sample_dropped("client_other", other);
   }
 
-  void send(v1::ServerMessage m) {
+  void send(const v1::ServerMessage& m) {
+    grpc::ByteBuffer bytes;
+    bool own_buffer = false;
+    if (!grpc::SerializationTraits<v1::ServerMessage>::Serialize(m, &bytes, &own_buffer).ok()) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    out_.push_back(std::move(m));
+    out_.push_back(std::move(bytes));
     if (!writing_) {
       writing_ = true;
       StartWrite(&out_.front());
@@ -191,13 +232,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
 
   const IngestDeps& deps_;
   const std::string peer_;
-  v1::ClientMessage in_;
+  grpc::ByteBuffer in_;
   std::shared_ptr<const ClientInfo> client_;
   std::optional<SampleAssembler> assembler_;
-  std::map<std::string, std::uint64_t> client_dropped_;
+  static constexpr std::size_t kMaxOtherReasons = 16;
+  std::map<std::string_view, std::uint64_t> client_dropped_;
+  std::map<std::string, std::uint64_t> other_dropped_;  // the first unknown reasons and their totals
+  bool scalar_refusal_logged_ = false;
   int policy_subscription_ = 0;
   std::mutex mu_;
-  std::deque<v1::ServerMessage> out_;
+  std::deque<grpc::ByteBuffer> out_;
   bool writing_ = false;
   bool closed_ = false;  // no more sends
   bool finish_called_ = false;
@@ -206,7 +250,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* IngestService::Stream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* IngestService::Stream(
     grpc::CallbackServerContext* context) {
   return new StreamReactor(deps_, context, accepting_.load());
 }

@@ -1,7 +1,9 @@
 // The Ingest service: one reactor per training process's Stream, owning that stream's state
 // (client identity, the sample being reassembled, outgoing messages). It answers Hello with a
 // Welcome and the policy, pushes every later policy change, acknowledges each sample, and never
-// blocks the stream on analysis: complete samples go to the ingest queue.
+// blocks the stream on analysis: complete samples go to the ingest queue. The stream is served raw
+// (bytes in, bytes out) so that a message that does not decode ends it with an error the client
+// sees and a log line, instead of looking like the client's own end of stream.
 #pragma once
 
 #include <atomic>
@@ -29,11 +31,11 @@ struct IngestDeps {
   std::string daemon_version;
 };
 
-class IngestService final : public v1::Ingest::CallbackService {
+class IngestService final : public v1::Ingest::WithRawCallbackMethod_Stream<v1::Ingest::Service> {
  public:
   explicit IngestService(IngestDeps deps) : deps_(std::move(deps)) {}
 
-  grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* Stream(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(grpc::CallbackServerContext* context) override;
 
   // Refuse new streams (shutdown has begun).
   void stop_accepting() { accepting_ = false; }

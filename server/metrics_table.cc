@@ -47,7 +47,8 @@ std::vector<MetricDef> build() {
   counter("fp8scope_samples_total", "Samples received complete and queued for analysis.", "samples", {});
   counter("fp8scope_samples_analyzed_total", "Samples analyzed.", "samples", {});
   counter("fp8scope_samples_dropped_total",
-          "Samples not analyzed, by reason (daemon side: queue_full, bad_shape, ...; client side: client_*).",
+          "Samples not analyzed, by reason (daemon side: queue_full, bad_shape, bad_step, ...; bad_scalar for a "
+          "step mark or scalar; client side: client_ and one of the hook's reasons, client_other for any other).",
           "samples", {"reason"});
   counter("fp8scope_received_bytes_total", "Payload bytes received.", "bytes", {});
   gauge("fp8scope_queue_bytes", "Payload bytes waiting for analysis.", "bytes", {});

@@ -43,13 +43,8 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
     const HeaderCheck check = check_header(chunk.header(), limits_.max_sample_bytes);
     if (!check.shape) return refuse(AssemblerEvent::Kind::kRejected, check.refusal.reason, check.refusal.message);
     const std::uint64_t bytes = chunk.header().payload_bytes();
-    if (!budget_->try_reserve(bytes)) {
-      return refuse(AssemblerEvent::Kind::kDropped, "queue_full",
-                    "the daemon's queue memory budget is full (" + std::to_string(budget_->used()) + " of " +
-                        std::to_string(budget_->capacity()) + " bytes)");
-    }
     current_.emplace();
-    current_->lease = BudgetLease(budget_, bytes);
+    current_->lease = BudgetLease(budget_, 0);
     current_->client = client_;
     current_->header = chunk.header();
     current_->dtype = check.shape->dtype;
@@ -75,6 +70,11 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
     return refuse(AssemblerEvent::Kind::kRejected, "size_mismatch",
                   "sample " + std::to_string(id) + ": chunks carry more than payload_bytes " +
                       std::to_string(current_->payload.size()));
+  }
+  if (!current_->lease.grow(chunk.data().size())) {
+    return refuse(AssemblerEvent::Kind::kDropped, "queue_full",
+                  "the daemon's queue memory budget is full (" + std::to_string(budget_->used()) + " of " +
+                      std::to_string(budget_->capacity()) + " bytes)");
   }
   std::memcpy(current_->payload.data() + received_, chunk.data().data(), chunk.data().size());
   received_ += chunk.data().size();

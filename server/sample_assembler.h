@@ -1,5 +1,5 @@
 // Reassembles one stream's tensor samples from their chunks: validates the header of the first
-// chunk, reserves the payload from the daemon's budget, checks that chunks come in order without
+// chunk, reserves each chunk's bytes from the daemon's budget as it arrives, checks that chunks come in order without
 // gaps, and yields the sample when its last chunk arrives. One sample at a time per stream; a
 // sample that is refused has its remaining chunks skipped quietly. Holds no locks and does no I/O,
 // so it is tested and fuzzed directly.

@@ -30,6 +30,10 @@ std::optional<Refusal> check_hello(const v1::Hello& hello) {
   if (!valid_label(hello.job()) || !valid_label(hello.run())) {
     return Refusal{"bad_hello", "job and run must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters"};
   }
+  // The host is logged and stored: no line breaks to forge log lines with, no megabyte lines.
+  if (!hello.host().empty() && !valid_label(hello.host())) {
+    return Refusal{"bad_hello", "host must be at most " + std::to_string(kMaxLabelBytes) + " printable ASCII characters"};
+  }
   if (hello.world_size() != 0 && hello.rank() >= hello.world_size()) {
     return Refusal{"bad_hello", "rank " + std::to_string(hello.rank()) + " is not below world_size " +
                                     std::to_string(hello.world_size())};
@@ -44,6 +48,7 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
     return refuse("bad_layer", "layer must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
   if (!wire::from_wire(h.operand())) return refuse("bad_operand", "operand must be x, w or dy");
+  if (h.step() > kMaxStep) return refuse("bad_step", "step " + std::to_string(h.step()) + " is above " + std::to_string(kMaxStep));
   if (!wire::from_wire(h.gemm())) return refuse("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
   if (h.shape_size() > kMaxRank) {
     return refuse("bad_shape", "expected at most " + std::to_string(kMaxRank) + " dimensions, got " +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "fp8scope/dtype.h"
@@ -13,6 +14,8 @@
 namespace fp8scope::server {
 
 inline constexpr std::size_t kMaxLabelBytes = 200;  // job, run, layer names
+// History keeps steps as signed 64-bit integers (SQLite's INTEGER); a larger one would not round-trip.
+inline constexpr std::uint64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
 inline constexpr int kMaxRank = 8;                  // tensor dimensions
 
 struct Refusal {

@@ -51,4 +51,14 @@ enum class ScaleLayout : std::uint8_t {
   kVec16Ue4m3 = 8,      // VEC16_UE4M3 (NVFP4): one UE4M3 per 1x16 block along K, tiled 128x4
 };
 
+// What a client drops before a sample reaches the daemon: the keys of ClientCounters.dropped, in
+// the hook's order (shm_ring.h). A closed set: the daemon counts any other key as "other", so a
+// client cannot mint metric series.
+inline constexpr const char* kClientDropReasons[] = {
+    "ring_full",          "staging_full",       "budget",
+    "too_large",          "graph_capture",      "unsupported_dtype",
+    "unsupported_layout", "pointer_array_batch", "unsupported_scale_mode",
+    "no_context",         "cuda_error",         "daemon_unreachable",
+    "daemon_refused",     "daemon_too_old"};
+
 }  // namespace fp8scope

@@ -55,6 +55,12 @@ TEST_CASE("listening beyond loopback needs TLS, a token, or --insecure", "[daemo
   CHECK(is_loopback_address("unix:///run/fp8scope.sock"));
   CHECK(is_loopback_address("[::1]:7767"));
   CHECK(!is_loopback_address("10.0.0.3:7767"));
+  // Names are resolved later, to anything: only literal loopback addresses count.
+  CHECK(!is_loopback_address("127.attacker.example:0"));
+  CHECK(!is_loopback_address("127.0.0.1.nip.io:7767"));
+  CHECK(is_loopback_address("127.0.0.2:7767"));
+  CHECK(is_loopback_address("localhost:7767"));
+  CHECK(!is_loopback_address("[::ffff:10.0.0.3]:7767"));
 }
 
 TEST_CASE("nonsense is refused with what was expected", "[daemon_config]") {

@@ -46,3 +46,30 @@ TEST_CASE("waiting operands are bounded, oldest first out", "[gemm_pairing]") {
   CHECK(!p.offer(sample("a", 1, v1::OPERAND_W)));
   CHECK(p.offer(sample("c", 1, v1::OPERAND_W)));
 }
+
+TEST_CASE("a waiting operand keeps its lease on the queue budget, and waiting bytes are bounded", "[gemm_pairing]") {
+  ByteBudget budget(1 << 20);
+  auto leased = [&](const std::string& layer, v1::Operand op) {
+    Sample s = sample(layer, 1, op);
+    REQUIRE(budget.try_reserve(s.payload.size()));
+    s.lease = BudgetLease(&budget, s.payload.size());
+    return s;
+  };
+  GemmPairing p(16, 1 << 20, 64);  // two 32-byte operands wait at most
+  CHECK(!p.offer(leased("a", v1::OPERAND_X)));
+  CHECK(!p.offer(leased("b", v1::OPERAND_X)));
+  CHECK(budget.used() == 64);  // held by the waiting operands, not copies beside the budget
+  CHECK(!p.offer(leased("c", v1::OPERAND_X)));  // evicts a: its bytes go back
+  CHECK(budget.used() == 64);
+  CHECK(p.pending_bytes() == 64);
+  {
+    auto pair = p.offer(leased("b", v1::OPERAND_W));
+    REQUIRE(pair);
+    CHECK(budget.used() == 64);  // b's X and W, until the check is done
+    CHECK(p.pending_bytes() == 32);
+  }
+  CHECK(budget.used() == 32);  // c's X alone
+  Sample dy = leased("c", v1::OPERAND_DY);
+  CHECK(!p.offer(std::move(dy)));
+  CHECK(dy.payload.size() == 32);  // not an fprop X or W: left with its owner
+}

@@ -46,8 +46,9 @@ TEST_CASE("a sample in three chunks completes and holds its bytes until released
   Fixture f;
   const v1::TensorHeader h = header(4, 64);  // 1024 bytes
   CHECK(f.assembler.add(chunk(1, 0, 400, false, &h)).empty());
-  CHECK(f.budget.used() == 1024);
+  CHECK(f.budget.used() == 400);  // what arrived, not what the header declares
   CHECK(f.assembler.add(chunk(1, 400, 400, false)).empty());
+  CHECK(f.budget.used() == 800);
   auto events = f.assembler.add(chunk(1, 800, 224, true));
   REQUIRE(events.size() == 1);
   REQUIRE(events[0].kind == AssemblerEvent::Kind::kComplete);
@@ -123,6 +124,24 @@ TEST_CASE("a full budget drops the sample (not an error) and the stream goes on"
   CHECK(second[0].refusal.reason == "queue_full");
   first[0].sample.reset();
   CHECK(a.add(chunk(3, 0, 64, true, &h))[0].kind == AssemblerEvent::Kind::kComplete);
+}
+
+TEST_CASE("a stream that declares a huge sample and stalls holds only what it sent", "[assembler]") {
+  ByteBudget budget(1 << 20);
+  SampleAssembler stalled(std::make_shared<ClientInfo>(), AssemblerLimits{1 << 20, 1024}, &budget);
+  SampleAssembler good(std::make_shared<ClientInfo>(), AssemblerLimits{1 << 20, 1024}, &budget);
+  const v1::TensorHeader huge = header(1024, 256);  // the whole budget: 1 MiB of f32
+  CHECK(stalled.add(chunk(1, 0, 1024, false, &huge)).empty());
+  CHECK(budget.used() == 1024);
+  const v1::TensorHeader h = header(64, 64);  // 16 KiB
+  for (std::uint64_t id = 1; id <= 16; ++id) {
+    std::vector<AssemblerEvent> events;
+    for (std::uint64_t offset = 0; offset < 16384; offset += 1024) {
+      events = good.add(chunk(id, offset, 1024, offset + 1024 == 16384, offset == 0 ? &h : nullptr));
+    }
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].kind == AssemblerEvent::Kind::kComplete);
+  }
 }
 
 TEST_CASE("a sample larger than the daemon's limit is refused before anything is allocated", "[assembler]") {

@@ -10,7 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <optional>
+
+#include "fp8scope/wire_enums.h"
 
 namespace fp8scope::shm {
 
@@ -37,12 +40,8 @@ enum DropReason : std::uint32_t {
   kDaemonTooOld,       // FP4 codes or a scale tensor, for a daemon that reads protocol 1 only
   kDropReasonCount
 };
-inline constexpr const char* kDropReasonNames[kDropReasonCount] = {
-    "ring_full",          "staging_full",       "budget",
-    "too_large",          "graph_capture",      "unsupported_dtype",
-    "unsupported_layout", "pointer_array_batch", "unsupported_scale_mode",
-    "no_context",         "cuda_error",         "daemon_unreachable",
-    "daemon_refused",     "daemon_too_old"};
+inline constexpr const auto& kDropReasonNames = kClientDropReasons;
+static_assert(std::size(kClientDropReasons) == kDropReasonCount, "a drop reason without its wire name");
 
 enum class RecordKind : std::uint32_t { kPadding = 1, kSample = 2, kStep = 3, kScalar = 4 };
 

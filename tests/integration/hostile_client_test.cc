@@ -1,0 +1,323 @@
+// fp8scoped against a client that is broken or hostile, through the real binary and a raw gRPC
+// stream that can send any bytes: patterns that crash or stall a backtracking regex engine, strings
+// that forge log lines, messages that do not decode, invented drop reasons, steps the history
+// cannot hold, and listen addresses that only look like loopback. Each case ends with the daemon
+// still serving and what it had accepted still there.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <limits>
+#include <sstream>
+
+#include "../support/daemon_fixture.h"
+#include "../support/temp_dir.h"
+#include "fp8scope/sample_stream.h"
+#include "fp8scope/wire.h"
+
+using namespace fp8scope;
+using namespace fp8scope::testing;
+
+namespace {
+
+v1::Hello hello(const std::string& run) {
+  v1::Hello h;
+  h.set_protocol_version(wire::kProtocolVersion);
+  h.set_job("hostile");
+  h.set_run(run);
+  h.set_world_size(1);
+  return h;
+}
+
+ConnectionOptions to(const DaemonProcess& d) {
+  ConnectionOptions o;
+  o.endpoint = d.grpc();
+  return o;
+}
+
+// One f32 sample of 4x8 elements with this layer and step.
+v1::TensorHeader header(const std::string& layer, std::uint64_t step) {
+  v1::TensorHeader h;
+  h.set_step(step);
+  h.set_layer(layer);
+  h.set_gemm(v1::GEMM_FPROP);
+  h.set_operand(v1::OPERAND_X);
+  h.set_dtype(v1::DTYPE_F32);
+  h.add_shape(4);
+  h.add_shape(8);
+  return h;
+}
+const std::vector<float> kValues(32, 0.75f);
+std::span<const std::uint8_t> payload() {
+  return {reinterpret_cast<const std::uint8_t*>(kValues.data()), kValues.size() * sizeof(float)};
+}
+
+// The Ingest stream as bytes: whatever a client may put on the wire, one operation at a time.
+class RawStream {
+ public:
+  explicit RawStream(const std::shared_ptr<grpc::Channel>& channel) : stub_(channel) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    call_ = stub_.PrepareCall(&context_, "/fp8scope.v1.Ingest/Stream", &queue_);
+    call_->StartCall(this);
+    wait();
+  }
+  ~RawStream() {
+    context_.TryCancel();
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+
+  bool write(const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call_->Write(buffer, this);
+    return wait();
+  }
+  bool write(const v1::ClientMessage& m) { return write(m.SerializeAsString()); }
+
+  std::optional<v1::ServerMessage> read() {
+    grpc::ByteBuffer buffer;
+    call_->Read(&buffer, this);
+    if (!wait()) return std::nullopt;
+    std::vector<grpc::Slice> slices;
+    REQUIRE(buffer.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    v1::ServerMessage m;
+    REQUIRE(m.ParseFromString(bytes));
+    return m;
+  }
+
+  // Half-closes, reads what is left, and returns the stream's status.
+  grpc::Status finish(std::vector<v1::ServerMessage>* rest = nullptr) {
+    call_->WritesDone(this);
+    wait();
+    while (std::optional<v1::ServerMessage> m = read()) {
+      if (rest != nullptr) rest->push_back(*m);
+    }
+    grpc::Status status;
+    call_->Finish(&status, this);
+    wait();
+    return status;
+  }
+
+ private:
+  bool wait() {
+    void* tag = nullptr;
+    bool ok = false;
+    REQUIRE(queue_.Next(&tag, &ok));
+    return ok;
+  }
+
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+  grpc::CompletionQueue queue_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+v1::ClientMessage hello_message(const std::string& run) {
+  v1::ClientMessage m;
+  *m.mutable_hello() = hello(run);
+  return m;
+}
+
+// Writes Hello and reads the Welcome and the policy that answer it.
+void say_hello(RawStream& s, const std::string& run) {
+  REQUIRE(s.write(hello_message(run)));
+  const std::optional<v1::ServerMessage> welcome = s.read();
+  REQUIRE(welcome);
+  REQUIRE(welcome->has_welcome());
+  REQUIRE(s.read());  // the policy
+}
+
+v1::ClientMessage chunk_message(std::uint64_t id, const v1::TensorHeader& h) {
+  v1::ClientMessage m;
+  v1::TensorChunk* c = m.mutable_chunk();
+  c->set_sample_id(id);
+  *c->mutable_header() = h;
+  c->mutable_header()->set_payload_bytes(payload().size());
+  c->set_data(payload().data(), payload().size());
+  c->set_last(true);
+  return m;
+}
+
+bool daemon_serves(const DaemonProcess& d) {
+  return cli({"status", "--endpoint", d.grpc(), "--timeout", "10"}).exit_code == 0;
+}
+
+std::vector<v1::HistoryRow> query_history(const DaemonProcess& d, const v1::HistoryQuery& q, grpc::Status* status) {
+  auto stub = v1::Admin::NewStub(open_channel(to(d)).value());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub->QueryHistory(&ctx, q);
+  std::vector<v1::HistoryRow> rows;
+  v1::HistoryBatch batch;
+  while (reader->Read(&batch)) rows.insert(rows.end(), batch.rows().begin(), batch.rows().end());
+  *status = reader->Finish();
+  return rows;
+}
+
+// The series of a metric whose labels contain `labels_part`.
+int series_count(const std::string& exposition, const std::string& name, const std::string& labels_part) {
+  std::istringstream in(exposition);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    n += line.rfind(name + "{", 0) == 0 && line.find(labels_part) != std::string::npos;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("patterns that crash or stall a backtracking regex engine are refused or answered at once", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto stream = SampleStream::open(to(daemon), hello("patterns"));
+  REQUIRE(stream.ok());
+  const std::string as(24, 'a');
+  REQUIRE(stream.value()->send(header(as, 1), payload()).ok());
+  REQUIRE(stream.value()->wait_for_acks(30).ok());
+  v1::HistoryQuery all;
+  all.set_layer_regex("^a+$");
+  grpc::Status st;
+  REQUIRE(eventually([&] { return !query_history(daemon, all, &st).empty(); }));
+
+  // 30,000 nested groups killed the daemon through std::regex's recursion.
+  v1::HistoryQuery nested;
+  nested.set_layer_regex(std::string(30000, '(') + std::string(30000, ')'));
+  CHECK(query_history(daemon, nested, &st).empty());
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(st.error_message() == "layer_regex: not a layer pattern: longer than 1000 bytes");
+  nested.set_layer_regex(std::string(150, '(') + std::string(150, ')'));
+  query_history(daemon, nested, &st);
+  CHECK(st.error_message().find("groups nested deeper than 100") != std::string::npos);
+
+  // Exponential for a backtracking engine on a 24-letter name; linear here.
+  v1::HistoryQuery backtracking;
+  backtracking.set_layer_regex("^(a|a)*c$");
+  CHECK(query_history(daemon, backtracking, &st).empty());
+  CHECK(st.ok());
+  backtracking.set_layer_regex("^(a|a)*$");
+  CHECK(query_history(daemon, backtracking, &st).size() == query_history(daemon, all, &st).size());
+
+  // The same patterns as a sampling policy: refused before any hook sees them.
+  auto admin = v1::Admin::NewStub(open_channel(to(daemon)).value());
+  grpc::ClientContext ctx;
+  v1::SetPolicyRequest set;
+  set.mutable_policy()->set_layer_regex(std::string(30000, '(') + std::string(30000, ')'));
+  v1::Policy applied;
+  const grpc::Status policy = admin->SetPolicy(&ctx, set, &applied);
+  CHECK(policy.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(policy.error_message().find("layer_regex: not a layer pattern") == 0);
+  CHECK(daemon_serves(daemon));
+}
+
+TEST_CASE("strings the daemon logs are bounded and cannot forge log lines", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto channel = open_channel(to(daemon)).value();
+  const std::string hosts[] = {std::string(1 << 20, 'h'), "h\n[2026-11-30 00:00:00.000] [error] FORGED-LOG-LINE"};
+  for (const std::string& host : hosts) {
+    RawStream s(channel);
+    v1::ClientMessage m = hello_message("hosts");
+    m.mutable_hello()->set_host(host);
+    s.write(m);
+    const grpc::Status st = s.finish();
+    CHECK(st.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(st.error_message().find("host must be at most 200 printable ASCII characters") == 0);
+  }
+  CHECK(daemon_serves(daemon));
+  CHECK(daemon.log().find("FORGED-LOG-LINE") == std::string::npos);
+  CHECK(daemon.log().find(std::string(1000, 'h')) == std::string::npos);
+}
+
+TEST_CASE("a message that does not decode ends the stream with an error the client sees, and a log line", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto channel = open_channel(to(daemon)).value();
+  std::string garbage(4096, '\0');
+  for (std::size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>((i * 2654435761u) >> 13);
+  v1::ClientMessage non_utf8 = chunk_message(1, header("layer\xff\xfe", 1));
+  const std::string non_utf8_bytes = non_utf8.SerializePartialAsString();
+  int variant = 0;
+  for (const std::string& bad : {garbage, non_utf8_bytes}) {
+    INFO("variant " << variant++);
+    RawStream s(channel);
+    say_hello(s, "undecodable");
+    s.write(bad);
+    s.write(chunk_message(2, header("after", 1)));  // valid, but after the stream has failed
+    std::vector<v1::ServerMessage> rest;
+    const grpc::Status st = s.finish(&rest);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(st.error_message().find("undecodable ClientMessage") == 0);
+    for (const v1::ServerMessage& m : rest) CHECK_FALSE(m.has_ack());
+  }
+  CHECK(eventually([&] { return daemon.log().find("is not a fp8scope.v1 ClientMessage") != std::string::npos; }, 10));
+  CHECK(daemon_serves(daemon));
+}
+
+TEST_CASE("drop reasons a client reports are a closed set: invented ones count as other", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto channel = open_channel(to(daemon)).value();
+  std::uint64_t invented = 0;
+  for (int stream = 0; stream < 5; ++stream) {
+    RawStream s(channel);
+    say_hello(s, "reasons");
+    v1::ClientMessage m;
+    (*m.mutable_counters()->mutable_dropped())["ring_full"] = 5;
+    for (int i = 0; i < 600; ++i) {
+      (*m.mutable_counters()->mutable_dropped())["made_up_" + std::to_string(stream) + "_" + std::to_string(i)] = 1;
+      ++invented;
+    }
+    REQUIRE(s.write(m));
+    CHECK(s.finish().ok());
+  }
+  std::string metrics;
+  REQUIRE(eventually([&] {
+    metrics = http_get(daemon.metrics(), "/metrics");
+    return metric_value(metrics, "fp8scope_samples_dropped_total", {{"reason", "client_other"}}) == double(invented);
+  }, 20));
+  CHECK(metric_value(metrics, "fp8scope_samples_dropped_total", {{"reason", "client_ring_full"}}) == 25.0);
+  // client_ring_full, client_other, and the daemon's own client_gone_mid_sample (always exported).
+  CHECK(series_count(metrics, "fp8scope_samples_dropped_total", "reason=\"client_") == 3);
+  CHECK(metrics.find("made_up_") == std::string::npos);
+}
+
+TEST_CASE("every accepted step round-trips through history, and a step history cannot hold is refused", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto stream = SampleStream::open(to(daemon), hello("steps"));
+  REQUIRE(stream.ok());
+  constexpr std::uint64_t kLargest = std::numeric_limits<std::int64_t>::max();
+  const auto kept = stream.value()->send(header("big_step", kLargest), payload());
+  const auto refused = stream.value()->send(header("big_step", kLargest + 1), payload());
+  REQUIRE(kept.ok());
+  REQUIRE(refused.ok());
+  auto acks = stream.value()->wait_for_acks(30);
+  REQUIRE(acks.ok());
+  CHECK(acks.value()[kept.value()].outcome() == v1::SAMPLE_OUTCOME_ACCEPTED);
+  CHECK(acks.value()[refused.value()].outcome() == v1::SAMPLE_OUTCOME_REJECTED);
+  CHECK(acks.value()[refused.value()].reason() == "bad_step");
+
+  v1::HistoryQuery q;
+  q.set_run("steps");
+  q.set_min_step(kLargest);
+  q.set_max_step(std::numeric_limits<std::uint64_t>::max());
+  grpc::Status st;
+  std::vector<v1::HistoryRow> rows;
+  REQUIRE(eventually([&] { return !(rows = query_history(daemon, q, &st)).empty(); }));
+  for (const v1::HistoryRow& r : rows) CHECK(r.step() == kLargest);
+}
+
+TEST_CASE("only literal loopback addresses listen without protection", "[hostile]") {
+  TempDir dir;
+  const ProcessResult refused =
+      run_process({FP8SCOPE_DAEMON, "--listen", "127.attacker.example:0", "--data-dir", dir.file("d")});
+  CHECK(refused.exit_code == 1);
+  CHECK((refused.out + refused.err).find("refusing to listen on 127.attacker.example:0 without TLS or a token") !=
+        std::string::npos);
+}
