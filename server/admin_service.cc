@@ -78,7 +78,8 @@ grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext*
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
   auto listed = deps_.tensors->list(request->sort(), request->top(), request->recipe());
   if (!listed.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, listed.message()});
-  for (auto& t : listed.value()) *response->add_tensors() = std::move(t);
+  for (auto& t : listed.value().tensors) *response->add_tensors() = std::move(t);
+  response->set_total(listed.value().total);
   return finish(context, grpc::Status::OK);
 }
 

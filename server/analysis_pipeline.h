@@ -38,6 +38,7 @@ struct PipelineDeps {
   HistoryStore* history;
   TensorTable* tensors;
   GpuGemmCheck* gemm;  // null: GEMM checks run as the CPU emulation
+  std::size_t max_tensors;  // per-tensor state kept (delayed-scaling histories), most recent first
 };
 
 class AnalysisPipeline {

@@ -159,7 +159,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->tensors = std::make_unique<TensorTable>(c.max_series);
   d->pipeline = std::make_unique<AnalysisPipeline>(PipelineDeps{d->queue.get(), d->budget.get(), d->engine.get(),
                                                                 &d->policy, d->series.get(), d->health.get(),
-                                                                d->history.get(), d->tensors.get(), d->gemm.get()});
+                                                                d->history.get(), d->tensors.get(), d->gemm.get(),
+                                                                c.max_series});
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
                                                          d->history.get(), &d->access,
                                                          AssemblerLimits{c.max_sample_bytes, wire::kMaxChunkBytes},

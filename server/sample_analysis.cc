@@ -33,31 +33,32 @@ Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const v1::Policy
   return dtype_is_codes(s.dtype) ? observed(s) : what_ifs(s, policy);
 }
 
-DelayedScalingState& SampleAnalyzer::delayed_state(const Sample& s, const Recipe& recipe, CastFormat format) {
+std::shared_ptr<DelayedScalingState> SampleAnalyzer::delayed_state(const Sample& s, const Recipe& recipe,
+                                                                   CastFormat format) {
+  const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
+                          s.header.layer() + '\x1f' + std::to_string(s.header.gemm()) + '\x1f' +
+                          std::to_string(s.header.operand()) + '\x1f' + std::to_string(static_cast<int>(format));
   std::lock_guard<std::mutex> lock(delayed_mu_);
-  auto& slot = delayed_[{s.client->job, s.client->run, s.client->rank, s.header.layer(), s.header.gemm(),
-                         s.header.operand(), static_cast<int>(format)}];
-  if (!slot) slot = std::make_unique<DelayedScalingState>(recipe, format);
-  return *slot;
+  return delayed_.get_or_insert(key, [&] { return std::make_shared<DelayedScalingState>(recipe, format); });
 }
 
 Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const v1::Policy& policy) {
   const Operand operand = operand_of(s);
   const TensorView view{s.payload.data(), s.dtype, s.rows, s.cols, 1.0f};
   std::vector<RecipePlan> plans;
-  std::vector<DelayedScalingState*> delayed;
+  std::vector<std::shared_ptr<DelayedScalingState>> delayed;
   for (RecipeKind kind : policy_recipes(policy)) {
     RecipePlan p;
     p.recipe = default_recipe(kind);
     p.format = p.recipe.format_for(operand);
     p.operand = operand;
-    DelayedScalingState* state = nullptr;
+    std::shared_ptr<DelayedScalingState> state;
     if (kind == RecipeKind::kTensorDelayed) {
-      state = &delayed_state(s, p.recipe, p.format);
+      state = delayed_state(s, p.recipe, p.format);
       p.scale = state->scale();
     }
     plans.push_back(p);
-    delayed.push_back(state);
+    delayed.push_back(std::move(state));
   }
   Result<TensorReport> report = analyze_recipes(engine_, view, plans);
   if (!report.ok()) return report.status();

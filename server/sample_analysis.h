@@ -15,6 +15,7 @@
 #include "fp8scope/delayed_scaling.h"
 #include "fp8scope/stats_engine.h"
 #include "fp8scope/v1/fp8scope.pb.h"
+#include "lru_map.h"
 #include "sample.h"
 
 namespace fp8scope::server {
@@ -41,21 +42,21 @@ struct SampleAnalysis {
 
 class SampleAnalyzer {
  public:
-  explicit SampleAnalyzer(StatsEngine& engine) : engine_(engine) {}
+  // Delayed-scaling histories are kept for the `max_tensors` most recently sampled (tensor, format)s.
+  SampleAnalyzer(StatsEngine& engine, std::size_t max_tensors) : engine_(engine), delayed_(max_tensors) {}
 
   Result<SampleAnalysis> analyze(const Sample& s, const v1::Policy& policy);
 
  private:
   Result<SampleAnalysis> what_ifs(const Sample& s, const v1::Policy& policy);
   Result<SampleAnalysis> observed(const Sample& s);
-  DelayedScalingState& delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
+  std::shared_ptr<DelayedScalingState> delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
 
   StatsEngine& engine_;
   std::mutex delayed_mu_;
-  // (job, run, rank, layer, gemm, operand, format): TE keeps one history per quantized tensor.
-  std::map<std::tuple<std::string, std::string, std::uint32_t, std::string, int, int, int>,
-           std::unique_ptr<DelayedScalingState>>
-      delayed_;
+  // By job, run, rank, layer, gemm, operand and format: TE keeps one history per quantized tensor.
+  // Shared: an entry forgotten while a sample uses it lives until that sample is done.
+  LruMap<std::string, std::shared_ptr<DelayedScalingState>> delayed_;
 };
 
 }  // namespace fp8scope::server

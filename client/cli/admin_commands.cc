@@ -187,6 +187,11 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
                     number(r->scale()).c_str(), number(r->scale_current()).c_str());
       out << line;
     }
+    // An older daemon sends no total (0).
+    if (resp.total() > static_cast<std::uint64_t>(resp.tensors_size())) {
+      out << resp.tensors_size() << " of " << resp.total()
+          << " tensors shown (the daemon lists at most 1000): narrow with --sort and --top, or --recipe\n";
+    }
     return st;
   });
 }

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -320,4 +321,51 @@ TEST_CASE("only literal loopback addresses listen without protection", "[hostile
   CHECK(refused.exit_code == 1);
   CHECK((refused.out + refused.err).find("refusing to listen on 127.attacker.example:0 without TLS or a token") !=
         std::string::npos);
+}
+
+namespace {
+double rss_mb(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("a flood of distinct layers leaves memory and listings bounded by --max-series", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"), {"--max-series", "2000"});
+  auto stream = SampleStream::open(to(daemon), hello("flood"));
+  REQUIRE(stream.ok());
+  auto flood = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      REQUIRE(stream.value()->send(header("flood." + std::to_string(i), 1), payload()).ok());
+      if (i % 500 == 499) REQUIRE(stream.value()->wait_for_acks(60).ok());
+    }
+    REQUIRE(stream.value()->wait_for_acks(60).ok());
+  };
+  auto analyzed = [&](double n) {
+    return eventually([&] {
+      return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_analyzed_total", {}) >= n;
+    }, 120);
+  };
+  flood(0, 4000);  // twice the bound: every per-tensor table is full from here on
+  REQUIRE(analyzed(4000));
+  const double full = rss_mb(daemon.pid());
+  flood(4000, 12000);
+  REQUIRE(analyzed(12000));
+  const double after = rss_mb(daemon.pid());
+  INFO("RSS " << full << " MB with the tables full, " << after << " MB after 8,000 more layers");
+  // About 6 KB a tensor when nothing was bounded: 8,000 more layers grew RSS by ~48 MB.
+  CHECK(after - full < 16.0);
+
+  auto admin = v1::Admin::NewStub(open_channel(to(daemon)).value());
+  grpc::ClientContext ctx;
+  v1::ListTensorsResponse listed;
+  REQUIRE(admin->ListTensors(&ctx, v1::ListTensorsRequest(), &listed).ok());
+  CHECK(listed.tensors_size() == 1000);
+  CHECK(listed.total() == 2000);
+  const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc()});
+  CHECK(tensors.out.find("1000 of 2000 tensors shown") != std::string::npos);
 }

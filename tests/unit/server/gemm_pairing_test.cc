@@ -65,7 +65,7 @@ TEST_CASE("a waiting operand keeps its lease on the queue budget, and waiting by
   {
     auto pair = p.offer(leased("b", v1::OPERAND_W));
     REQUIRE(pair);
-    CHECK(budget.used() == 64);  // b's X and W, until the check is done
+    CHECK(budget.used() == 96);  // b's X and W until the check is done, and c's X waiting
     CHECK(p.pending_bytes() == 32);
   }
   CHECK(budget.used() == 32);  // c's X alone
