@@ -66,6 +66,10 @@ grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* c
   r->set_queue_bytes(deps_.budget->used());
   r->set_queue_budget_bytes(deps_.budget->capacity());
   r->set_records_stored(deps_.history->stored());
+  const HistoryStore::WriteHealth writes = deps_.history->write_health();
+  r->set_history_error(writes.error);
+  r->set_history_pending(writes.pending);
+  r->set_history_records_lost(writes.lost);
   r->set_data_dir(deps_.data_dir);
   r->set_series(deps_.series->series());
   r->set_series_suppressed(deps_.series->suppressed());

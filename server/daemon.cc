@@ -97,6 +97,8 @@ struct Daemon::Impl {
       series->expire();
       health->set_series(series->series(), series->suppressed());
       health->set_records_stored(history->stored());
+      const HistoryStore::WriteHealth writes = history->write_health();
+      health->set_history_writes(writes.failed_writes, writes.lost, writes.pending, !writes.error.empty());
       health->set_queue_bytes(budget->used());
     }
   }
@@ -210,6 +212,9 @@ int Daemon::run_until(ShutdownSignal& signal) {
   if (!flushed.ok()) {
     spdlog::error("history flush failed: {}", flushed.message());
     return 1;
+  }
+  if (const std::uint64_t lost = d.history->write_health().lost; lost > 0) {
+    spdlog::warn("history: {} records were lost while writes failed during this run", lost);
   }
   spdlog::info("stopped: {} samples analyzed, {} records in {}", d.health->samples_analyzed(), d.history->stored(),
                d.history->path());

@@ -26,7 +26,11 @@ HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version
       clients_(family(prometheus::BuildGauge(), "fp8scope_clients", r).Add({})),
       series_(family(prometheus::BuildGauge(), "fp8scope_series", r).Add({})),
       suppressed_(family(prometheus::BuildCounter(), "fp8scope_series_suppressed_total", r).Add({})),
-      records_(family(prometheus::BuildCounter(), "fp8scope_records_stored_total", r).Add({})) {
+      records_(family(prometheus::BuildCounter(), "fp8scope_records_stored_total", r).Add({})),
+      write_failures_(family(prometheus::BuildCounter(), "fp8scope_history_write_failures_total", r).Add({})),
+      records_lost_(family(prometheus::BuildCounter(), "fp8scope_history_records_lost_total", r).Add({})),
+      pending_records_(family(prometheus::BuildGauge(), "fp8scope_history_pending_records", r).Add({})),
+      write_failing_(family(prometheus::BuildGauge(), "fp8scope_history_write_failing", r).Add({})) {
   family(prometheus::BuildGauge(), "fp8scope_queue_budget_bytes", r).Add({}).Set(static_cast<double>(queue_budget_bytes));
   for (const char* reason : kDaemonDropReasons) dropped_family_.Add({{"reason", reason}});
   family(prometheus::BuildGauge(), "fp8scope_build_info", r).Add({{"version", version}, {"backend", backend}}).Set(1);
@@ -59,6 +63,15 @@ void HealthMetrics::set_series(std::uint64_t series, std::uint64_t suppressed_to
 void HealthMetrics::set_records_stored(std::uint64_t total) {
   const double seen = records_.Value();
   if (static_cast<double>(total) > seen) records_.Increment(static_cast<double>(total) - seen);
+}
+
+void HealthMetrics::set_history_writes(std::uint64_t failed_total, std::uint64_t lost_total, std::uint64_t pending,
+                                       bool failing) {
+  for (auto [counter, total] : {std::pair{&write_failures_, failed_total}, std::pair{&records_lost_, lost_total}}) {
+    if (static_cast<double>(total) > counter->Value()) counter->Increment(static_cast<double>(total) - counter->Value());
+  }
+  pending_records_.Set(static_cast<double>(pending));
+  write_failing_.Set(failing ? 1 : 0);
 }
 
 std::uint64_t HealthMetrics::samples_received() const { return static_cast<std::uint64_t>(samples_.Value()); }

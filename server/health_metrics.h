@@ -33,6 +33,9 @@ class HealthMetrics {
   void client_disconnected();
   void set_series(std::uint64_t series, std::uint64_t suppressed_total);
   void set_records_stored(std::uint64_t total);
+  // The history writer's state now (HistoryStore::WriteHealth): totals, the backlog, and whether
+  // the last write failed.
+  void set_history_writes(std::uint64_t failed_total, std::uint64_t lost_total, std::uint64_t pending, bool failing);
 
   // For the Admin status: the same numbers the metrics show.
   std::uint64_t samples_received() const;
@@ -53,6 +56,10 @@ class HealthMetrics {
   prometheus::Gauge& series_;
   prometheus::Counter& suppressed_;
   prometheus::Counter& records_;
+  prometheus::Counter& write_failures_;
+  prometheus::Counter& records_lost_;
+  prometheus::Gauge& pending_records_;
+  prometheus::Gauge& write_failing_;
   mutable std::mutex mu_;
   std::map<std::string, std::uint64_t> dropped_;
 };

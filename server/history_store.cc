@@ -1,5 +1,6 @@
 #include "history_store.h"
 
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -171,22 +172,21 @@ HistoryStore::~HistoryStore() {
   if (write_db_ != nullptr) sqlite3_close(write_db_);
 }
 
-void HistoryStore::add(HistoryRecord record) {
-  if (write_db_ == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.emplace_back(std::move(record));
-    ++enqueued_;
-  }
-  wake_.notify_one();
-}
+void HistoryStore::add(HistoryRecord record) { enqueue(std::move(record)); }
+void HistoryStore::add(ScalarRecord record) { enqueue(std::move(record)); }
 
-void HistoryStore::add(ScalarRecord record) {
+void HistoryStore::enqueue(std::variant<HistoryRecord, ScalarRecord> item) {
   if (write_db_ == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_.emplace_back(std::move(record));
+    pending_.push_back(std::move(item));
     ++enqueued_;
+    if (pending_.size() > kMaxPendingRecords) {  // writes have failed for long: the oldest go
+      pending_.pop_front();
+      ++lost_;
+      ++written_;
+      committed_.notify_all();
+    }
   }
   wake_.notify_one();
 }
@@ -195,9 +195,18 @@ Status HistoryStore::flush() {
   if (write_db_ == nullptr) return Status();
   std::unique_lock<std::mutex> lock(mu_);
   const std::uint64_t target = enqueued_;
+  const std::uint64_t failures = failed_writes_;
+  flush_requested_ = true;
   wake_.notify_one();
-  committed_.wait(lock, [&] { return written_ >= target; });
-  return last_error_.empty() ? Status() : Status::error(last_error_);
+  // Everything written, or one more failed attempt: a failing disk must not hold a shutdown.
+  committed_.wait(lock, [&] { return written_ >= target || failed_writes_ > failures; });
+  if (written_ >= target) return Status();
+  return Status::error(std::to_string(pending_.size()) + " records are not written: " + last_error_);
+}
+
+HistoryStore::WriteHealth HistoryStore::write_health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {last_error_, failed_writes_, lost_, pending_.size()};
 }
 
 std::uint64_t HistoryStore::stored() const {
@@ -206,11 +215,18 @@ std::uint64_t HistoryStore::stored() const {
 }
 
 void HistoryStore::writer_loop() {
+  auto backoff = std::chrono::milliseconds(0);
   for (;;) {
     std::vector<std::variant<HistoryRecord, ScalarRecord>> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_ || pending_.size() >= 512; });
+      if (backoff.count() > 0) {
+        wake_.wait_for(lock, backoff, [&] { return stopping_ || flush_requested_; });
+      } else {
+        wake_.wait_for(lock, std::chrono::milliseconds(200),
+                       [&] { return stopping_ || flush_requested_ || pending_.size() >= 512; });
+      }
+      flush_requested_ = false;
       if (pending_.empty() && stopping_) return;
       while (!pending_.empty() && batch.size() < 4096) {
         batch.push_back(std::move(pending_.front()));
@@ -220,8 +236,31 @@ void HistoryStore::writer_loop() {
     if (batch.empty()) continue;
     const Status s = write_batch(batch);
     std::lock_guard<std::mutex> lock(mu_);
-    written_ += batch.size();
-    if (!s.ok()) last_error_ = s.message();
+    if (s.ok()) {
+      written_ += batch.size();
+      if (!last_error_.empty()) {
+        spdlog::warn("history: writes to {} resumed; {} attempts had failed, the last with: {}", path_,
+                     failed_writes_, last_error_);
+      }
+      last_error_.clear();
+      backoff = std::chrono::milliseconds(0);
+    } else {
+      // Kept, in order, for the next attempt: 0.1 s, doubling to 10 s. Told once per failure streak.
+      if (last_error_.empty()) {
+        spdlog::error("history: cannot write {}: {}; {} records kept in memory and retried", path_, s.message(),
+                      batch.size() + pending_.size());
+      }
+      last_error_ = s.message();
+      ++failed_writes_;
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) pending_.push_front(std::move(*it));
+      backoff = std::min<std::chrono::milliseconds>(std::max<std::chrono::milliseconds>(backoff * 2, std::chrono::milliseconds(100)),
+                                                    std::chrono::seconds(10));
+      if (stopping_) {  // the last attempt at shutdown: what is left is lost, and said so
+        lost_ += pending_.size();
+        written_ += pending_.size();
+        pending_.clear();
+      }
+    }
     committed_.notify_all();
   }
 }

@@ -66,10 +66,24 @@ class HistoryStore {
   HistoryStore(const HistoryStore&) = delete;
   HistoryStore& operator=(const HistoryStore&) = delete;
 
+  // Writes that fail (a full disk, a locked file) are retried with backoff, the records kept in
+  // memory up to kMaxPendingRecords; past that the oldest are dropped and counted as lost.
+  static constexpr std::size_t kMaxPendingRecords = 200000;
+
   void add(HistoryRecord record);  // on a read-only store: ignored
   void add(ScalarRecord record);
-  // Returns once everything added so far is committed.
+  // Returns once everything added so far is committed or counted lost, or, while writes fail,
+  // after one more attempt; an error then says how many records are still unwritten and why.
   Status flush();
+
+  // The writer's state now: a failure that is over is not reported.
+  struct WriteHealth {
+    std::string error;             // empty while writes succeed
+    std::uint64_t failed_writes = 0;  // batches that failed, in total
+    std::uint64_t lost = 0;           // records dropped unwritten
+    std::uint64_t pending = 0;        // records waiting to be written
+  };
+  WriteHealth write_health() const;
 
   // Records matching the filter, oldest first; `each` returns false to stop.
   Status query(const HistoryFilter& filter, const std::function<bool(const HistoryRecord&)>& each) const;
@@ -93,9 +107,13 @@ class HistoryStore {
   mutable std::mutex mu_;
   std::condition_variable wake_, committed_;
   std::deque<std::variant<HistoryRecord, ScalarRecord>> pending_;
-  std::uint64_t enqueued_ = 0, written_ = 0, records_ = 0;
+  void enqueue(std::variant<HistoryRecord, ScalarRecord> item);
+
+  std::uint64_t enqueued_ = 0, written_ = 0, records_ = 0;  // written_: committed or lost
   bool stopping_ = false;
-  std::string last_error_;
+  bool flush_requested_ = false;  // retry now, not after the backoff
+  std::string last_error_;        // the current failure; cleared by a successful write
+  std::uint64_t failed_writes_ = 0, lost_ = 0;
   std::thread writer_;
   std::vector<bool> has_added_;  // which columns added since the first schema this store has (kAddedColumns)
 };

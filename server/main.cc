@@ -1,6 +1,7 @@
 // fp8scoped: parses flags, starts the daemon, serves until SIGTERM/SIGINT.
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "daemon.h"
@@ -10,6 +11,8 @@
 int main(int argc, char** argv) {
   using namespace fp8scope::server;
   PosixShutdownSignal signals;  // before any thread starts
+  // A file size limit makes history writes fail (and be retried), not kill the daemon.
+  std::signal(SIGXFSZ, SIG_IGN);
   keep_freed_memory();
   auto parsed = parse_daemon_config(argc, argv);
   if (!parsed.ok()) {

@@ -59,6 +59,13 @@ std::vector<MetricDef> build() {
   gauge("fp8scope_series", "Tensor metric series exported.", "series", {});
   counter("fp8scope_series_suppressed_total", "Tensor series not created because --max-series was reached.", "series", {});
   counter("fp8scope_records_stored_total", "Statistic records written to the SQLite history.", "records", {});
+  counter("fp8scope_history_write_failures_total",
+          "History writes that failed (a full disk, a locked file); their records are kept and retried.", "writes", {});
+  gauge("fp8scope_history_write_failing", "1 while history writes fail (the last attempt failed), else 0.", "1", {});
+  gauge("fp8scope_history_pending_records", "Records waiting to be written to the history.", "records", {});
+  counter("fp8scope_history_records_lost_total",
+          "Records dropped unwritten: more than 200,000 waited while writes failed, or writes still failed at shutdown.",
+          "records", {});
   gauge("fp8scope_build_info", "Always 1; labels say the version and the statistics backend.", "1",
         {"version", "backend"});
   return t;

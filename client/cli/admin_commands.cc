@@ -151,7 +151,12 @@ int run_status(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     for (const auto& [reason, n] : s.samples_dropped()) out << " " << reason << "=" << n;
     out << "\nreceived " << s.received_bytes() << " bytes; queue " << s.queue_bytes() << " of "
         << s.queue_budget_bytes() << " bytes\n";
-    out << "history " << s.records_stored() << " records in " << s.data_dir() << "\nseries " << s.series()
+    out << "history " << s.records_stored() << " records in " << s.data_dir();
+    if (!s.history_error().empty()) {
+      out << "; WRITES FAILING: " << s.history_error() << " (" << s.history_pending() << " records waiting, retried)";
+    }
+    if (s.history_records_lost() > 0) out << "; " << s.history_records_lost() << " records lost";
+    out << "\nseries " << s.series()
         << " (suppressed " << s.series_suppressed() << ")\n";
     return st;
   });

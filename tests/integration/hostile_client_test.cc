@@ -8,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <csignal>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "../support/daemon_fixture.h"
@@ -368,4 +370,48 @@ TEST_CASE("a flood of distinct layers leaves memory and listings bounded by --ma
   CHECK(listed.total() == 2000);
   const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc()});
   CHECK(tensors.out.find("1000 of 2000 tensors shown") != std::string::npos);
+}
+
+TEST_CASE("history writes that fail are said, counted and retried, and nothing is lost once they succeed again", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto stream = SampleStream::open(to(daemon), hello("disk"));
+  REQUIRE(stream.ok());
+  auto push = [&](int from, int to) {
+    for (int i = from; i < to; ++i) REQUIRE(stream.value()->send(header("disk." + std::to_string(i), 1), payload()).ok());
+    REQUIRE(stream.value()->wait_for_acks(60).ok());
+  };
+  auto metric = [&](const std::string& name) { return metric_value(http_get(daemon.metrics(), "/metrics"), name, {}); };
+  push(0, 10);
+  REQUIRE(eventually([&] { return metric("fp8scope_records_stored_total") > 0; }));
+  const double before = metric("fp8scope_records_stored_total");
+
+  // A full disk, as a file size limit on the running daemon: every write past byte 1 fails.
+  const std::string pid = std::to_string(daemon.pid());
+  REQUIRE(run_process({"/usr/bin/prlimit", "--pid", pid, "--fsize=1:unlimited"}).exit_code == 0);
+  push(10, 60);
+  REQUIRE(eventually([&] { return metric("fp8scope_history_write_failing") == 1.0; }));
+  CHECK(metric("fp8scope_history_write_failures_total") >= 1.0);
+  CHECK(metric("fp8scope_history_pending_records") > 0.0);
+  CHECK(metric("fp8scope_records_stored_total") == before);
+  const ProcessResult failing = cli({"status", "--endpoint", daemon.grpc()});
+  CHECK(failing.out.find("WRITES FAILING") != std::string::npos);
+
+  // Space returns: the kept records are written, and the state says so.
+  REQUIRE(run_process({"/usr/bin/prlimit", "--pid", pid, "--fsize=unlimited:unlimited"}).exit_code == 0);
+  REQUIRE(eventually([&] { return metric("fp8scope_history_write_failing") == 0.0; }, 60));
+  CHECK(metric("fp8scope_history_pending_records") == 0.0);
+  CHECK(metric("fp8scope_history_records_lost_total") == 0.0);
+  // The failure's own log line went to a file under the same limit; the recovery names it.
+  CHECK(daemon.log().find("resumed; ") != std::string::npos);
+  CHECK(cli({"status", "--endpoint", daemon.grpc()}).out.find("WRITES FAILING") == std::string::npos);
+  CHECK(daemon.stop(SIGTERM) == 0);  // an error that is over is not reported at shutdown
+
+  v1::HistoryQuery q;
+  q.set_run("disk");
+  grpc::Status st;
+  DaemonProcess reopened(dir.file("data"));
+  std::set<std::string> layers;
+  for (const v1::HistoryRow& r : query_history(reopened, q, &st)) layers.insert(r.key().layer());
+  CHECK(layers.size() == 60);  // every analyzed sample's records, the ones from the full disk too
 }
