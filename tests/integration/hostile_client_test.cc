@@ -359,8 +359,12 @@ TEST_CASE("a flood of distinct layers leaves memory and listings bounded by --ma
   REQUIRE(analyzed(12000));
   const double after = rss_mb(daemon.pid());
   INFO("RSS " << full << " MB with the tables full, " << after << " MB after 8,000 more layers");
-  // About 6 KB a tensor when nothing was bounded: 8,000 more layers grew RSS by ~48 MB.
+  // About 6 KB a tensor when nothing was bounded: 8,000 more layers grew RSS by ~48 MB. Under
+  // AddressSanitizer freed memory sits in its quarantine, so RSS says nothing there; the Release
+  // run of this test holds the bound.
+#if !defined(__SANITIZE_ADDRESS__)
   CHECK(after - full < 16.0);
+#endif
 
   auto admin = v1::Admin::NewStub(open_channel(to(daemon)).value());
   grpc::ClientContext ctx;
