@@ -136,8 +136,9 @@ struct IngestOnly {
   server::PolicyStore policy;
   server::HealthMetrics health{registry, "bench", "none", budget.capacity()};
   std::unique_ptr<server::HistoryStore> history = std::move(server::HistoryStore::open(dir)).value();
+  std::unique_ptr<server::AckJournal> journal = std::move(server::AckJournal::open(dir + "/accepted.journal")).value();
   server::AccessCheck access{""};
-  server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), &access,
+  server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
                                                    server::AssemblerLimits{1ull << 30, wire::kMaxChunkBytes},
                                                    256ull << 20, "bench"}};
   std::unique_ptr<grpc::Server> server;
@@ -152,7 +153,10 @@ struct IngestOnly {
     server = b.BuildAndStart();
     address = "127.0.0.1:" + std::to_string(port);
     consumer = std::thread([this] {
-      while (auto s = queue.pop(0)) s->lease.reset();
+      while (auto s = queue.pop(0)) {
+        s->lease.reset();
+        if (s->journal) journal->release(*s->journal);
+      }
     });
   }
   ~IngestOnly() {

@@ -70,6 +70,9 @@ grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* c
   r->set_history_error(writes.error);
   r->set_history_pending(writes.pending);
   r->set_history_records_lost(writes.lost);
+  r->set_acknowledged_lost_before_start(deps_.health->acknowledged_lost_before_start());
+  r->set_acknowledged_lost(deps_.health->acknowledged_lost());
+  r->set_unstored_samples(deps_.journal->in_use());
   r->set_data_dir(deps_.data_dir);
   r->set_series(deps_.series->series());
   r->set_series_suppressed(deps_.series->suppressed());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "access.h"
+#include "ack_journal.h"
 #include "byte_budget.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 #include "health_metrics.h"
@@ -23,6 +24,7 @@ struct AdminDeps {
   HealthMetrics* health;
   TensorSeries* series;
   ByteBudget* budget;
+  const AckJournal* journal;
   const AccessCheck* access;
   std::string daemon_version;
   std::string backend;

@@ -49,7 +49,7 @@ std::uint64_t AnalysisPipeline::drain(std::chrono::steady_clock::time_point dead
 
 void AnalysisPipeline::worker(int shard) {
   while (std::optional<Sample> s = d_.queue->pop(shard)) {
-    if (abandon_) {
+    if (abandon_) {  // its journal slot stays taken: the next start counts it as lost
       ++abandoned_;
       d_.health->sample_dropped("shutdown");
     } else {
@@ -65,9 +65,11 @@ void AnalysisPipeline::process(Sample& s) {
   if (!analysis.ok()) {
     spdlog::warn("analysis of {} from job {} failed: {}", s.header.layer(), s.client->job, analysis.message());
     d_.health->sample_dropped("analysis_error");
+    if (s.journal) d_.journal->release(*s.journal);  // accounted for by the drop
     return;
   }
   publisher_.publish(s, analysis.value());
+  if (s.journal) d_.history->add(*s.journal);  // after its records: released once they are committed
   if (!dtype_is_codes(s.dtype)) {
     if (std::optional<GemmPair> pair = gemm_pairs_.offer(std::move(s))) check_gemm(*pair);
   }

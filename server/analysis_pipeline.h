@@ -36,6 +36,7 @@ struct PipelineDeps {
   TensorSeries* series;
   HealthMetrics* health;
   HistoryStore* history;
+  AckJournal* journal;
   TensorTable* tensors;
   GpuGemmCheck* gemm;  // null: GEMM checks run as the CPU emulation
   std::size_t max_tensors;  // per-tensor state kept (delayed-scaling histories), most recent first

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "access.h"
+#include "ack_journal.h"
 #include "admin_service.h"
 #include "analysis_pipeline.h"
 #include "byte_budget.h"
@@ -80,6 +81,7 @@ struct Daemon::Impl {
   PolicyStore policy;
   std::unique_ptr<TensorSeries> series;
   std::unique_ptr<HealthMetrics> health;
+  std::unique_ptr<AckJournal> journal;  // outlives the history, whose writer releases its slots
   std::unique_ptr<HistoryStore> history;
   std::unique_ptr<TensorTable> tensors;
   std::unique_ptr<AnalysisPipeline> pipeline;
@@ -100,6 +102,7 @@ struct Daemon::Impl {
       const HistoryStore::WriteHealth writes = history->write_health();
       health->set_history_writes(writes.failed_writes, writes.lost, writes.pending, !writes.error.empty());
       health->set_queue_bytes(budget->used());
+      health->set_unstored_samples(journal->in_use());
     }
   }
 };
@@ -139,6 +142,12 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   Result<std::unique_ptr<HistoryStore>> history = HistoryStore::open(c.data_dir);
   if (!history.ok()) return history.status();
   d->history = std::move(history).value();
+  Result<std::unique_ptr<AckJournal>> journal = AckJournal::open(c.data_dir + "/accepted.journal");
+  if (!journal.ok()) return journal.status();
+  d->journal = std::move(journal).value();
+  // What the previous daemon acknowledged and did not store: its journal's samples without records.
+  Result<std::vector<AckJournal::Leftover>> lost = d->history->unstored(d->journal->leftovers());
+  if (!lost.ok()) return lost.status();
 
   try {
     d->exposer = std::make_unique<prometheus::Exposer>(c.metrics);
@@ -158,17 +167,34 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->series = std::make_unique<TensorSeries>(*d->registry, series_options);
   d->health = std::make_unique<HealthMetrics>(*d->registry, kDaemonVersion, d->backend, c.queue_budget_bytes);
   d->health->set_records_stored(d->history->stored());
+  if (!lost.value().empty()) {
+    std::map<std::string, std::uint64_t> by_job;
+    for (const AckJournal::Leftover& l : lost.value()) ++by_job[l.job];
+    std::string jobs;
+    for (const auto& [job, n] : by_job) jobs += (jobs.empty() ? "" : ", ") + job + ": " + std::to_string(n);
+    spdlog::warn("the previous fp8scoped stopped before storing {} samples it had acknowledged as accepted ({})",
+                 lost.value().size(), jobs);
+    d->health->acknowledged_lost_before_start(lost.value().size());
+  }
+  if (Status s = d->journal->start_fresh(); !s.ok()) return s;
+  if (Status s = d->history->forget_stored_samples(); !s.ok()) return s;
+  d->history->on_stored_sample([journal = d->journal.get(), health = d->health.get()](const JournalTicket& t, bool stored) {
+    journal->release(t);
+    if (!stored) health->acknowledged_lost(1);
+  });
   d->tensors = std::make_unique<TensorTable>(c.max_series);
   d->pipeline = std::make_unique<AnalysisPipeline>(PipelineDeps{d->queue.get(), d->budget.get(), d->engine.get(),
                                                                 &d->policy, d->series.get(), d->health.get(),
-                                                                d->history.get(), d->tensors.get(), d->gemm.get(),
+                                                                d->history.get(), d->journal.get(), d->tensors.get(),
+                                                                d->gemm.get(),
                                                                 c.max_series});
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
-                                                         d->history.get(), &d->access,
+                                                         d->history.get(), d->journal.get(), &d->access,
                                                          AssemblerLimits{c.max_sample_bytes, wire::kMaxChunkBytes},
                                                          c.max_inflight_bytes, kDaemonVersion});
   d->admin = std::make_unique<AdminService>(AdminDeps{&d->policy, d->tensors.get(), d->history.get(), d->health.get(),
-                                                      d->series.get(), d->budget.get(), &d->access, kDaemonVersion,
+                                                      d->series.get(), d->budget.get(), d->journal.get(), &d->access,
+                                                      kDaemonVersion,
                                                       d->backend, c.data_dir});
 
   grpc::ServerBuilder builder;
@@ -209,6 +235,9 @@ int Daemon::run_until(ShutdownSignal& signal) {
   const std::uint64_t dropped = d.pipeline->drain(drain_deadline);
   const Status flushed = d.history->flush();
   if (dropped > 0) spdlog::warn("drain deadline passed: {} queued samples were dropped", dropped);
+  if (const std::uint32_t unstored = d.journal->in_use(); unstored > 0) {
+    spdlog::warn("{} samples acknowledged as accepted were not stored; the next start counts them as lost", unstored);
+  }
   if (!flushed.ok()) {
     spdlog::error("history flush failed: {}", flushed.message());
     return 1;

@@ -30,7 +30,9 @@ HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version
       write_failures_(family(prometheus::BuildCounter(), "fp8scope_history_write_failures_total", r).Add({})),
       records_lost_(family(prometheus::BuildCounter(), "fp8scope_history_records_lost_total", r).Add({})),
       pending_records_(family(prometheus::BuildGauge(), "fp8scope_history_pending_records", r).Add({})),
-      write_failing_(family(prometheus::BuildGauge(), "fp8scope_history_write_failing", r).Add({})) {
+      write_failing_(family(prometheus::BuildGauge(), "fp8scope_history_write_failing", r).Add({})),
+      acknowledged_lost_(family(prometheus::BuildCounter(), "fp8scope_acknowledged_samples_lost_total", r).Add({})),
+      unstored_samples_(family(prometheus::BuildGauge(), "fp8scope_unstored_accepted_samples", r).Add({})) {
   family(prometheus::BuildGauge(), "fp8scope_queue_budget_bytes", r).Add({}).Set(static_cast<double>(queue_budget_bytes));
   for (const char* reason : kDaemonDropReasons) dropped_family_.Add({{"reason", reason}});
   family(prometheus::BuildGauge(), "fp8scope_build_info", r).Add({{"version", version}, {"backend", backend}}).Set(1);
@@ -83,5 +85,20 @@ std::map<std::string, std::uint64_t> HealthMetrics::dropped() const {
 std::uint64_t HealthMetrics::received_bytes() const { return static_cast<std::uint64_t>(bytes_.Value()); }
 std::uint64_t HealthMetrics::clients() const { return static_cast<std::uint64_t>(clients_.Value()); }
 std::uint64_t HealthMetrics::records() const { return static_cast<std::uint64_t>(records_.Value()); }
+
+void HealthMetrics::acknowledged_lost(std::uint64_t count) { acknowledged_lost_.Increment(static_cast<double>(count)); }
+void HealthMetrics::acknowledged_lost_before_start(std::uint64_t count) {
+  acknowledged_lost_.Increment(static_cast<double>(count));
+  std::lock_guard<std::mutex> lock(mu_);
+  lost_before_start_ += count;
+}
+void HealthMetrics::set_unstored_samples(std::uint64_t count) { unstored_samples_.Set(static_cast<double>(count)); }
+std::uint64_t HealthMetrics::acknowledged_lost() const {
+  return static_cast<std::uint64_t>(acknowledged_lost_.Value()) - acknowledged_lost_before_start();
+}
+std::uint64_t HealthMetrics::acknowledged_lost_before_start() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_before_start_;
+}
 
 }  // namespace fp8scope::server

@@ -16,8 +16,8 @@ namespace fp8scope::server {
 
 // Drop reasons of the daemon's own making, exported at 0 from the start: increase() over a counter
 // that is born at 1 is 0, so without this the first drop of a kind would never alert.
-inline const char* const kDaemonDropReasons[] = {"queue_full", "too_large", "analysis_error",
-                                                 "client_gone_mid_sample", "shutdown"};
+inline const char* const kDaemonDropReasons[] = {"queue_full",   "too_large", "analysis_error", "client_gone_mid_sample",
+                                                 "stalled",      "shutdown",  "journal_full"};
 
 class HealthMetrics {
  public:
@@ -36,6 +36,11 @@ class HealthMetrics {
   // The history writer's state now (HistoryStore::WriteHealth): totals, the backlog, and whether
   // the last write failed.
   void set_history_writes(std::uint64_t failed_total, std::uint64_t lost_total, std::uint64_t pending, bool failing);
+  // Accepted samples: lost unstored (the previous daemon's, counted at start, or this one's), and
+  // waiting for their records now.
+  void acknowledged_lost(std::uint64_t count);
+  void acknowledged_lost_before_start(std::uint64_t count);
+  void set_unstored_samples(std::uint64_t count);
 
   // For the Admin status: the same numbers the metrics show.
   std::uint64_t samples_received() const;
@@ -44,6 +49,8 @@ class HealthMetrics {
   std::uint64_t received_bytes() const;
   std::uint64_t clients() const;
   std::uint64_t records() const;
+  std::uint64_t acknowledged_lost() const;  // by this daemon
+  std::uint64_t acknowledged_lost_before_start() const;
 
  private:
   prometheus::Counter& samples_;
@@ -60,8 +67,11 @@ class HealthMetrics {
   prometheus::Counter& records_lost_;
   prometheus::Gauge& pending_records_;
   prometheus::Gauge& write_failing_;
+  prometheus::Counter& acknowledged_lost_;
+  prometheus::Gauge& unstored_samples_;
   mutable std::mutex mu_;
   std::map<std::string, std::uint64_t> dropped_;
+  std::uint64_t lost_before_start_ = 0;
 };
 
 }  // namespace fp8scope::server

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "fp8scope/layer_pattern.h"
@@ -31,6 +32,7 @@ CREATE TABLE IF NOT EXISTS scalars (
   time REAL NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
   name TEXT NOT NULL, value REAL);
 CREATE INDEX IF NOT EXISTS scalars_by_run ON scalars(run, name, step);
+CREATE TABLE IF NOT EXISTS stored_samples (boot INTEGER NOT NULL, seq INTEGER NOT NULL);
 )sql";
 
 Status sql_error(sqlite3* db, const std::string& what) {
@@ -174,21 +176,62 @@ HistoryStore::~HistoryStore() {
 
 void HistoryStore::add(HistoryRecord record) { enqueue(std::move(record)); }
 void HistoryStore::add(ScalarRecord record) { enqueue(std::move(record)); }
+void HistoryStore::add(JournalTicket stored_sample) { enqueue(stored_sample); }
 
-void HistoryStore::enqueue(std::variant<HistoryRecord, ScalarRecord> item) {
+void HistoryStore::on_stored_sample(std::function<void(const JournalTicket&, bool)> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sample_listener_ = std::move(listener);
+}
+
+void HistoryStore::enqueue(Item item) {
   if (write_db_ == nullptr) return;
+  std::optional<JournalTicket> dropped_sample;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back(std::move(item));
     ++enqueued_;
     if (pending_.size() > kMaxPendingRecords) {  // writes have failed for long: the oldest go
+      if (const auto* t = std::get_if<JournalTicket>(&pending_.front())) {
+        dropped_sample = *t;
+      } else {
+        ++lost_;
+      }
       pending_.pop_front();
-      ++lost_;
       ++written_;
       committed_.notify_all();
     }
   }
+  if (dropped_sample && sample_listener_) sample_listener_(*dropped_sample, false);
   wake_.notify_one();
+}
+
+Result<std::vector<AckJournal::Leftover>> HistoryStore::unstored(
+    const std::vector<AckJournal::Leftover>& accepted) const {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(read_db_, "SELECT 1 FROM stored_samples WHERE boot = ? AND seq = ?", -1, &q, nullptr) !=
+      SQLITE_OK) {
+    return sql_error(read_db_, "read stored_samples");
+  }
+  std::vector<AckJournal::Leftover> lost;
+  for (const AckJournal::Leftover& a : accepted) {
+    sqlite3_bind_int64(q, 1, static_cast<sqlite3_int64>(a.boot));
+    sqlite3_bind_int64(q, 2, static_cast<sqlite3_int64>(a.seq));
+    const int rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+      sqlite3_finalize(q);
+      return sql_error(read_db_, "read stored_samples");
+    }
+    if (rc == SQLITE_DONE) lost.push_back(a);
+    sqlite3_reset(q);
+  }
+  sqlite3_finalize(q);
+  return lost;
+}
+
+Status HistoryStore::forget_stored_samples() {
+  if (write_db_ == nullptr) return Status();
+  return exec(write_db_, "DELETE FROM stored_samples");
 }
 
 Status HistoryStore::flush() {
@@ -217,7 +260,7 @@ std::uint64_t HistoryStore::stored() const {
 void HistoryStore::writer_loop() {
   auto backoff = std::chrono::milliseconds(0);
   for (;;) {
-    std::vector<std::variant<HistoryRecord, ScalarRecord>> batch;
+    std::vector<Item> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (backoff.count() > 0) {
@@ -235,6 +278,11 @@ void HistoryStore::writer_loop() {
     }
     if (batch.empty()) continue;
     const Status s = write_batch(batch);
+    if (s.ok() && sample_listener_) {
+      for (const Item& item : batch) {
+        if (const auto* t = std::get_if<JournalTicket>(&item)) sample_listener_(*t, true);
+      }
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (s.ok()) {
       written_ += batch.size();
@@ -265,7 +313,7 @@ void HistoryStore::writer_loop() {
   }
 }
 
-Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarRecord>>& batch) {
+Status HistoryStore::write_batch(std::vector<Item>& batch) {
   std::string insert = "INSERT INTO records (time, job, run, rank, step, layer, gemm, operand, dtype, numel, recipe, "
                        "format, scale, scale_max, scale_current, histogram";
   std::string values = ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?";
@@ -280,16 +328,30 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
   insert += values + ")";
   sqlite3_stmt* rec = nullptr;
   sqlite3_stmt* sc = nullptr;
+  sqlite3_stmt* mark = nullptr;
   if (sqlite3_prepare_v2(write_db_, insert.c_str(), -1, &rec, nullptr) != SQLITE_OK ||
-      sqlite3_prepare_v2(write_db_, "INSERT INTO scalars VALUES (?,?,?,?,?,?,?)", -1, &sc, nullptr) != SQLITE_OK) {
+      sqlite3_prepare_v2(write_db_, "INSERT INTO scalars VALUES (?,?,?,?,?,?,?)", -1, &sc, nullptr) != SQLITE_OK ||
+      sqlite3_prepare_v2(write_db_, "INSERT INTO stored_samples VALUES (?,?)", -1, &mark, nullptr) != SQLITE_OK) {
     sqlite3_finalize(rec);
+    sqlite3_finalize(sc);
     return sql_error(write_db_, "prepare insert");
   }
   Status status = exec(write_db_, "BEGIN");
+  // The previous batch's samples are released from the journal by now: their ids are not needed.
+  if (status.ok() && stored_samples_done_ > 0) {
+    status = exec(write_db_, "DELETE FROM stored_samples WHERE rowid <= " + std::to_string(stored_samples_done_));
+  }
   std::uint64_t records = 0;
+  std::int64_t last_mark = 0;
   for (auto& item : batch) {
     if (!status.ok()) break;
-    if (auto* r = std::get_if<HistoryRecord>(&item)) {
+    if (const auto* t = std::get_if<JournalTicket>(&item)) {
+      sqlite3_bind_int64(mark, 1, static_cast<sqlite3_int64>(t->boot));
+      sqlite3_bind_int64(mark, 2, static_cast<sqlite3_int64>(t->seq));
+      if (sqlite3_step(mark) != SQLITE_DONE) status = sql_error(write_db_, "insert stored sample");
+      last_mark = sqlite3_last_insert_rowid(write_db_);
+      sqlite3_reset(mark);
+    } else if (auto* r = std::get_if<HistoryRecord>(&item)) {
       int i = 1;
       sqlite3_bind_double(rec, i++, r->time);
       for (const std::string* t : {&r->job, &r->run}) sqlite3_bind_text(rec, i++, t->c_str(), -1, SQLITE_TRANSIENT);
@@ -335,9 +397,12 @@ Status HistoryStore::write_batch(std::vector<std::variant<HistoryRecord, ScalarR
   if (!status.ok()) {
     (void)exec(write_db_, "ROLLBACK");
     records = 0;
+  } else if (last_mark > 0) {
+    stored_samples_done_ = last_mark;
   }
   sqlite3_finalize(rec);
   sqlite3_finalize(sc);
+  sqlite3_finalize(mark);
   std::lock_guard<std::mutex> lock(mu_);
   records_ += records;
   return status;

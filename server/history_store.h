@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "ack_journal.h"
 #include "fp8scope/status.h"
 
 struct sqlite3;
@@ -72,6 +73,15 @@ class HistoryStore {
 
   void add(HistoryRecord record);  // on a read-only store: ignored
   void add(ScalarRecord record);
+  // After a sample's records: its journal ticket, written in the same transaction as the records
+  // it follows (table stored_samples) and then given to the listener with stored = true; false when
+  // the backlog overflowed and the sample's records were dropped unwritten.
+  void add(JournalTicket stored_sample);
+  void on_stored_sample(std::function<void(const JournalTicket&, bool stored)> listener);
+  // At start, before any add(): which of a previous daemon's accepted samples have no records here
+  // (those it acknowledged and lost), then forgetting the ids of the stored ones.
+  Result<std::vector<AckJournal::Leftover>> unstored(const std::vector<AckJournal::Leftover>& accepted) const;
+  Status forget_stored_samples();
   // Returns once everything added so far is committed or counted lost, or, while writes fail,
   // after one more attempt; an error then says how many records are still unwritten and why.
   Status flush();
@@ -98,7 +108,8 @@ class HistoryStore {
  private:
   HistoryStore(std::string path, sqlite3* write_db, sqlite3* read_db);
   void writer_loop();
-  Status write_batch(std::vector<std::variant<HistoryRecord, ScalarRecord>>& batch);
+  using Item = std::variant<HistoryRecord, ScalarRecord, JournalTicket>;
+  Status write_batch(std::vector<Item>& batch);
 
   std::string path_;
   sqlite3* write_db_;
@@ -106,8 +117,10 @@ class HistoryStore {
   mutable std::mutex read_mu_;
   mutable std::mutex mu_;
   std::condition_variable wake_, committed_;
-  std::deque<std::variant<HistoryRecord, ScalarRecord>> pending_;
-  void enqueue(std::variant<HistoryRecord, ScalarRecord> item);
+  std::deque<Item> pending_;
+  void enqueue(Item item);
+  std::function<void(const JournalTicket&, bool)> sample_listener_;
+  std::int64_t stored_samples_done_ = 0;  // stored_samples rows up to this rowid are released: deleted next batch
 
   std::uint64_t enqueued_ = 0, written_ = 0, records_ = 0;  // written_: committed or lost
   bool stopping_ = false;

@@ -163,6 +163,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       v1::ServerMessage ack;
       ack.mutable_ack()->set_sample_id(e.sample_id);
       if (e.kind == AssemblerEvent::Kind::kComplete) {
+        // Journaled before the ack: from here the sample is stored or, after a crash, counted lost.
+        e.sample->journal = deps_.journal->accept(client_->job, client_->rank);
+        if (!e.sample->journal) {
+          e.kind = AssemblerEvent::Kind::kDropped;
+          e.refusal.reason = "journal_full";
+          e.sample.reset();
+        }
+      }
+      if (e.kind == AssemblerEvent::Kind::kComplete) {
         deps_.health->sample_received();
         deps_.queue->push(std::move(*e.sample));
         deps_.health->set_queue_bytes(deps_.budget->used());

@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "access.h"
+#include "ack_journal.h"
 #include "byte_budget.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 #include "health_metrics.h"
@@ -25,6 +26,7 @@ struct IngestDeps {
   IngestQueue* queue;
   HealthMetrics* health;
   HistoryStore* history;
+  AckJournal* journal;
   const AccessCheck* access;
   AssemblerLimits limits;
   std::uint64_t max_inflight_bytes;

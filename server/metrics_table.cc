@@ -66,6 +66,14 @@ std::vector<MetricDef> build() {
   counter("fp8scope_history_records_lost_total",
           "Records dropped unwritten: more than 200,000 waited while writes failed, or writes still failed at shutdown.",
           "records", {});
+  counter("fp8scope_acknowledged_samples_lost_total",
+          "Samples acknowledged as accepted whose records were never stored: found at start, left by a daemon that "
+          "stopped first (killed, or its drain or last write failed), or dropped unwritten from the history backlog.",
+          "samples", {});
+  gauge("fp8scope_unstored_accepted_samples",
+        "Samples acknowledged as accepted whose records are not stored yet (at most 65,536: more are dropped as "
+        "journal_full).",
+        "samples", {});
   gauge("fp8scope_build_info", "Always 1; labels say the version and the statistics backend.", "1",
         {"version", "backend"});
   return t;

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ack_journal.h"
 #include "byte_budget.h"
 #include "fp8scope/dtype.h"
 #include "fp8scope/wire_enums.h"
@@ -52,6 +54,7 @@ struct Sample {
   std::uint64_t codes_bytes = 0;  // the payload: codes (or values), then the scale tensor
   Payload payload;
   BudgetLease lease;
+  std::optional<JournalTicket> journal;  // held from its ACCEPTED ack until its records are stored
   std::chrono::steady_clock::time_point completed;
 };
 

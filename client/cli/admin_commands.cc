@@ -156,6 +156,12 @@ int run_status(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       out << "; WRITES FAILING: " << s.history_error() << " (" << s.history_pending() << " records waiting, retried)";
     }
     if (s.history_records_lost() > 0) out << "; " << s.history_records_lost() << " records lost";
+    out << "\naccepted samples: " << s.unstored_samples() << " waiting for their records";
+    if (s.acknowledged_lost() > 0) out << "; LOST " << s.acknowledged_lost() << " (dropped unwritten)";
+    if (s.acknowledged_lost_before_start() > 0) {
+      out << "; LOST BEFORE THIS START " << s.acknowledged_lost_before_start()
+          << " (the previous daemon stopped before storing them)";
+    }
     out << "\nseries " << s.series()
         << " (suppressed " << s.series_suppressed() << ")\n";
     return st;

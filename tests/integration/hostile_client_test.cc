@@ -10,11 +10,13 @@
 #include <fstream>
 #include <csignal>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "../support/daemon_fixture.h"
 #include "../support/temp_dir.h"
+#include "fp8scope/recipe.h"
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/wire.h"
 
@@ -418,4 +420,56 @@ TEST_CASE("history writes that fail are said, counted and retried, and nothing i
   std::set<std::string> layers;
   for (const v1::HistoryRow& r : query_history(reopened, q, &st)) layers.insert(r.key().layer());
   CHECK(layers.size() == 60);  // every analyzed sample's records, the ones from the full disk too
+}
+
+TEST_CASE("killed right after its last ACCEPTED ack, the daemon's next start counts exactly the samples it did not store",
+          "[hostile]") {
+  TempDir dir;
+  constexpr int kSamples = 300;
+  constexpr int kRecordsPerSample = static_cast<int>(std::size(kAllRecipeKinds));  // the default policy's recipes
+  auto daemon = std::make_unique<DaemonProcess>(dir.file("data"));
+  {
+    auto stream = SampleStream::open(to(*daemon), hello("killed"));
+    REQUIRE(stream.ok());
+    // 1 MiB samples: analysis falls behind the acks, so the kill finds some queued and unstored.
+    std::vector<float> big(512 * 512);
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i * 2654435761u) % 1000) / 250.0f - 2.0f;
+    v1::TensorHeader h = header("blocks.0.mlp", 0);
+    h.set_shape(0, 512);
+    h.set_shape(1, 512);
+    for (int step = 0; step < kSamples; ++step) {
+      h.set_step(static_cast<std::uint64_t>(step));
+      REQUIRE(stream.value()->send(h, {reinterpret_cast<const std::uint8_t*>(big.data()), big.size() * sizeof(float)}).ok());
+    }
+    auto acks = stream.value()->wait_for_acks(120);
+    REQUIRE(acks.ok());
+    int accepted = 0;
+    for (const auto& [id, ack] : acks.value()) accepted += ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED;
+    REQUIRE(accepted == kSamples);
+    daemon->stop(SIGKILL);
+  }
+  daemon = std::make_unique<DaemonProcess>(dir.file("data"));
+  // A sample is stored when all its records are: count the steps with every recipe's record.
+  v1::HistoryQuery q;
+  q.set_run("killed");
+  grpc::Status st;
+  std::map<std::uint64_t, int> records_by_step;
+  for (const v1::HistoryRow& r : query_history(*daemon, q, &st)) ++records_by_step[r.step()];
+  REQUIRE(st.ok());
+  int stored = 0;
+  for (const auto& [step, n] : records_by_step) stored += n == kRecordsPerSample;
+  const int lost = kSamples - stored;
+  INFO(stored << " of " << kSamples << " acknowledged samples stored before the kill");
+  CHECK(lost > 0);  // else the kill came too late to test anything
+  CHECK(metric_value(http_get(daemon->metrics(), "/metrics"), "fp8scope_acknowledged_samples_lost_total", {}) == lost);
+  const ProcessResult status = cli({"status", "--endpoint", daemon->grpc()});
+  CHECK(status.out.find("LOST BEFORE THIS START " + std::to_string(lost) + " ") != std::string::npos);
+  CHECK(daemon->log().find("stopped before storing " + std::to_string(lost) + " samples it had acknowledged as "
+                           "accepted (hostile: " + std::to_string(lost) + ")") != std::string::npos);
+
+  // A clean stop stores everything: the start after it has nothing to report.
+  CHECK(daemon->stop(SIGTERM) == 0);
+  daemon = std::make_unique<DaemonProcess>(dir.file("data"));
+  CHECK(metric_value(http_get(daemon->metrics(), "/metrics"), "fp8scope_acknowledged_samples_lost_total", {}) == 0);
+  CHECK(cli({"status", "--endpoint", daemon->grpc()}).out.find("LOST") == std::string::npos);
 }

@@ -128,3 +128,36 @@ TEST_CASE("code fingerprints are stored, and a store without their column still 
   CHECK(digests(*store.value()).back() == "fedcba9876543210");
   CHECK(!HistoryStore::open_read_only(dir.file("nowhere")).ok());
 }
+
+TEST_CASE("a sample's ticket is committed with its records, and a restart tells stored samples from lost ones",
+          "[history_store]") {
+  fp8scope::testing::TempDir dir;
+  std::vector<AckJournal::Leftover> accepted;
+  {
+    auto store = HistoryStore::open(dir.path());
+    REQUIRE(store.ok());
+    std::vector<std::uint64_t> stored;
+    store.value()->on_stored_sample([&](const JournalTicket& t, bool ok) {
+      CHECK(ok);
+      stored.push_back(t.seq);
+    });
+    for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+      store.value()->add(record("fp8", "blocks.0.mlp", seq, 0.0));
+      store.value()->add(JournalTicket{77, seq, static_cast<std::uint32_t>(seq)});
+      accepted.push_back({77, seq, 0, "job"});
+    }
+    REQUIRE(store.value()->flush().ok());
+    CHECK(stored == std::vector<std::uint64_t>{1, 2, 3});
+  }
+  accepted.push_back({77, 4, 0, "job"});  // acknowledged, never reached the history
+  accepted.push_back({78, 1, 0, "job"});  // another start's sample 1
+  auto store = HistoryStore::open(dir.path());
+  REQUIRE(store.ok());
+  auto lost = store.value()->unstored(accepted);
+  REQUIRE(lost.ok());
+  REQUIRE(lost.value().size() == 2);
+  CHECK((lost.value()[0].boot == 77 && lost.value()[0].seq == 4));
+  CHECK((lost.value()[1].boot == 78 && lost.value()[1].seq == 1));
+  REQUIRE(store.value()->forget_stored_samples().ok());
+  CHECK(store.value()->unstored(accepted).value().size() == accepted.size());
+}
