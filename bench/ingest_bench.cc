@@ -140,7 +140,7 @@ struct IngestOnly {
   server::AccessCheck access{""};
   server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
                                                    server::AssemblerLimits{1ull << 30, wire::kMaxChunkBytes},
-                                                   256ull << 20, "bench"}};
+                                                   256ull << 20, "bench", std::chrono::seconds(30)}};
   std::unique_ptr<grpc::Server> server;
   std::thread consumer;
   std::string address;

@@ -97,6 +97,7 @@ struct Daemon::Impl {
     std::unique_lock<std::mutex> lock(mu);
     while (!stop_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; })) {
       series->expire();
+      ingest->expire_stalled();
       health->set_series(series->series(), series->suppressed());
       health->set_records_stored(history->stored());
       const HistoryStore::WriteHealth writes = history->write_health();
@@ -191,7 +192,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
                                                          d->history.get(), d->journal.get(), &d->access,
                                                          AssemblerLimits{c.max_sample_bytes, wire::kMaxChunkBytes},
-                                                         c.max_inflight_bytes, kDaemonVersion});
+                                                         c.max_inflight_bytes, kDaemonVersion,
+                                                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                             std::chrono::duration<double>(c.stall_timeout_seconds))});
   d->admin = std::make_unique<AdminService>(AdminDeps{&d->policy, d->tensors.get(), d->history.get(), d->health.get(),
                                                       d->series.get(), d->budget.get(), d->journal.get(), &d->access,
                                                       kDaemonVersion,
@@ -204,8 +207,13 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   builder.RegisterService(d->admin.get());
   // One chunk (4 MiB of data) plus its header; anything larger is refused by gRPC itself.
   builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kMaxChunkBytes + (64 << 10)));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  // A peer that stops answering pings (a stopped or vanished process, a dead link) is disconnected
+  // within the stall timeout: a ping after half of it without traffic, and half of it for the answer.
+  const int keepalive_ms = static_cast<int>(c.stall_timeout_seconds * 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // an idle stream is pinged too
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   d->server = builder.BuildAndStart();
   if (!d->server || (c.listen.rfind("unix:", 0) != 0 && port == 0)) {

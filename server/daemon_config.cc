@@ -83,6 +83,9 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   add(app, "max-series", c.max_series, "Tensor metric series before new ones are suppressed (and counted)");
   add(app, "series-ttl-seconds", c.series_ttl_seconds, "Seconds without an update before a series expires");
   add(app, "drain-seconds", c.drain_seconds, "On SIGTERM/SIGINT: seconds to finish queued samples before exiting");
+  add(app, "stall-timeout-seconds", c.stall_timeout_seconds,
+      "A sample whose next chunk does not come within this is dropped (stalled) and its memory freed; a client "
+      "that stops answering keepalive pings is disconnected within it");
   add_flag(app, "per-rank-metrics", c.per_rank_metrics, "Label metrics with rank (default: the worst rank per series)");
   add(app, "tls-cert", c.tls_cert, "PEM server certificate (enables TLS)");
   add(app, "tls-key", c.tls_key, "PEM private key of --tls-cert");
@@ -142,6 +145,9 @@ Status validate(const DaemonConfig& c) {
   }
   if (c.max_inflight_bytes < (4u << 20)) return Status::error("--max-inflight-bytes: expected at least 4 MiB (one chunk)");
   if (c.series_ttl_seconds <= 0 || c.drain_seconds < 0) return Status::error("--series-ttl-seconds and --drain-seconds must be positive");
+  if (!(c.stall_timeout_seconds >= 2 && c.stall_timeout_seconds <= 3600)) {
+    return Status::error("--stall-timeout-seconds: expected 2..3600, got " + std::to_string(c.stall_timeout_seconds));
+  }
   if (c.tls_cert.empty() != c.tls_key.empty()) return Status::error("--tls-cert and --tls-key go together");
   if (!c.tls_client_ca.empty() && c.tls_cert.empty()) return Status::error("--tls-client-ca needs --tls-cert and --tls-key");
   const bool protected_remote = !c.tls_cert.empty() || !c.token_file.empty();

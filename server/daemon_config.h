@@ -28,6 +28,7 @@ struct DaemonConfig {
   std::uint64_t max_series = 20000;           // tensor metric series before new ones are suppressed
   double series_ttl_seconds = 900;            // a series not updated for this long disappears
   double drain_seconds = 20;                  // on SIGTERM: time to finish queued samples
+  double stall_timeout_seconds = 30;          // a sample's chunks, and a silent peer's pings
   bool per_rank_metrics = false;              // label metrics with rank instead of the worst rank
   // Remote access, off unless asked for.
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files; a client CA makes client certs required

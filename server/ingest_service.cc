@@ -19,10 +19,12 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+}  // namespace
+
 class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamReactor(const IngestDeps& deps, grpc::CallbackServerContext* context, bool accepting)
-      : deps_(deps), peer_(context->peer()) {
+  StreamReactor(IngestService& service, grpc::CallbackServerContext* context, bool accepting)
+      : service_(service), deps_(service.deps_), peer_(context->peer()) {
     grpc::Status access = deps_.access->check(*context);
     if (!accepting) access = {grpc::StatusCode::UNAVAILABLE, "fp8scoped is shutting down"};
     if (!access.ok()) {
@@ -73,12 +75,37 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   void OnDone() override {
     if (policy_subscription_ != 0) deps_.policy->unsubscribe(policy_subscription_);
-    if (assembler_ && assembler_->abandon()) deps_.health->sample_dropped("client_gone_mid_sample");
+    service_.untrack(this);
+    bool abandoned = false;
+    {
+      std::lock_guard<std::mutex> lock(assembly_mu_);
+      abandoned = assembler_ && assembler_->abandon();
+    }
+    if (abandoned) deps_.health->sample_dropped("client_gone_mid_sample");
     if (client_) {
       deps_.health->client_disconnected();
       spdlog::info("client {} (job {}, run {}, rank {}) disconnected", peer_, client_->job, client_->run, client_->rank);
     }
     delete this;
+  }
+
+  // Drops the sample being received if its last chunk came before `deadline`, and tells the client.
+  void expire_stalled(std::chrono::steady_clock::time_point deadline) {
+    std::optional<std::uint64_t> id;
+    {
+      std::lock_guard<std::mutex> lock(assembly_mu_);
+      if (!assembler_ || last_chunk_ > deadline) return;
+      id = assembler_->abandon();
+    }
+    if (!id) return;
+    deps_.health->sample_dropped("stalled");
+    spdlog::warn("client {} sample {}: no chunk for {:.0f} s; dropped as stalled and its memory freed", peer_, *id,
+                 std::chrono::duration<double>(deps_.stall_timeout).count());
+    v1::ServerMessage ack;
+    ack.mutable_ack()->set_sample_id(*id);
+    ack.mutable_ack()->set_outcome(v1::SAMPLE_OUTCOME_DROPPED);
+    ack.mutable_ack()->set_reason("stalled");
+    send(ack);
   }
 
  private:
@@ -133,7 +160,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     info->world_size = hello.world_size();
     info->pid = hello.pid();
     client_ = info;
-    assembler_.emplace(info, deps_.limits, deps_.budget);
+    {
+      std::lock_guard<std::mutex> lock(assembly_mu_);
+      assembler_.emplace(info, deps_.limits, deps_.budget);
+      last_chunk_ = std::chrono::steady_clock::now();
+    }
+    service_.track(this);
     deps_.health->client_connected();
     spdlog::info("client {} connected: job {}, run {}, rank {}/{}, host {}, pid {}", peer_, info->job, info->run,
                  info->rank, info->world_size, info->host, info->pid);
@@ -159,7 +191,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   void on_chunk(const v1::TensorChunk& chunk) {
     deps_.health->bytes_received(chunk.data().size());
-    for (AssemblerEvent& e : assembler_->add(chunk)) {
+    std::vector<AssemblerEvent> events;
+    {
+      std::lock_guard<std::mutex> lock(assembly_mu_);
+      events = assembler_->add(chunk);
+      last_chunk_ = std::chrono::steady_clock::now();
+    }
+    for (AssemblerEvent& e : events) {
       v1::ServerMessage ack;
       ack.mutable_ack()->set_sample_id(e.sample_id);
       if (e.kind == AssemblerEvent::Kind::kComplete) {
@@ -239,11 +277,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
   }
 
+  IngestService& service_;
   const IngestDeps& deps_;
   const std::string peer_;
   grpc::ByteBuffer in_;
   std::shared_ptr<const ClientInfo> client_;
+  std::mutex assembly_mu_;  // the assembler is also reached by expire_stalled()
   std::optional<SampleAssembler> assembler_;
+  std::chrono::steady_clock::time_point last_chunk_;
   static constexpr std::size_t kMaxOtherReasons = 16;
   std::map<std::string_view, std::uint64_t> client_dropped_;
   std::map<std::string, std::uint64_t> other_dropped_;  // the first unknown reasons and their totals
@@ -257,11 +298,26 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   std::optional<grpc::Status> finish_requested_;
 };
 
-}  // namespace
-
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* IngestService::Stream(
     grpc::CallbackServerContext* context) {
-  return new StreamReactor(deps_, context, accepting_.load());
+  return new StreamReactor(*this, context, accepting_.load());
+}
+
+void IngestService::track(StreamReactor* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.insert(stream);
+}
+
+void IngestService::untrack(StreamReactor* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.erase(stream);
+}
+
+void IngestService::expire_stalled() {
+  const auto deadline = std::chrono::steady_clock::now() - deps_.stall_timeout;
+  // Under the lock a stream cannot finish its OnDone (it untracks itself first).
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  for (StreamReactor* s : streams_) s->expire_stalled(deadline);
 }
 
 }  // namespace fp8scope::server

@@ -7,6 +7,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
+#include <unordered_set>
 
 #include "access.h"
 #include "ack_journal.h"
@@ -31,7 +34,10 @@ struct IngestDeps {
   AssemblerLimits limits;
   std::uint64_t max_inflight_bytes;
   std::string daemon_version;
+  std::chrono::steady_clock::duration stall_timeout;  // a partial sample without a new chunk this long is dropped
 };
+
+class StreamReactor;
 
 class IngestService final : public v1::Ingest::WithRawCallbackMethod_Stream<v1::Ingest::Service> {
  public:
@@ -41,10 +47,19 @@ class IngestService final : public v1::Ingest::WithRawCallbackMethod_Stream<v1::
 
   // Refuse new streams (shutdown has begun).
   void stop_accepting() { accepting_ = false; }
+  // Drops every partial sample whose last chunk is older than the stall timeout, freeing its
+  // memory (called periodically: a stream that stops sending has no callback to do it).
+  void expire_stalled();
 
  private:
+  friend class StreamReactor;
+  void track(StreamReactor* stream);
+  void untrack(StreamReactor* stream);
+
   IngestDeps deps_;
   std::atomic<bool> accepting_{true};
+  std::mutex streams_mu_;
+  std::unordered_set<StreamReactor*> streams_;  // the open streams that said Hello
 };
 
 }  // namespace fp8scope::server
