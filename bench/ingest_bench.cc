@@ -139,7 +139,7 @@ struct IngestOnly {
   std::unique_ptr<server::AckJournal> journal = std::move(server::AckJournal::open(dir + "/accepted.journal")).value();
   server::AccessCheck access{""};
   server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
-                                                   server::AssemblerLimits{1ull << 30, wire::kMaxChunkBytes},
+                                                   server::AssemblerLimits{1ull << 30, wire::kDaemonChunkBytes},
                                                    256ull << 20, "bench", std::chrono::seconds(30)}};
   std::unique_ptr<grpc::Server> server;
   std::thread consumer;
@@ -149,7 +149,9 @@ struct IngestOnly {
     int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     b.RegisterService(&service);
-    b.SetMaxReceiveMessageSize(static_cast<int>(wire::kMaxChunkBytes + (64 << 10)));
+    b.SetMaxReceiveMessageSize(static_cast<int>(wire::kDaemonChunkBytes + (64 << 10)));
+    b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // as fp8scoped does
+    b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(wire::kDaemonChunkBytes));
     server = b.BuildAndStart();
     address = "127.0.0.1:" + std::to_string(port);
     consumer = std::thread([this] {
@@ -270,7 +272,7 @@ BENCHMARK(BM_IngestStream)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AnalysisLatencyUnderLoad)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(4);
 
 int main(int argc, char** argv) {
-  server::keep_freed_memory();  // as fp8scoped does
+  server::bound_heap_memory();  // as fp8scoped does
   benchmark::Initialize(&argc, argv);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

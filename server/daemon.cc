@@ -191,7 +191,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
                                                                 c.max_series});
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
                                                          d->history.get(), d->journal.get(), &d->access,
-                                                         AssemblerLimits{c.max_sample_bytes, wire::kMaxChunkBytes},
+                                                         AssemblerLimits{c.max_sample_bytes, wire::kDaemonChunkBytes},
                                                          c.max_inflight_bytes, kDaemonVersion,
                                                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                              std::chrono::duration<double>(c.stall_timeout_seconds))});
@@ -205,8 +205,12 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   builder.AddListeningPort(c.listen, creds.value(), &port);
   builder.RegisterService(d->ingest.get());
   builder.RegisterService(d->admin.get());
-  // One chunk (4 MiB of data) plus its header; anything larger is refused by gRPC itself.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kMaxChunkBytes + (64 << 10)));
+  // One chunk plus its header; anything larger is refused by gRPC itself.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kDaemonChunkBytes + (64 << 10)));
+  // A fixed flow-control window per stream: gRPC's bandwidth probing grows it to several MiB per
+  // stream, memory outside any budget; a 1 MiB window is as fast on loopback (ingest_bench).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(wire::kDaemonChunkBytes));
   // A peer that stops answering pings (a stopped or vanished process, a dead link) is disconnected
   // within the stall timeout: a ping after half of it without traffic, and half of it for the answer.
   const int keepalive_ms = static_cast<int>(c.stall_timeout_seconds * 500);

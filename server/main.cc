@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   PosixShutdownSignal signals;  // before any thread starts
   // A file size limit makes history writes fail (and be retried), not kill the daemon.
   std::signal(SIGXFSZ, SIG_IGN);
-  keep_freed_memory();
+  bound_heap_memory();
   auto parsed = parse_daemon_config(argc, argv);
   if (!parsed.ok()) {
     std::cerr << "fp8scoped: " << parsed.message() << "\n";

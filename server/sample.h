@@ -12,31 +12,14 @@
 
 #include "ack_journal.h"
 #include "byte_budget.h"
+#include "payload_pool.h"
 #include "fp8scope/dtype.h"
 #include "fp8scope/wire_enums.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
 namespace fp8scope::server {
 
-// Allocates without zero-filling: a payload is overwritten by its chunks right away, and zeroing
-// 16 MiB per sample costs as much as receiving it.
-template <class T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-
-using Payload = std::vector<std::uint8_t, UninitializedAllocator<std::uint8_t>>;
+using Payload = std::vector<std::uint8_t, PayloadAllocator<std::uint8_t>>;
 
 // One connected training process, from its Hello.
 struct ClientInfo {

@@ -32,6 +32,14 @@ struct Plugin {
 const Plugin& plugin() {
   static const Plugin loaded = [] {
     Plugin p;
+    // Without a driver there is no GPU to use: the plugin (and cuBLASLt with it, ~140 MB resident
+    // once loaded) is not worth loading.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) {
+      p.error = std::string("no CUDA driver (") + dlerror() + ")";
+      return p;
+    }
+    dlclose(driver);
     std::vector<std::string> dirs;
     if (const char* env = std::getenv("FP8SCOPE_CUDA_PLUGIN_DIR")) dirs.emplace_back(env);
     dirs.push_back(executable_dir());

@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -519,4 +520,79 @@ TEST_CASE("a sample that stops arriving is dropped and its memory freed, and a s
   CHECK(eventually([&] { return metric("fp8scope_clients") == clients; }, 10));
   CHECK(eventually([&] { return daemon.log().find("(job idle, run idle, rank 0) disconnected") != std::string::npos; }, 5));
   idle.stop(SIGKILL, 10);
+}
+
+namespace {
+double peak_rss_mb(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("32 clients at full rate: every sample accounted for, and memory within the budget and its overhead",
+          "[hostile]") {
+  TempDir dir;
+  constexpr double kBudgetMb = 256;
+  DaemonProcess daemon(dir.file("data"), {"--queue-budget-bytes", "268435456", "--max-sample-bytes", "67108864"});
+  constexpr int kClients = 32;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::atomic<int> sent{0}, accepted{0}, dropped{0}, failures{0};
+  // 8 MiB samples, as fast as each stream's window lets them go.
+  std::vector<float> values(2048 * 1024);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977) / 300.0f - 1.5f;
+  const std::span<const std::uint8_t> bytes{reinterpret_cast<const std::uint8_t*>(values.data()),
+                                            values.size() * sizeof(float)};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      v1::Hello h = hello("rate");
+      h.set_rank(static_cast<std::uint32_t>(c));
+      h.set_world_size(kClients);
+      auto stream = SampleStream::open(to(daemon), h, 30.0);
+      if (!stream.ok()) {
+        ++failures;
+        return;
+      }
+      v1::TensorHeader th = header("blocks." + std::to_string(c) + ".mlp", 0);
+      th.set_shape(0, 2048);
+      th.set_shape(1, 1024);
+      for (std::uint64_t step = 0; std::chrono::steady_clock::now() < until; ++step) {
+        th.set_step(step);
+        if (!stream.value()->send(th, bytes).ok()) {
+          ++failures;
+          return;
+        }
+        ++sent;
+      }
+      auto acks = stream.value()->wait_for_acks(120);
+      if (!acks.ok()) {
+        ++failures;
+        return;
+      }
+      for (const auto& [id, ack] : acks.value()) {
+        accepted += ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED;
+        dropped += ack.outcome() == v1::SAMPLE_OUTCOME_DROPPED && ack.reason() == "queue_full";
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  REQUIRE(failures == 0);
+  CHECK(accepted + dropped == sent);
+  CHECK(eventually([&] {
+    const std::string m = http_get(daemon.metrics(), "/metrics");
+    return metric_value(m, "fp8scope_samples_total", {}) == accepted &&
+           metric_value(m, "fp8scope_samples_analyzed_total", {}) == accepted &&
+           metric_value(m, "fp8scope_samples_dropped_total", {{"reason", "queue_full"}}) == dropped;
+  }, 120));
+  const double peak = peak_rss_mb(daemon.pid());
+  INFO(sent << " samples sent, " << accepted << " accepted, " << dropped << " dropped; peak RSS " << peak << " MB");
+  // The documented bound (docs/operations.md, "Memory"): the budget, 64 MiB of payload buffers kept
+  // for reuse, 64 MB for the daemon itself on the CPU backend, and 2 MiB per stream sending at
+  // once. Before the payload pool, the fixed flow-control window and fewer heap arenas: 776 MB.
+#if !defined(__SANITIZE_ADDRESS__)
+  CHECK(peak < kBudgetMb + 64 + 64 + 2 * kClients);
+#endif
 }
