@@ -600,3 +600,64 @@ TEST_CASE("32 clients at full rate: every sample accounted for, and memory withi
   CHECK(peak < kBudgetMb + 64 + 64 + 2 * kClients);
 #endif
 }
+
+TEST_CASE("500 idle streams neither starve a working client nor take much memory", "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto metric = [&](const std::string& name) { return metric_value(http_get(daemon.metrics(), "/metrics"), name, {}); };
+  const double before = rss_mb(daemon.pid());
+  v1::Hello h = hello("idle");
+  h.set_rank(1);  // a refused Hello says why, not CANCELLED
+  CHECK(SampleStream::open(to(daemon), h).message().find("rank 1 is not below world_size 1") != std::string::npos);
+  h.set_world_size(500);
+  std::vector<std::unique_ptr<SampleStream>> idle;
+  for (int i = 0; i < 500; ++i) {
+    h.set_rank(static_cast<std::uint32_t>(i));
+    auto s = SampleStream::open(to(daemon), h, 30.0);
+    REQUIRE(s.ok());
+    idle.push_back(std::move(s).value());
+  }
+  REQUIRE(eventually([&] { return metric("fp8scope_clients") == 500; }, 30));
+  const double with_idle = rss_mb(daemon.pid());
+  INFO("RSS " << before << " MB, " << with_idle << " MB with 500 idle streams");
+  CHECK(with_idle - before < 50.0);  // about 20 KB a stream (measured 10.6 MB for 500)
+
+  auto working = SampleStream::open(to(daemon), hello("working"));
+  REQUIRE(working.ok());
+  for (std::uint64_t step = 0; step < 20; ++step) REQUIRE(working.value()->send(header("w", step), payload()).ok());
+  auto acks = working.value()->wait_for_acks(30);
+  REQUIRE(acks.ok());
+  for (const auto& [id, ack] : acks.value()) CHECK(ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED);
+  idle.clear();
+  CHECK(eventually([&] { return metric("fp8scope_clients") == 1; }, 30));
+}
+
+TEST_CASE("killed once every record is stored, the daemon loses nothing and its next start reports nothing lost",
+          "[hostile]") {
+  TempDir dir;
+  auto daemon = std::make_unique<DaemonProcess>(dir.file("data"));
+  {
+    auto stream = SampleStream::open(to(*daemon), hello("caught-up"));
+    REQUIRE(stream.ok());
+    for (std::uint64_t step = 0; step < 100; ++step) REQUIRE(stream.value()->send(header("c", step), payload()).ok());
+    REQUIRE(stream.value()->wait_for_acks(30).ok());
+  }
+  REQUIRE(eventually([&] {
+    const std::string m = http_get(daemon->metrics(), "/metrics");
+    return metric_value(m, "fp8scope_samples_analyzed_total", {}) == 100 &&
+           metric_value(m, "fp8scope_history_pending_records", {}) == 0;
+  }));
+  // The status's own figure, not the once-a-second gauge: nothing accepted is waiting.
+  REQUIRE(eventually([&] {
+    return cli({"status", "--endpoint", daemon->grpc()}).out.find("accepted samples: 0 waiting") != std::string::npos;
+  }));
+  daemon->stop(SIGKILL);
+  daemon = std::make_unique<DaemonProcess>(dir.file("data"));
+  CHECK(metric_value(http_get(daemon->metrics(), "/metrics"), "fp8scope_acknowledged_samples_lost_total", {}) == 0);
+  v1::HistoryQuery q;
+  q.set_run("caught-up");
+  grpc::Status st;
+  std::set<std::uint64_t> steps;
+  for (const v1::HistoryRow& r : query_history(*daemon, q, &st)) steps.insert(r.step());
+  CHECK(steps.size() == 100);
+}

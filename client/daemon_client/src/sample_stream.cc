@@ -63,7 +63,9 @@ Result<std::unique_ptr<SampleStream>> SampleStream::open(const ConnectionOptions
                                             [&] { return (s->have_welcome_ && s->have_policy_) || s->broken_; });
   if (!ready || !s->have_welcome_) {
     lock.unlock();
-    s->context_.TryCancel();
+    // A stream the daemon ended (a refused Hello) keeps the daemon's status: cancel only a wait
+    // that timed out.
+    if (!ready) s->context_.TryCancel();
     s->reader_.join();
     const grpc::Status st = s->stream_->Finish();
     return Status::error(st.ok() ? "fp8scoped at " + options.endpoint + " sent no Welcome" : describe_rpc_error(st, options));
