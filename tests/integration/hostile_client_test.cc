@@ -1,8 +1,11 @@
-// fp8scoped against a client that is broken or hostile, through the real binary and a raw gRPC
-// stream that can send any bytes: patterns that crash or stall a backtracking regex engine, strings
-// that forge log lines, messages that do not decode, invented drop reasons, steps the history
-// cannot hold, and listen addresses that only look like loopback. Each case ends with the daemon
-// still serving and what it had accepted still there.
+// fp8scoped against a client that is broken, hostile or unlucky, through the real binary and a raw
+// gRPC stream that can send any bytes (issue 15): patterns that crash or stall a backtracking regex
+// engine, strings that forge log lines, messages that do not decode, invented drop reasons, steps
+// the history cannot hold, listen addresses that only look like loopback, a flood of layers, a
+// full disk, a kill right after the last ack and one after everything was stored, a sample that
+// stops arriving and a peer that stops answering, 32 clients at full rate and 500 idle ones. Each
+// case ends with the daemon still serving and what it had accepted stored or counted. Malformed
+// samples, chunk order and oversized messages are in daemon_test; TLS and tokens in security_test.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
