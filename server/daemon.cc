@@ -201,6 +201,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
                                                       d->backend, c.data_dir});
 
   grpc::ServerBuilder builder;
+  // gRPC binds with SO_REUSEPORT by default: a second daemon (or anyone on the host) on the same
+  // port would start and take half the connections. A port in use must be a start-up error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(c.listen, creds.value(), &port);
   builder.RegisterService(d->ingest.get());
@@ -221,7 +224,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   d->server = builder.BuildAndStart();
   if (!d->server || (c.listen.rfind("unix:", 0) != 0 && port == 0)) {
-    return Status::error("--listen " + c.listen + ": cannot listen (address in use or not valid)");
+    return Status::error("--listen " + c.listen +
+                         ": cannot listen: the address is in use (another fp8scoped?) or not valid on this host");
   }
   d->grpc_address = host_port(c.listen, port);
   d->pipeline->start();

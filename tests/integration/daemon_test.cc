@@ -423,6 +423,23 @@ TEST_CASE("fp8scoped refuses to listen beyond loopback unprotected, and document
   }
 }
 
+TEST_CASE("a gRPC or metrics port already in use is a start-up error, not a shared port", "[daemon]") {
+  TempDir dir;
+  DaemonProcess first(dir.file("first"));
+  const ProcessResult grpc_taken = run_process(
+      {FP8SCOPE_DAEMON, "--listen", first.grpc(), "--metrics", "127.0.0.1:0", "--data-dir", dir.file("second")}, {}, 30);
+  CHECK(grpc_taken.exit_code == 1);
+  CHECK((grpc_taken.out + grpc_taken.err).find("--listen " + first.grpc() + ": cannot listen: the address is in use") !=
+        std::string::npos);
+  const ProcessResult metrics_taken = run_process(
+      {FP8SCOPE_DAEMON, "--listen", "127.0.0.1:0", "--metrics", first.metrics(), "--data-dir", dir.file("third")}, {}, 30);
+  CHECK(metrics_taken.exit_code == 1);
+  CHECK((metrics_taken.out + metrics_taken.err).find("--metrics " + first.metrics() + ": cannot listen") !=
+        std::string::npos);
+  // The first daemon still answers every status call alone.
+  for (int i = 0; i < 4; ++i) CHECK(cli({"status", "--endpoint", first.grpc()}).exit_code == 0);
+}
+
 TEST_CASE("a forward GEMM's X and W give its FP8 output error", "[daemon][gemm]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"), {"--backend", "cpu"});
