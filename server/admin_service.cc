@@ -90,20 +90,27 @@ grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext*
   return finish(context, grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context, const v1::GetPolicyRequest*,
-                                                  v1::Policy* response) {
+grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context,
+                                                  const v1::GetPolicyRequest* request, v1::Policy* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
-  *response = deps_.policy->get();
+  *response = deps_.policy->get(request->job());
   return finish(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* AdminService::SetPolicy(grpc::CallbackServerContext* context,
                                                   const v1::SetPolicyRequest* request, v1::Policy* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
-  Result<v1::Policy> set = deps_.policy->set(request->policy());
+  Result<v1::Policy> set =
+      request->inherit() ? deps_.policy->inherit(request->policy().job()) : deps_.policy->set(request->policy());
   if (!set.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, set.message()});
   *response = set.value();
-  spdlog::info("policy version {} set by {}: {}", response->version(), context->peer(), response->ShortDebugString());
+  if (request->inherit()) {
+    spdlog::info("job {} follows the default policy again (set by {})", request->policy().job(), context->peer());
+  } else {
+    spdlog::info("policy version {} {} set by {}: {}", response->version(),
+                 response->job().empty() ? "(the default)" : "for job " + response->job(), context->peer(),
+                 response->ShortDebugString());
+  }
   return finish(context, grpc::Status::OK);
 }
 

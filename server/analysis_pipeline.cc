@@ -61,7 +61,7 @@ void AnalysisPipeline::worker(int shard) {
 }
 
 void AnalysisPipeline::process(Sample& s) {
-  Result<SampleAnalysis> analysis = analyzer_.analyze(s, d_.policy->get());
+  Result<SampleAnalysis> analysis = analyzer_.analyze(s, d_.policy->get(s.client->job));
   if (!analysis.ok()) {
     spdlog::warn("analysis of {} from job {} failed: {}", s.header.layer(), s.client->job, analysis.message());
     d_.health->sample_dropped("analysis_error");

@@ -178,13 +178,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     w->set_max_sample_bytes(deps_.limits.max_sample_bytes);
     send(welcome);
     // The current policy now, and every change later; the listener is removed in OnDone.
-    policy_subscription_ = deps_.policy->subscribe([this](const v1::Policy& p) {
+    policy_subscription_ = deps_.policy->subscribe(info->job, [this](const v1::Policy& p) {
       v1::ServerMessage m;
       *m.mutable_policy() = p;
       send(m);
     });
     v1::ServerMessage policy;
-    *policy.mutable_policy() = deps_.policy->get();
+    *policy.mutable_policy() = deps_.policy->get(info->job);
     send(policy);
     return grpc::Status::OK;
   }

@@ -3,38 +3,67 @@
 #include "fp8scope/layer_pattern.h"
 #include "fp8scope/sampling_rule.h"
 #include "fp8scope/wire.h"
+#include "sample_validation.h"
 
 namespace fp8scope::server {
 
 PolicyStore::PolicyStore() {
-  policy_.set_version(1);
-  policy_.set_every_n_steps(kDefaultEveryNSteps);
+  default_.set_version(version_);
+  default_.set_every_n_steps(kDefaultEveryNSteps);
 }
 
-v1::Policy PolicyStore::get() const {
+const v1::Policy& PolicyStore::effective(const std::string& job) const {
+  const auto it = job.empty() ? by_job_.end() : by_job_.find(job);
+  return it != by_job_.end() ? it->second : default_;
+}
+
+v1::Policy PolicyStore::get(const std::string& job) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return policy_;
+  return effective(job);
+}
+
+void PolicyStore::notify(const std::string& job) {
+  for (auto& [id, s] : subscribers_) {
+    const bool applies = job.empty() ? by_job_.count(s.job) == 0 : s.job == job;
+    if (applies) s.listener(effective(s.job));
+  }
 }
 
 Result<v1::Policy> PolicyStore::set(v1::Policy policy) {
   if (Status s = validate_policy(policy); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  policy.set_version(policy_.version() + 1);
-  policy_ = policy;
-  for (auto& [id, listener] : listeners_) listener(policy_);
-  return policy_;
+  const std::string job = policy.job();
+  if (!job.empty() && by_job_.count(job) == 0 && by_job_.size() >= kMaxJobPolicies) {
+    return Status::error(std::to_string(kMaxJobPolicies) + " jobs have a policy of their own already; let one "
+                         "inherit the default first");
+  }
+  policy.set_version(++version_);
+  (job.empty() ? default_ : by_job_[job]) = policy;
+  notify(job);
+  return policy;
 }
 
-int PolicyStore::subscribe(Listener listener) {
+Result<v1::Policy> PolicyStore::inherit(const std::string& job) {
+  if (job.empty()) return Status::error("inherit: name the job that should follow the default");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (by_job_.erase(job) > 0) {
+    // Its streams see a new version, so they take the default even if they had seen it before.
+    default_.set_version(++version_);
+    notify(job);
+  }
+  return default_;
+}
+
+int PolicyStore::subscribe(const std::string& job, Listener listener) {
   std::lock_guard<std::mutex> lock(mu_);
   const int id = next_id_++;
-  listeners_.emplace(id, std::move(listener));
+  subscribers_.emplace(id, Subscriber{job, std::move(listener)});
   return id;
 }
 
 void PolicyStore::unsubscribe(int id) {
   std::lock_guard<std::mutex> lock(mu_);
-  listeners_.erase(id);
+  subscribers_.erase(id);
 }
 
 Status validate_policy(const v1::Policy& p) {
@@ -46,6 +75,10 @@ Status validate_policy(const v1::Policy& p) {
   }
   for (int r : p.recipes()) {
     if (!wire::from_wire(static_cast<v1::Recipe>(r))) return Status::error("recipes: unknown recipe " + std::to_string(r));
+  }
+  if (p.every_n_steps() == 0) return Status::error("every_n_steps: expected 1 or more (1 = every step)");
+  if (!p.job().empty() && !valid_label(p.job())) {
+    return Status::error("job: expected 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
   if (p.end_step() != 0 && p.end_step() <= p.start_step()) {
     return Status::error("end_step " + std::to_string(p.end_step()) + " must be above start_step " +

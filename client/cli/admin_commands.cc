@@ -73,12 +73,13 @@ const v1::RecipeStats* recipe_of(const v1::TensorSummary& t, const std::string& 
 }
 
 void print_policy(std::ostream& out, const v1::Policy& p) {
+  out << (p.job().empty() ? "the default policy (jobs without their own)" : "job " + p.job() + "'s own policy") << "\n";
   out << "version " << p.version() << "\n";
   out << "layer_regex " << (p.layer_regex().empty() ? "(every layer)" : p.layer_regex()) << "\n";
   out << "operands";
   if (p.operands().empty()) out << " x w dy";
   for (int op : p.operands()) out << " " << wire::operand_label(static_cast<v1::Operand>(op));
-  out << "\nevery_n_steps " << (p.every_n_steps() == 0 ? 1 : p.every_n_steps()) << "\n";
+  out << "\nevery_n_steps " << p.every_n_steps() << "\n";
   out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
   out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
   out << "recipes";
@@ -110,12 +111,16 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
 
   CLI::App* policy = app.add_subcommand("policy", "Show or change what training processes sample");
   policy->require_subcommand(1);
-  c.policy_get = policy->add_subcommand("get", "Show the sampling policy");
+  c.policy_get = policy->add_subcommand("get", "Show the sampling policy (the default, or the one a job follows)");
   add_connection_flags(c.policy_get, o.connection);
+  c.policy_get->add_option("--job", o.job, "The policy this job follows (its own, or the default)");
   c.policy_get->add_flag("--json", o.json, "Print the policy as JSON");
-  c.policy_set = policy->add_subcommand("set", "Change the sampling policy (fields not given keep their value)");
+  c.policy_set = policy->add_subcommand(
+      "set", "Change the default sampling policy, or one job's own (fields not given keep their value)");
   add_connection_flags(c.policy_set, o.connection);
   add_policy_flags(c.policy_set, o.policy);
+  c.policy_set->add_option("--job", o.job, "Give this job a policy of its own; other jobs keep theirs");
+  c.policy_set->add_flag("--inherit", o.inherit, "With --job: drop the job's own policy, it follows the default again");
   c.policy_set->add_flag("--json", o.json, "Print the new policy as JSON");
 
   c.history = app.add_subcommand("history", "Stored statistic records, oldest first");
@@ -210,7 +215,9 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
 int run_policy_get(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
     v1::Policy p;
-    const grpc::Status st = stub.GetPolicy(&ctx, v1::GetPolicyRequest(), &p);
+    v1::GetPolicyRequest req;
+    req.set_job(o.job);
+    const grpc::Status st = stub.GetPolicy(&ctx, req, &p);
     if (st.ok()) o.json ? void(out << to_json(p) << "\n") : print_policy(out, p);
     return st;
   });
@@ -221,18 +228,26 @@ int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) 
     err << "fp8scope policy set: " << check.message() << "\n";
     return kUsage;
   }
+  if (o.inherit && (o.job.empty() || o.policy.any())) {
+    err << "fp8scope policy set: --inherit goes with --job and no other policy flag\n";
+    return kUsage;
+  }
   return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
     v1::Policy current;
     current.set_every_n_steps(kDefaultEveryNSteps);  // --reset: the daemon's default
-    if (!o.policy.reset) {
+    if (!o.policy.reset && !o.inherit) {
       grpc::ClientContext get_ctx;
       get_ctx.set_deadline(ctx.deadline());
       authorize(get_ctx, resolve(o.connection).value());
-      const grpc::Status st = stub.GetPolicy(&get_ctx, v1::GetPolicyRequest(), &current);
+      v1::GetPolicyRequest get;
+      get.set_job(o.job);
+      const grpc::Status st = stub.GetPolicy(&get_ctx, get, &current);
       if (!st.ok()) return st;
     }
     v1::SetPolicyRequest req;
     *req.mutable_policy() = apply_policy_flags(o.policy, current).value();
+    req.mutable_policy()->set_job(o.job);
+    req.set_inherit(o.inherit);
     v1::Policy result;
     const grpc::Status st = stub.SetPolicy(&ctx, req, &result);
     if (st.ok()) o.json ? void(out << to_json(result) << "\n") : print_policy(out, result);

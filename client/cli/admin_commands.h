@@ -19,8 +19,9 @@ struct AdminOptions {
   // tensors
   std::string sort, recipe;
   std::uint32_t top = 0;
-  PolicyFlags policy;  // policy set
-  // history
+  PolicyFlags policy;    // policy set
+  bool inherit = false;  // policy set --job J --inherit
+  // history; job also for policy get/set
   std::string job, run, layer, gemm, operand;
   std::uint64_t min_step = 0, max_step = 0;
   std::uint32_t limit = 0;

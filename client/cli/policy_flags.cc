@@ -38,6 +38,7 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
     return Status::error("--layer-regex: not a layer pattern: " + error);
   }
   if (f.layer_regex) p.set_layer_regex(*f.layer_regex);
+  if (f.every && *f.every == 0) return Status::error("--every: expected 1 or more (1 = every step)");
   if (f.every) p.set_every_n_steps(*f.every);
   if (f.start_step) p.set_start_step(*f.start_step);
   if (f.end_step) p.set_end_step(*f.end_step);

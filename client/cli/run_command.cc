@@ -162,6 +162,8 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
         << "\n";
     return kUsage;
   }
+  const std::string job = !o.job.empty() ? o.job : fs::path(o.command[0]).filename().string();
+  const std::string run = !o.run.empty() ? o.run : default_run_name(job);
   bool reachable = daemon_answers(connection.value(), std::min(o.connection.timeout_seconds, 2.0));
   if (!reachable && o.start_daemon) {
     const std::string daemon = locate("FP8SCOPE_DAEMON", here / "fp8scoped", kDaemonBuildPath);
@@ -180,23 +182,28 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
         << " does not answer; the command runs, and its samples are dropped and counted until the daemon answers "
            "(--start-daemon starts one)\n";
   } else if (o.policy.any()) {
+    // The flags become this job's own policy on the daemon: other jobs it serves keep theirs.
     Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(connection.value());
     v1::Policy current;
     current.set_every_n_steps(kDefaultEveryNSteps);
+    v1::GetPolicyRequest get;
+    get.set_job(job);
     auto get_ctx = call_context(connection.value(), o.connection.timeout_seconds);
-    if (stub.ok() && (o.policy.reset || stub.value()->GetPolicy(get_ctx.get(), v1::GetPolicyRequest(), &current).ok())) {
+    if (stub.ok() && (o.policy.reset || stub.value()->GetPolicy(get_ctx.get(), get, &current).ok())) {
       v1::SetPolicyRequest req;
       *req.mutable_policy() = apply_policy_flags(o.policy, current).value();
+      req.mutable_policy()->set_job(job);
       v1::Policy result;
       auto set_ctx = call_context(connection.value(), o.connection.timeout_seconds);
-      if (!stub.value()->SetPolicy(set_ctx.get(), req, &result).ok()) {
+      if (stub.value()->SetPolicy(set_ctx.get(), req, &result).ok()) {
+        err << "fp8scope run: job " << job << " samples with a policy of its own (version " << result.version()
+            << "); other jobs keep theirs\n";
+      } else {
         err << "fp8scope run: the daemon refused the policy; the hook follows the flags until it gets the daemon's\n";
       }
     }
   }
 
-  const std::string job = !o.job.empty() ? o.job : fs::path(o.command[0]).filename().string();
-  const std::string run = !o.run.empty() ? o.run : default_run_name(job);
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);

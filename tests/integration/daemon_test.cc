@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -177,6 +178,56 @@ TEST_CASE("a policy change reaches a connected stream", "[daemon]") {
   const ProcessResult get = cli({"policy", "get", "--endpoint", daemon.grpc()});
   CHECK(get.out.find("recipes mxfp8") != std::string::npos);
   CHECK(cli({"policy", "set", "--endpoint", daemon.grpc(), "--layer-regex", "(("}).exit_code == 2);
+}
+
+TEST_CASE("a job's own policy reaches its streams and leaves other jobs alone, and --every 0 is refused", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  struct Seen {
+    std::mutex mu;
+    v1::Policy policy;
+    int changes = 0;
+  };
+  Seen a, b;
+  auto open = [&](const std::string& job, Seen& seen) {
+    v1::Hello h = hello("jobs");
+    h.set_job(job);
+    auto s = SampleStream::open(to(daemon), h, 10.0, [&seen](const v1::Policy& p) {
+      std::lock_guard<std::mutex> lock(seen.mu);
+      seen.policy = p;
+      ++seen.changes;
+    });
+    REQUIRE(s.ok());
+    return std::move(s).value();
+  };
+  auto stream_a = open("team-a", a);
+  auto stream_b = open("team-b", b);
+  auto policy_of = [](Seen& seen) {
+    std::lock_guard<std::mutex> lock(seen.mu);
+    return seen.policy;
+  };
+
+  const ProcessResult zero = cli({"policy", "set", "--endpoint", daemon.grpc(), "--every", "0"});
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.err.find("--every: expected 1 or more (1 = every step)") != std::string::npos);
+
+  REQUIRE(cli({"policy", "set", "--endpoint", daemon.grpc(), "--job", "team-a", "--every", "1"}).exit_code == 0);
+  REQUIRE(eventually([&] { return policy_of(a).every_n_steps() == 1; }, 10));
+  CHECK(policy_of(a).job() == "team-a");
+  CHECK(policy_of(b).every_n_steps() == 10);  // team-b heard nothing new
+  CHECK(policy_of(b).version() == 1);
+  CHECK(cli({"policy", "get", "--endpoint", daemon.grpc(), "--job", "team-a"}).out.find("job team-a's own policy") == 0);
+  const ProcessResult default_policy = cli({"policy", "get", "--endpoint", daemon.grpc()});
+  CHECK(default_policy.out.find("the default policy") == 0);
+  CHECK(default_policy.out.find("every_n_steps 10") != std::string::npos);
+
+  // The default changes: team-b follows it, team-a keeps its own until it inherits again.
+  REQUIRE(cli({"policy", "set", "--endpoint", daemon.grpc(), "--every", "3"}).exit_code == 0);
+  REQUIRE(eventually([&] { return policy_of(b).every_n_steps() == 3; }, 10));
+  CHECK(policy_of(a).every_n_steps() == 1);
+  REQUIRE(cli({"policy", "set", "--endpoint", daemon.grpc(), "--job", "team-a", "--inherit"}).exit_code == 0);
+  CHECK(eventually([&] { return policy_of(a).every_n_steps() == 3 && policy_of(a).job().empty(); }, 10));
+  CHECK(cli({"policy", "set", "--endpoint", daemon.grpc(), "--inherit"}).exit_code == 2);  // whose?
 }
 
 TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[daemon]") {

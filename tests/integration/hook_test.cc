@@ -311,6 +311,11 @@ TEST_CASE("FP8 operands arrive as codes with the scale_inv their GEMM used", "[h
       child_env(), 120.0);
   REQUIRE(run.exit_code == 0);
   REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 6 * kSamplesPerStep; }));
+  // The run's --every became job fp8's own policy; jobs without one keep the default.
+  CHECK(run.err.find("job fp8 samples with a policy of its own") != std::string::npos);
+  CHECK(cli({"policy", "get", "--endpoint", daemon.grpc()}).out.find("every_n_steps 10\n") != std::string::npos);
+  CHECK(cli({"policy", "get", "--endpoint", daemon.grpc(), "--job", "fp8"}).out.find("every_n_steps 1\n") !=
+        std::string::npos);
   for (const auto& [gemm, op, format] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"fprop", "x", "e4m3"}, {"fprop", "w", "e4m3"}, {"dgrad", "dy", "e5m2"}, {"wgrad", "dy", "e5m2"}}) {
     INFO(gemm << " " << op);
