@@ -1,10 +1,14 @@
 // fp8scope: the command line. Parses flags, runs one subcommand, returns its exit code.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "admin_commands.h"
 #include "advise_command.h"
 #include "analyze_command.h"
+#include "command_suggestion.h"
 #include "compare_command.h"
 #include "log_command.h"
 #include "push_command.h"
@@ -15,6 +19,7 @@ int main(int argc, char** argv) {
   using namespace fp8scope::cli;
   CLI::App app{"fp8scope: which layers and tensors FP8 hurts, and what to do about it"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("fp8scope ") + FP8SCOPE_VERSION);
   AnalyzeOptions analyze;
   add_analyze_command(app, analyze);
   AdminOptions admin;
@@ -31,9 +36,25 @@ int main(int argc, char** argv) {
   add_advise_command(app, advise);
   ReportCommandOptions report;
   add_report_command(app, report);
+  // A word that is no command: name it and the one probably meant, not "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+    const std::string word = argv[1];
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      std::cerr << "fp8scope: unknown command '" << word << "'";
+      if (const auto meant = closest_command(word, names)) std::cerr << "; did you mean '" << *meant << "'?";
+      std::cerr << "\nCommands:";
+      for (const std::string& n : names) std::cerr << " " << n;
+      std::cerr << "\n(fp8scope --help, or fp8scope COMMAND --help)\n";
+      return kUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);

@@ -261,3 +261,17 @@ TEST_CASE("a job's own codes read with their block scales, from one safetensors 
     CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
   }
 }
+
+TEST_CASE("a mistyped command is named with the one probably meant, and --version prints the version", "[cli]") {
+  const ProcessResult analyse = run_process({FP8SCOPE_CLI, "analyse", "x.npy"});
+  CHECK(analyse.exit_code == 2);
+  CHECK(analyse.err.find("fp8scope: unknown command 'analyse'; did you mean 'analyze'?") == 0);
+  CHECK(run_process({FP8SCOPE_CLI, "statsu"}).err.find("did you mean 'status'?") != std::string::npos);
+  const ProcessResult unknown = run_process({FP8SCOPE_CLI, "xyzzy"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.err.find("did you mean") == std::string::npos);  // nothing is close: no guess
+  CHECK(unknown.err.find("Commands: analyze status") != std::string::npos);
+  const ProcessResult version = run_process({FP8SCOPE_CLI, "--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(version.out == std::string("fp8scope ") + FP8SCOPE_VERSION + "\n");
+}
