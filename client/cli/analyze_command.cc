@@ -202,6 +202,15 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
     err << "fp8scope analyze: " << chosen.message() << "\n";
     return kBadInput;
   }
+  // --dtype names raw bytes; on a tensor whose type the file states it would be silently ignored.
+  for (const FileTensor* t : chosen.value()) {
+    if (read.npy_raw_dtype && t->dtype != read.npy_raw_dtype) {
+      err << "fp8scope analyze: --dtype " << o.dtype << ": tensor '" << t->name << "' of " << o.file << " is "
+          << t->file_dtype << ", not raw bytes; --dtype only names .npy elements NumPy cannot ('<V2', '<u2', '|V1', "
+          << "'|u1'): leave it out\n";
+      return kBadInput;
+    }
+  }
   if (!o.scale_layout.empty()) return run_observed(o, file.value(), chosen.value(), out, err);
   auto engine = make_cpu_engine(o.threads);
   if (!o.json) out << o.file << "\n";

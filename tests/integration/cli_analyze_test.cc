@@ -174,6 +174,11 @@ TEST_CASE("bad input gets one clear line naming the file, and exit code 2", "[cl
        "unsupported dtype F6_E2M3", {}},
       {"tensor.npy", good, "no tensor named 'nope'", {"--tensor", "nope"}},
       {"empty.npy", npy_file("<f4", false, "(0, 3)", ""), "is empty", {}},
+      // --dtype names raw bytes: on a type the file states it would be silently ignored.
+      {"typed.npy", good, "--dtype bf16: tensor 'typed' of ", {"--dtype", "bf16"}},
+      {"typed.safetensors", safetensors_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                                             floats({1, 2})),
+       "is F32, not raw bytes", {"--dtype", "e4m3"}},
   };
   for (const Case& c : cases) {
     INFO(c.name);
