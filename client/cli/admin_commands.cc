@@ -187,16 +187,17 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       return st;
     }
     const std::string recipe = o.recipe.empty() ? "tensor_current" : o.recipe;
-    char line[512];
-    std::snprintf(line, sizeof line, "%-28s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "layer",
-                  "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse", "cosine", "scale",
-                  "current");
+    char line[1024];  // job and layer are up to 200 characters each
+    // One daemon serves many jobs: every row names its own.
+    std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "job",
+                  "layer", "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse", "cosine",
+                  "scale", "current");
     out << line;
     for (const auto& t : resp.tensors()) {
       const v1::RecipeStats* r = recipe_of(t, recipe);
       if (r == nullptr) continue;
-      std::snprintf(line, sizeof line, "%-28s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
-                    t.key().layer().c_str(), wire::gemm_name(t.key().gemm()), wire::operand_label(t.key().operand()),
+      std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
+                    t.key().job().c_str(), t.key().layer().c_str(), wire::gemm_name(t.key().gemm()), wire::operand_label(t.key().operand()),
                     t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
                     number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
                     number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),

@@ -149,6 +149,9 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
   const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc(), "--sort", "underflow", "--json"});
   REQUIRE(tensors.exit_code == 0);
   CHECK(json::parse(tensors.out)["key"]["layer"] == "blocks.0.attn.qkv");
+  const ProcessResult table = cli({"tensors", "--endpoint", daemon.grpc()});
+  CHECK(table.out.rfind("job ", 0) == 0);  // one daemon serves many jobs: each row names its own
+  CHECK(table.out.find("\ntest             blocks.0.attn.qkv ") != std::string::npos);
   const ProcessResult status = cli({"status", "--endpoint", daemon.grpc(), "--json"});
   REQUIRE(status.exit_code == 0);
   CHECK(json::parse(status.out)["samples_analyzed"] == "1");  // uint64 is a JSON string in proto3 JSON
