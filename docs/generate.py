@@ -39,6 +39,9 @@ def metrics_md(table):
         labels = ", ".join(f"`{label}`" for label in m["labels"]) or "-"
         out.append(f"| `{m['name']}` | {m['type']} | {m['unit']} | {labels} | {m.get('worst_rank', '-')} | "
                    f"{m['help'].replace('|', chr(92) + '|')} |")
+    out += ["", "Every endpoint (`/metrics` and `/health`) also serves prometheus-cpp's own metrics about the",
+            "endpoint itself: `exposer_transferred_bytes_total`, `exposer_scrapes_total` (counters) and",
+            "`exposer_request_latencies` (a summary of the seconds a scrape took)."]
     return "\n".join(out) + "\n"
 
 

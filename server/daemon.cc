@@ -23,6 +23,7 @@
 #include "history_store.h"
 #include "ingest_queue.h"
 #include "ingest_service.h"
+#include "metrics_table.h"
 #include "policy_store.h"
 #include "server_security.h"
 #include "tensor_series.h"
@@ -37,7 +38,7 @@ class HealthEndpoint final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     prometheus::MetricFamily f;
     f.name = "fp8scope_up";
-    f.help = "1 while fp8scoped is serving.";
+    f.help = find_metric("fp8scope_up")->help;
     f.type = prometheus::MetricType::Gauge;
     prometheus::ClientMetric m;
     m.gauge.value = 1;

@@ -74,6 +74,7 @@ std::vector<MetricDef> build() {
         "Samples acknowledged as accepted whose records are not stored yet (at most 65,536: more are dropped as "
         "journal_full).",
         "samples", {});
+  gauge("fp8scope_up", "1 while fp8scoped is serving; on /health (for probes), not on /metrics.", "1", {});
   gauge("fp8scope_build_info", "Always 1; labels say the version and the statistics backend.", "1",
         {"version", "backend"});
   return t;

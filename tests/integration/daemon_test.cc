@@ -14,6 +14,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -155,6 +157,28 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
   const ProcessResult status = cli({"status", "--endpoint", daemon.grpc(), "--json"});
   REQUIRE(status.exit_code == 0);
   CHECK(json::parse(status.out)["samples_analyzed"] == "1");  // uint64 is a JSON string in proto3 JSON
+
+  // Everything both endpoints serve is in the metrics table (and so in docs/metrics.md), or is
+  // prometheus-cpp's own, which docs/metrics.md names too.
+  std::ifstream doc(std::string(FP8SCOPE_SOURCE_DIR) + "/docs/metrics.md");
+  const std::string metrics_md((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+  std::set<std::string> documented;
+  for (const json& row : json::parse(run_process({FP8SCOPE_DAEMON, "--print-metrics-table"}).out)) {
+    documented.insert(row["name"].get<std::string>());
+  }
+  for (const char* path : {"/metrics", "/health"}) {
+    std::istringstream exposition(http_get(daemon.metrics(), path));
+    for (std::string line; std::getline(exposition, line);) {
+      if (line.rfind("# TYPE ", 0) != 0) continue;
+      std::string name = line.substr(7, line.find(' ', 7) - 7);
+      INFO(path << ": " << name);
+      if (name.rfind("exposer_", 0) == 0) {
+        CHECK(metrics_md.find("`" + name + "`") != std::string::npos);
+      } else {
+        CHECK(documented.count(name) == 1);
+      }
+    }
+  }
 }
 
 TEST_CASE("a policy change reaches a connected stream", "[daemon]") {
