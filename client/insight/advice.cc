@@ -72,6 +72,14 @@ std::string format(const char* fmt, Args... args) {
   return text;
 }
 
+// A figure in a reason as the tables show it: "-" where it is undefined (the SQNR of an all-zero
+// tensor), not "nan".
+std::string shown(double v, const char* fmt) {
+  if (std::isnan(v)) return "-";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return format(fmt, v);
+}
+
 // E4M3 spans log2(448 / 2^-9) binades from its smallest subnormal to its max.
 const double kE4m3Binades = std::log2(448.0) + 9.0;
 
@@ -245,25 +253,32 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
     } else if (lossy_even_current && mxfp8_holds) {
       a.recommendation = Recommendation::kFinerRecipe;
       a.finer_recipe = "mxfp8";
-      a.reason = format("%s loses too much (underflow %.3g, SQNR %.1f dB); mxfp8 keeps SQNR at %.1f dB", cast_by.c_str(),
-                        a.underflow_current, a.sqnr_current_db, median_of(series(mxfp8, "sqnr_db")));
+      a.reason = format("%s loses too much (underflow %s, SQNR %s dB); mxfp8 keeps SQNR at %s dB", cast_by.c_str(),
+                        shown(a.underflow_current, "%.3g").c_str(), shown(a.sqnr_current_db, "%.1f").c_str(),
+                        shown(median_of(series(mxfp8, "sqnr_db")), "%.1f").c_str());
     } else if (lossy_even_current) {
       a.recommendation = Recommendation::kFallBackToBf16;
-      a.reason = format("even %s loses too much: underflow %.3g, SQNR %.1f dB, 1-cosine %.3g", cast_by.c_str(),
-                        a.underflow_current, a.sqnr_current_db, a.one_minus_cosine);
+      a.reason = format("even %s loses too much: underflow %s, SQNR %s dB, 1-cosine %s", cast_by.c_str(),
+                        shown(a.underflow_current, "%.3g").c_str(), shown(a.sqnr_current_db, "%.1f").c_str(),
+                        shown(a.one_minus_cosine, "%.3g").c_str());
     } else if (lagging || a.spike_blame > 0) {
       const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
       const bool tuning_fixes = r != nullptr && r->best.clipped_steps == 0 && r->te_default.clipped_steps > 0;
       a.recommendation = tuning_fixes ? Recommendation::kTuneDelayed : Recommendation::kCurrentScaling;
       const double share = 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0);
-      std::string why = a.spike_blame > 0 ? format("it moved most at %zu loss onset(s); ", a.spike_blame) : "";
-      why += observed != nullptr
-                 ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
-                          "(%.3g of its FP8 codes at +-max)",
-                          share, a.saturation_observed)
-                 : format("delayed scaling clips %.3g of the elements and its scale exceeds current's at %.0f%% of "
-                          "the sampled steps",
-                          a.overflow_delayed, share);
+      std::string why = a.spike_blame > 0 ? format("it moved most at %zu loss onset(s)", a.spike_blame) : "";
+      // The lag is a reason only where there is one: a tensor blamed for a spike whose scale never
+      // exceeded current scaling's is not described by "at 0% of the sampled steps".
+      if (lagging || share > 0) {
+        why += why.empty() ? "" : "; ";
+        why += observed != nullptr
+                   ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
+                            "(%s of its FP8 codes at +-max)",
+                            share, shown(a.saturation_observed, "%.3g").c_str())
+                   : format("delayed scaling clips %s of the elements and its scale exceeds current's at %.0f%% of "
+                            "the sampled steps",
+                            shown(a.overflow_delayed, "%.3g").c_str(), share);
+      }
       if (tuning_fixes) {
         why += format("; replay: amax_history_len=%d margin=%d clips no sampled step (TE's default clips %zu)",
                       r->best.history_len, r->best.margin, r->te_default.clipped_steps);
@@ -274,10 +289,12 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
       a.reason = why;
     } else {
       a.recommendation = Recommendation::kKeepFp8;
-      a.reason = block ? format("under %s: underflow %.3g, SQNR %.1f dB: within the thresholds", a.what_if_recipe.c_str(),
-                                a.underflow_current, a.sqnr_current_db)
-                       : format("underflow %.3g, SQNR %.1f dB, delayed overflow %.3g: within the thresholds",
-                                a.underflow_current, a.sqnr_current_db, a.overflow_delayed);
+      const std::string sqnr = shown(a.sqnr_current_db, "%.1f");
+      a.reason = block ? format("under %s: underflow %s, SQNR %s dB: within the thresholds", a.what_if_recipe.c_str(),
+                                shown(a.underflow_current, "%.3g").c_str(), sqnr.c_str())
+                       : format("underflow %s, SQNR %s dB, delayed overflow %s: within the thresholds",
+                                shown(a.underflow_current, "%.3g").c_str(), sqnr.c_str(),
+                                shown(a.overflow_delayed, "%.3g").c_str());
     }
     if (a.recommendation != Recommendation::kFallBackToBf16 && a.recommendation != Recommendation::kFinerRecipe) {
       a.autoswitch = autoswitch_for(current, fp4);

@@ -406,3 +406,17 @@ TEST_CASE("inference check: block-scaled weights against training's own codes of
   CHECK(v["per_tensor"].verdict == WeightVerdict::kFormatDiffers);
   CHECK(c->flagged == 3);
 }
+
+TEST_CASE("advice: a figure that is undefined reads '-' in the reason, as in the tables, never 'nan'", "[advice]") {
+  // An all-zero activation: nothing underflows, and its SQNR (signal over error, 0 over 0) has no value.
+  std::vector<RecordPoint> zeros = healthy(30);
+  for (RecordPoint& p : zeros) {
+    p = point(p.step, {{"underflow_ratio", 0.0}, {"sqnr_db", std::nan("")}, {"amax", 0.0}, {"cosine", 1.0}});
+  }
+  const RunAdvice advice =
+      advise(run_of({{{"blocks.0.attn", "fprop", "x"}, with({{kCurrent, zeros}, {kDelayed, zeros}})}}), {});
+  REQUIRE(advice.tensors.size() == 1);
+  CHECK(advice.tensors[0].recommendation == Recommendation::kKeepFp8);
+  CHECK_THAT(advice.tensors[0].reason, Catch::Contains("SQNR - dB"));
+  CHECK_THAT(advice.tensors[0].reason, !Catch::Contains("nan"));
+}
