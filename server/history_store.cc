@@ -249,7 +249,7 @@ Status HistoryStore::flush() {
 
 HistoryStore::WriteHealth HistoryStore::write_health() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {last_error_, failed_writes_, lost_, pending_.size()};
+  return {last_error_, failed_writes_, lost_, pending_.size() + writing_};
 }
 
 std::uint64_t HistoryStore::stored() const {
@@ -275,6 +275,7 @@ void HistoryStore::writer_loop() {
         batch.push_back(std::move(pending_.front()));
         pending_.pop_front();
       }
+      writing_ = batch.size();
     }
     if (batch.empty()) continue;
     const Status s = write_batch(batch);
@@ -284,6 +285,7 @@ void HistoryStore::writer_loop() {
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
+    writing_ = 0;
     if (s.ok()) {
       written_ += batch.size();
       if (!last_error_.empty()) {

@@ -123,6 +123,7 @@ class HistoryStore {
   std::int64_t stored_samples_done_ = 0;  // stored_samples rows up to this rowid are released: deleted next batch
 
   std::uint64_t enqueued_ = 0, written_ = 0, records_ = 0;  // written_: committed or lost
+  std::size_t writing_ = 0;  // taken from pending_ by the write in progress: still waiting, too
   bool stopping_ = false;
   bool flush_requested_ = false;  // retry now, not after the backoff
   std::string last_error_;        // the current failure; cleared by a successful write

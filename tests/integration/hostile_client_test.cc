@@ -334,13 +334,15 @@ TEST_CASE("only literal loopback addresses listen without protection", "[hostile
 }
 
 namespace {
-double rss_mb(int pid) {
+// A memory figure of a process in MB: "VmRSS" (resident now) or "VmHWM" (its peak).
+double status_mb(int pid, const std::string& field) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
   }
   return -1;
 }
+double rss_mb(int pid) { return status_mb(pid, "VmRSS"); }
 }  // namespace
 
 TEST_CASE("a flood of distinct layers leaves memory and listings bounded by --max-series", "[hostile]") {
@@ -529,16 +531,6 @@ TEST_CASE("a sample that stops arriving is dropped and its memory freed, and a s
   idle.stop(SIGKILL, 10);
 }
 
-namespace {
-double peak_rss_mb(int pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return -1;
-}
-}  // namespace
-
 TEST_CASE("32 clients at full rate: every sample accounted for, and memory within the budget and its overhead",
           "[hostile]") {
   TempDir dir;
@@ -594,7 +586,7 @@ TEST_CASE("32 clients at full rate: every sample accounted for, and memory withi
            metric_value(m, "fp8scope_samples_analyzed_total", {}) == accepted &&
            metric_value(m, "fp8scope_samples_dropped_total", {{"reason", "queue_full"}}) == dropped;
   }, 120));
-  const double peak = peak_rss_mb(daemon.pid());
+  const double peak = status_mb(daemon.pid(), "VmHWM");
   INFO(sent << " samples sent, " << accepted << " accepted, " << dropped << " dropped; peak RSS " << peak << " MB");
   // The documented bound (docs/operations.md, "Memory"): the budget, 64 MiB of payload buffers kept
   // for reuse, 64 MB for the daemon itself on the CPU backend, and 2 MiB per stream sending at
