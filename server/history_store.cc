@@ -399,8 +399,8 @@ Status HistoryStore::write_batch(std::vector<Item>& batch) {
   if (!status.ok()) {
     (void)exec(write_db_, "ROLLBACK");
     records = 0;
-  } else if (last_mark > 0) {
-    stored_samples_done_ = last_mark;
+  } else {
+    stored_samples_done_ = last_mark;  // what this batch deleted is gone; what it added goes next time
   }
   sqlite3_finalize(rec);
   sqlite3_finalize(sc);

@@ -120,7 +120,9 @@ class HistoryStore {
   std::deque<Item> pending_;
   void enqueue(Item item);
   std::function<void(const JournalTicket&, bool)> sample_listener_;
-  std::int64_t stored_samples_done_ = 0;  // stored_samples rows up to this rowid are released: deleted next batch
+  // The last committed batch's stored_samples rows (up to this rowid; 0 = none): released by then,
+  // deleted in the next batch.
+  std::int64_t stored_samples_done_ = 0;
 
   std::uint64_t enqueued_ = 0, written_ = 0, records_ = 0;  // written_: committed or lost
   std::size_t writing_ = 0;  // taken from pending_ by the write in progress: still waiting, too
