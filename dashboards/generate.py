@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes the Grafana dashboards (dashboards/grafana/*.json) from the panel lists below.
 
-The dashboards are generated so every panel has the same templating (datasource, job, layer, gemm,
-operand) and the same conventions; tests check that the committed JSON equals this script's output
+The dashboards are generated so every panel follows the same conventions (its variables filter it,
+legends name the tensor, a description); tests check that the committed JSON equals this script's output
 and that every metric an expression uses is in fp8scoped's metrics table.
 
     dashboards/generate.py            # rewrite the JSON files
@@ -15,9 +15,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "grafana")
 
-# Series selectors the panels share; $job etc. are the dashboard's variables.
-T = 'job=~"$job", layer=~"$layer", gemm=~"$gemm", operand=~"$operand"'
+# Series selectors the panels share; $job etc. are the dashboard's variables. `instance` and `node`
+# are where a series was scraped (node: the fleet agent's external label); every panel filters on them.
+WHERE = 'instance=~"$instance", node=~"$node"'
+T = WHERE + ', job=~"$job", layer=~"$layer", gemm=~"$gemm", operand=~"$operand"'
 R = T + ', recipe=~"$recipe"'
+G = WHERE + ', job=~"$job", layer=~"$layer"'
+TENSOR = "{{layer}} {{gemm}} {{operand}}"  # legend of a series per tensor
+EVERY = TENSOR + " {{recipe}} {{format}} {{instance}}"  # legend of a series per daemon and recipe
 
 
 def variable(name, query, include_all=True, multi=True):
@@ -29,162 +34,207 @@ def variable(name, query, include_all=True, multi=True):
     }
 
 
-def templating(extra=()):
-    items = [
-        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
-         "current": {}, "hide": 0},
-        variable("job", "label_values(fp8scope_last_step, job)"),
-        variable("layer", 'label_values(fp8scope_last_step{job=~"$job"}, layer)'),
-        variable("gemm", 'label_values(fp8scope_last_step{job=~"$job"}, gemm)'),
-        variable("operand", 'label_values(fp8scope_last_step{job=~"$job"}, operand)'),
-    ]
-    items.extend(extra)
-    return {"list": items}
-
-
+DATASOURCE = {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+              "current": {}, "hide": 0}
+INSTANCE = variable("instance", "label_values(fp8scope_build_info, instance)")
+NODE = variable("node", "label_values(fp8scope_build_info, node)")
+JOB = variable("job", "label_values(fp8scope_last_step, job)")
+LAYER = variable("layer", 'label_values(fp8scope_last_step{job=~"$job"}, layer)')
+GEMM = variable("gemm", 'label_values(fp8scope_last_step{job=~"$job"}, gemm)')
+OPERAND = variable("operand", 'label_values(fp8scope_last_step{job=~"$job"}, operand)')
 RECIPE = variable("recipe", 'label_values(fp8scope_mse{job=~"$job"}, recipe)', include_all=False, multi=False)
 RECIPE["current"] = {"selected": True, "text": "tensor_current", "value": "tensor_current"}
+TENSOR_VARIABLES = [DATASOURCE, NODE, INSTANCE, JOB, LAYER, GEMM, OPERAND]
 
 
-def target(expr, legend="", ref="A", fmt=None):
+def target(expr, legend="", ref="A", fmt=None, instant=False):
     t = {"datasource": {"type": "prometheus", "uid": "${datasource}"}, "expr": expr, "refId": ref,
          "legendFormat": legend}
     if fmt:
         t["format"] = fmt
+    if instant:
+        t.update({"instant": True, "range": False})
     return t
 
 
-def panel(title, kind, targets, x, y, w=12, h=8, unit=None, description="", extra=None):
+def panel(title, kind, targets, x, y, w=12, h=8, unit=None, description="", log_axis=False, extra=None):
+    defaults = {"unit": unit} if unit else {}
+    if log_axis:  # magnitudes and scales span many binades
+        defaults["custom"] = {"scaleDistribution": {"type": "log", "log": 2}}
     p = {"title": title, "type": kind, "description": description,
          "datasource": {"type": "prometheus", "uid": "${datasource}"},
          "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
-         "fieldConfig": {"defaults": {"unit": unit} if unit else {}, "overrides": []}, "options": {}}
+         "fieldConfig": {"defaults": defaults, "overrides": []}, "options": {}}
     if extra:
         p.update(extra)
     return p
 
 
-def dashboard(uid, title, description, panels, extra_vars=()):
+def dashboard(uid, title, description, panels, variables):
     for i, p in enumerate(panels, start=1):
         p["id"] = i
     return {
         "uid": uid, "title": title, "description": description, "tags": ["fp8scope"], "editable": True,
         "schemaVersion": 38, "version": 1, "refresh": "30s", "time": {"from": "now-6h", "to": "now"},
-        "templating": templating(extra_vars), "panels": panels,
+        "templating": {"list": list(variables)}, "panels": panels,
         "links": [{"title": "fp8scope", "type": "dashboards", "tags": ["fp8scope"], "asDropdown": True}],
     }
 
 
-def worst(title, metric, x, y, lower_is_worse=False, unit="percentunit"):
-    fn = "bottomk" if lower_is_worse else "topk"
+# From a worst-tensor bar to that tensor on the layer dashboard, keeping the time range and data source.
+LAYER_LINK = {"title": "${__field.labels.layer} ${__field.labels.gemm} ${__field.labels.operand} on the layer dashboard",
+              "url": "/d/fp8scope-layer/fp8scope-layer?${datasource:queryparam}&${instance:queryparam}"
+                     "&${node:queryparam}&var-job=${__field.labels.job}&var-layer=${__field.labels.layer}"
+                     "&var-gemm=${__field.labels.gemm}&var-operand=${__field.labels.operand}&${__url_time_range}"}
+
+
+def worst(title, metric, x, y, what, lower_is_worse=False, unit="percentunit"):
+    # The worst node's value per tensor, then the ten worst tensors, at the dashboard's end time.
+    pick, per_tensor = ("bottomk", "min") if lower_is_worse else ("topk", "max")
     return panel(title, "bargauge",
-                 [target(f'{fn}(10, max by (layer, gemm, operand) ({metric}{{{R}}}))',
-                         "{{layer}} {{gemm}} {{operand}}", fmt="time_series")],
+                 [target(f'{pick}(10, {per_tensor} by (job, layer, gemm, operand) ({metric}{{{R}}}))',
+                         "{{job}} " + TENSOR, fmt="time_series", instant=True)],
                  x, y, w=6, h=9, unit=unit,
-                 description=f"The ten worst tensors by {metric} for the chosen recipe (worst rank).",
+                 description=f"The ten tensors with the {what} under the chosen recipe, each at its worst node. "
+                             "Click a bar to open that tensor on the layer dashboard.",
                  extra={"options": {"displayMode": "gradient", "orientation": "horizontal",
-                                    "reduceOptions": {"calcs": ["lastNotNull"]}}})
+                                    "reduceOptions": {"calcs": ["lastNotNull"]}},
+                        "fieldConfig": {"defaults": {"unit": unit, "links": [LAYER_LINK]}, "overrides": []}})
 
 
-def trend(title, expr, legend, x, y, unit, w=12, description=""):
-    return panel(title, "timeseries", [target(expr, legend)], x, y, w=w, unit=unit, description=description)
+def trend(title, expr, legend, x, y, unit, description, w=12, log_axis=False):
+    return panel(title, "timeseries", [target(expr, legend)], x, y, w=w, unit=unit, description=description,
+                 log_axis=log_axis)
 
 
 overview = dashboard(
     "fp8scope-overview", "fp8scope / overview",
     "Which layers and tensors FP8 hurts, worst first, and how it trends.",
     [
-        worst("Worst underflow", "fp8scope_underflow_ratio", 0, 0),
-        worst("Worst overflow", "fp8scope_overflow_ratio", 6, 0),
-        worst("Worst MSE", "fp8scope_mse", 12, 0, unit="short"),
-        worst("Lowest cosine", "fp8scope_cosine_similarity", 18, 0, lower_is_worse=True, unit="none"),
-        trend("Underflow ratio", f"max by (layer, gemm, operand) (fp8scope_underflow_ratio{{{R}}})",
-              "{{layer}} {{gemm}} {{operand}}", 0, 9, "percentunit"),
-        trend("Overflow ratio", f"max by (layer, gemm, operand) (fp8scope_overflow_ratio{{{R}}})",
-              "{{layer}} {{gemm}} {{operand}}", 12, 9, "percentunit"),
-        trend("Cosine similarity", f"min by (layer, gemm, operand) (fp8scope_cosine_similarity{{{R}}})",
-              "{{layer}} {{gemm}} {{operand}}", 0, 17, "none"),
-        trend("Non-finite elements", f"max by (layer, gemm, operand) (fp8scope_nonfinite_ratio{{{T}}})",
-              "{{layer}} {{gemm}} {{operand}}", 12, 17, "percentunit"),
-    ], [RECIPE])
+        worst("Worst underflow", "fp8scope_underflow_ratio", 0, 0, "largest share of nonzero elements that become zero"),
+        worst("Worst overflow", "fp8scope_overflow_ratio", 6, 0, "largest share of elements beyond the format's maximum"),
+        worst("Worst MSE", "fp8scope_mse", 12, 0, "largest mean squared quantization error", unit="short"),
+        worst("Lowest cosine", "fp8scope_cosine_similarity", 18, 0,
+              "lowest cosine similarity between the FP8 copy and the original", lower_is_worse=True, unit="none"),
+        trend("Underflow ratio", f"max by (job, layer, gemm, operand) (fp8scope_underflow_ratio{{{R}}})", TENSOR, 0, 9,
+              "percentunit", "Share of nonzero elements that become zero in FP8 under the chosen recipe, worst node."),
+        trend("Overflow ratio", f"max by (job, layer, gemm, operand) (fp8scope_overflow_ratio{{{R}}})", TENSOR, 12, 9,
+              "percentunit", "Share of elements beyond the format's maximum (clipped) under the chosen recipe, worst node."),
+        trend("Cosine similarity", f"min by (job, layer, gemm, operand) (fp8scope_cosine_similarity{{{R}}})", TENSOR, 0,
+              17, "none", "Cosine similarity of the FP8 copy to the original under the chosen recipe, worst node "
+                          "(1 = same direction)."),
+        trend("Non-finite elements", f"max by (job, layer, gemm, operand) (fp8scope_nonfinite_ratio{{{T}}})", TENSOR,
+              12, 17, "percentunit", "Share of NaN and Inf elements in the sampled tensor, worst node."),
+    ], TENSOR_VARIABLES + [RECIPE])
 
 layer = dashboard(
     "fp8scope-layer", "fp8scope / layer",
     "Every statistic of the chosen tensors over time, delayed vs current scale, and where their "
     "scaled magnitudes sit against the FP8 window.",
     [
-        trend("Underflow (all recipes)", f"fp8scope_underflow_ratio{{{T}}}", "{{recipe}} {{format}} {{operand}}", 0, 0,
-              "percentunit", w=8),
-        trend("Overflow (all recipes)", f"fp8scope_overflow_ratio{{{T}}}", "{{recipe}} {{format}} {{operand}}", 8, 0,
-              "percentunit", w=8),
-        trend("SQNR", f"fp8scope_sqnr_db{{{T}}}", "{{recipe}} {{format}} {{operand}}", 16, 0, "dB", w=8),
-        trend("MSE", f"fp8scope_mse{{{T}}}", "{{recipe}} {{format}} {{operand}}", 0, 8, "short", w=8),
-        trend("Saturation", f"fp8scope_saturation_ratio{{{T}}}", "{{recipe}} {{format}} {{operand}}", 8, 8,
-              "percentunit", w=8),
-        trend("amax and amin", f"fp8scope_amax{{{T}}} or fp8scope_amin{{{T}}}", "{{__name__}} {{operand}}", 16, 8,
-              "short", w=8),
+        trend("Underflow (all recipes)", f"fp8scope_underflow_ratio{{{T}}}", EVERY, 0, 0, "percentunit",
+              "Share of nonzero elements that become zero in FP8, per recipe and node.", w=8),
+        trend("Overflow (all recipes)", f"fp8scope_overflow_ratio{{{T}}}", EVERY, 8, 0, "percentunit",
+              "Share of elements beyond the format's maximum, per recipe and node.", w=8),
+        trend("SQNR", f"fp8scope_sqnr_db{{{T}}}", EVERY, 16, 0, "dB",
+              "Signal to quantization noise ratio of the FP8 copy, per recipe and node (higher is better).", w=8),
+        trend("MSE", f"fp8scope_mse{{{T}}}", EVERY, 0, 8, "short",
+              "Mean squared error of the FP8 copy against the original, per recipe and node.", w=8, log_axis=True),
+        trend("Saturation", f"fp8scope_saturation_ratio{{{T}}}", EVERY, 8, 8, "percentunit",
+              "Share of elements that land on the format's largest finite value, per recipe and node.", w=8),
+        trend("amax and amin", f"fp8scope_amax{{{T}}} or fp8scope_amin{{{T}}}", "{{__name__}} " + TENSOR + " {{instance}}",
+              16, 8, "short", "Largest and smallest nonzero magnitude of the original tensor (log axis).", w=8,
+              log_axis=True),
         panel("Delayed vs current scale", "timeseries",
-              [target(f'fp8scope_scale{{{T}, recipe="tensor_delayed"}}', "delayed {{format}} {{operand}}", "A"),
-               target(f"fp8scope_scale_current{{{T}}}", "current {{format}} {{operand}}", "B")],
-              0, 16, w=12, unit="short",
+              [target(f'fp8scope_scale{{{T}, recipe="tensor_delayed"}}', "delayed " + TENSOR + " {{format}} {{instance}}", "A"),
+               target(f"fp8scope_scale_current{{{T}}}", "current " + TENSOR + " {{format}} {{instance}}", "B")],
+              0, 16, w=12, unit="short", log_axis=True,
               description="A delayed scale above the current one means the tensor grew since the history was "
                           "recorded: expect overflow. Far below: wasted range, expect underflow."),
-        trend("Delayed / current scale", f'fp8scope:delayed_scale_lag:ratio{{{T}}}', "{{format}} {{operand}}", 12, 16,
-              "none"),
+        panel("Delayed / current scale (worst node each way)", "timeseries",
+              [target(f'fp8scope:delayed_scale_lag:max{{job=~"$job", layer=~"$layer", gemm=~"$gemm", operand=~"$operand"}}',
+                      "max " + TENSOR + " {{format}}", "A"),
+               target(f'fp8scope:delayed_scale_lag:min{{job=~"$job", layer=~"$layer", gemm=~"$gemm", operand=~"$operand"}}',
+                      "min " + TENSOR + " {{format}}", "B")],
+              12, 16, w=12, unit="none", log_axis=True,
+              description="The recording rules behind FP8DelayedScaleDrift: 1 means no lag; the alert fires outside "
+                          "0.25-2. Aggregated over all daemons, so the node variables do not apply."),
         panel("log2 |x*s| under current scaling (FP8 window: E4M3 2^-9..2^8, E5M2 2^-16..2^15)", "heatmap",
               [target(f'max by (log2) (fp8scope_log2_magnitude_ratio{{{T}, recipe="tensor_current"}})',
                       "{{log2}}", fmt="heatmap")],
               0, 24, w=24, h=10,
+              description="Share of nonzero elements per binade of the scaled magnitude, worst node. Exported only "
+                          "with fp8scoped --log2-histogram-metrics (64 series per tensor); `fp8scope report` draws "
+                          "it from history without.",
               extra={"options": {"calculate": False, "yAxis": {"unit": "short"},
                                  "cellGap": 1, "color": {"scheme": "Oranges", "mode": "scheme"}}}),
-        trend("Dynamic range", f"fp8scope_dynamic_range_log2{{{T}}}", "{{operand}}", 0, 34, "short"),
-        trend("Last step", f"fp8scope_last_step{{{T}}}", "{{operand}}", 12, 34, "short"),
+        trend("Dynamic range", f"fp8scope_dynamic_range_log2{{{T}}}", TENSOR + " {{instance}}", 0, 34, "short",
+              "log2(amax / amin) of the original tensor: binades the values span (E4M3 holds about 17, E5M2 32)."),
+        trend("Last step", f"fp8scope_last_step{{{T}}}", TENSOR + " {{instance}}", 12, 34, "short",
+              "Training step of the latest sample of each tensor, per node."),
         panel("The job's own block scales at their floor and ceiling (MXFP8, NVFP4, FP8 blocks)", "timeseries",
-              [target(f'fp8scope_block_scale_floor_ratio{{{T}, recipe="observed"}}', "floor {{format}} {{operand}}", "A"),
-               target(f'fp8scope_block_scale_ceiling_ratio{{{T}, recipe="observed"}}', "ceiling {{format}} {{operand}}",
-                      "B")],
+              [target(f'fp8scope_block_scale_floor_ratio{{{T}, recipe="observed"}}', "floor " + TENSOR + " {{format}} {{instance}}", "A"),
+               target(f'fp8scope_block_scale_ceiling_ratio{{{T}, recipe="observed"}}',
+                      "ceiling " + TENSOR + " {{format}} {{instance}}", "B")],
               0, 42, w=12, unit="percentunit",
               description="Share of the job's scale blocks whose scale sits at its encoding's smallest value (the "
                           "block's values are tiny for the format: E8M0 2^-127, UE4M3 0 or 2^-9) or largest "
                           "(E8M0 2^127, NVFP4's UE4M3 448: the block holds the tensor's amax)."),
         trend("Widest scale block (binades)", f'fp8scope_max_block_dynamic_range_log2{{{T}, recipe="observed"}}',
-              "{{format}} {{operand}}", 12, 42, "short"),
-    ])
+              TENSOR + " {{format}} {{instance}}", 12, 42, "short",
+              "The largest log2(amax / amin) inside one of the job's own scale blocks: what one scale must cover."),
+    ], TENSOR_VARIABLES)
 
 gemm = dashboard(
     "fp8scope-gemm", "fp8scope / GEMM output error",
     "The forward GEMM's FP8 output (E4M3, current scales) against its high-precision output, per layer.",
     [
-        trend("Output cosine similarity", 'min by (layer, accumulate) (fp8scope_gemm_output_cosine_similarity{job=~"$job", layer=~"$layer"})',
-              "{{layer}} {{accumulate}}", 0, 0, "none"),
-        trend("Output MSE", 'max by (layer, accumulate) (fp8scope_gemm_output_mse{job=~"$job", layer=~"$layer"})',
-              "{{layer}} {{accumulate}}", 12, 0, "short"),
-        trend("Output max relative error", 'max by (layer, accumulate) (fp8scope_gemm_output_max_rel_error{job=~"$job", layer=~"$layer"})',
-              "{{layer}} {{accumulate}}", 0, 8, "percentunit", w=24),
-    ])
+        trend("Output cosine similarity", f'min by (job, layer, accumulate) (fp8scope_gemm_output_cosine_similarity{{{G}}})',
+              "{{layer}} fprop {{accumulate}}", 0, 0, "none",
+              "Cosine similarity of the FP8 GEMM's output to the high-precision output, worst node."),
+        trend("Output MSE", f'max by (job, layer, accumulate) (fp8scope_gemm_output_mse{{{G}}})',
+              "{{layer}} fprop {{accumulate}}", 12, 0, "short",
+              "Mean squared error of the FP8 GEMM's output, worst node.", log_axis=True),
+        trend("Output max relative error", f'max by (job, layer, accumulate) (fp8scope_gemm_output_max_rel_error{{{G}}})',
+              "{{layer}} fprop {{accumulate}}", 0, 8, "percentunit",
+              "Largest relative error of one output element, worst node.", w=24),
+    ], [DATASOURCE, NODE, INSTANCE, JOB, LAYER])
 
+D = '{' + WHERE + '}'
 health = dashboard(
     "fp8scope-health", "fp8scope / daemon health",
-    "fp8scoped's own throughput, drops, queue, analysis latency and clients.",
+    "fp8scoped's own throughput, drops, queue, analysis latency and clients, per daemon.",
     [
-        trend("Samples per second", "sum(rate(fp8scope_samples_total[5m]))", "received", 0, 0, "ops"),
-        trend("Dropped samples per second", "sum by (reason) (rate(fp8scope_samples_dropped_total[5m]))", "{{reason}}",
-              12, 0, "ops"),
-        trend("Received bytes per second", "sum(rate(fp8scope_received_bytes_total[5m]))", "bytes", 0, 8, "Bps"),
+        trend("Samples per second", f"sum by (instance, node) (rate(fp8scope_samples_total{D}[5m]))",
+              "{{instance}} {{node}}", 0, 0, "ops", "Samples received per second by each daemon."),
+        trend("Dropped samples per second", f"sum by (instance, node, reason) (rate(fp8scope_samples_dropped_total{D}[5m]))",
+              "{{instance}} {{node}} {{reason}}", 12, 0, "ops",
+              "Samples dropped per second, by daemon and reason (docs/operations.md lists the reasons)."),
+        trend("Received bytes per second", f"sum by (instance, node) (rate(fp8scope_received_bytes_total{D}[5m]))",
+              "{{instance}} {{node}}", 0, 8, "Bps", "Sample bytes received per second by each daemon."),
         panel("Queue", "timeseries",
-              [target("sum(fp8scope_queue_bytes)", "queued", "A"), target("sum(fp8scope_queue_budget_bytes)", "budget", "B")],
-              12, 8, unit="bytes"),
+              [target(f"sum by (instance, node) (fp8scope_queue_bytes{D})", "queued {{instance}} {{node}}", "A"),
+               target(f"sum by (instance, node) (fp8scope_queue_budget_bytes{D})", "budget {{instance}} {{node}}", "B")],
+              12, 8, unit="bytes",
+              description="Bytes of samples waiting for analysis against the budget; at the budget new samples "
+                          "are dropped as queue_full."),
         panel("Analysis latency", "timeseries",
-              [target("histogram_quantile(0.5, sum by (le) (rate(fp8scope_analysis_seconds_bucket[5m])))", "p50", "A"),
-               target("histogram_quantile(0.99, sum by (le) (rate(fp8scope_analysis_seconds_bucket[5m])))", "p99", "B")],
-              0, 16, unit="s"),
-        trend("Connected clients", "sum(fp8scope_clients)", "clients", 12, 16, "short"),
+              [target(f"histogram_quantile(0.5, sum by (instance, node, le) (rate(fp8scope_analysis_seconds_bucket{D}[5m])))",
+                      "p50 {{instance}} {{node}}", "A"),
+               target(f"histogram_quantile(0.99, sum by (instance, node, le) (rate(fp8scope_analysis_seconds_bucket{D}[5m])))",
+                      "p99 {{instance}} {{node}}", "B")],
+              0, 16, unit="s", description="Seconds from a sample's dequeue to its published statistics."),
+        trend("Connected clients", f"sum by (instance, node) (fp8scope_clients{D})", "{{instance}} {{node}}", 12, 16,
+              "short", "Ingest streams (training processes or shippers) connected to each daemon."),
         panel("Series", "timeseries",
-              [target("sum(fp8scope_series)", "series", "A"),
-               target("sum(increase(fp8scope_series_suppressed_total[1h]))", "suppressed (1h)", "B")],
-              0, 24, unit="short"),
-        trend("Daemon up", 'up{job="fp8scoped"}', "{{instance}}", 12, 24, "short"),
-    ])
+              [target(f"sum by (instance, node) (fp8scope_series{D})", "series {{instance}} {{node}}", "A"),
+               target(f"sum by (instance, node) (increase(fp8scope_series_suppressed_total{D}[1h]))",
+                      "suppressed (1h) {{instance}} {{node}}", "B")],
+              0, 24, unit="short",
+              description="Tensor series each daemon exports, and those not created because --max-series was reached."),
+        trend("Daemon up", f'up{{job="fp8scoped", {WHERE}}}', "{{instance}} {{node}}", 12, 24, "short",
+              "1 while Prometheus scrapes the daemon, 0 when it does not answer."),
+    ], [DATASOURCE, NODE, INSTANCE])
 
 DASHBOARDS = {"fp8scope-overview.json": overview, "fp8scope-layer.json": layer, "fp8scope-gemm.json": gemm,
               "fp8scope-health.json": health}

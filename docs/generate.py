@@ -2,7 +2,7 @@
 """Writes the operator reference files that are derived from the code, so they cannot drift:
 
     docs/metrics.md        from `fp8scoped --print-metrics-table` (the daemon's metric definitions)
-    docs/alerts.md         from dashboards/prometheus/fp8scope-rules.yml (summary and runbook of each alert)
+    docs/alerts.md         from dashboards/prometheus/fp8scope-rules.yml (summary, description and runbook of each alert)
     deploy/fp8scoped.toml  from `fp8scoped --print-config` (every option, its help and default)
 
     docs/generate.py --daemon build/server/fp8scoped            # rewrite them
@@ -47,6 +47,7 @@ def metrics_md(table):
 
 def readable(template):
     """Alert templates as a reader sees them: {{ $labels.layer }} -> <layer>, {{ $value ... }} -> <value>."""
+    template = re.sub(r"\{\{\s*with \$labels\.(\w+)\s*\}\}(.*?)\{\{\s*\.\s*\}\}(.*?)\{\{\s*end\s*\}\}", r"\2<\1>\3", template)
     template = re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", r"<\1>", template)
     return re.sub(r"\{\{\s*\$value[^}]*\}\}", "<value>", template)
 
@@ -64,6 +65,7 @@ def alerts_md(rules):
             out += [f"## {rule['alert']}", "",
                     f"- severity: {severity}; fires after: {rule.get('for', '0s')}",
                     f"- means: {readable(rule['annotations']['summary'])}",
+                    f"- in full: {readable(rule['annotations']['description'])}",
                     f"- first check: {rule['annotations']['runbook']}", "",
                     "```promql", rule["expr"].strip(), "```", ""]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -65,7 +65,7 @@ class Dashboards(unittest.TestCase):
                 uids.add(board["uid"])
                 variables = {v["name"]: v for v in board["templating"]["list"]}
                 self.assertEqual(variables["datasource"]["type"], "datasource")
-                for name in ("job", "layer", "gemm", "operand"):
+                for name in ("instance", "node"):  # many daemons: pick one, or all
                     self.assertIn(name, variables)
                 ids = [p["id"] for p in board["panels"]]
                 self.assertEqual(len(ids), len(set(ids)))
@@ -73,36 +73,124 @@ class Dashboards(unittest.TestCase):
                     self.assertEqual(p["datasource"]["uid"], "${datasource}", p["title"])
                     self.assertLessEqual(p["gridPos"]["x"] + p["gridPos"]["w"], 24, p["title"])
                     self.assertTrue(p["targets"], p["title"])
+                    self.assertTrue(p.get("description"), p["title"])
         self.assertEqual(len(uids), 4)  # overview, layer, GEMM output, daemon health
+
+    def boards(self):
+        for path in DASHBOARDS:
+            with open(path) as f:
+                yield os.path.basename(path), json.load(f)
+
+    def test_ranking_panels_are_instant_and_link_to_the_layer_dashboard(self):
+        by_uid = {board["uid"]: board for _, board in self.boards()}
+        ranked = 0
+        for name, board in self.boards():
+            for p in board["panels"]:
+                for t in p["targets"]:
+                    if not re.match(r"\s*(topk|bottomk)\(", t["expr"]):
+                        continue
+                    ranked += 1
+                    with self.subTest(dashboard=name, panel=p["title"]):
+                        # A range query would rank every step on its own and show more than ten bars.
+                        self.assertTrue(t.get("instant") and t.get("range") is False)
+                        links = p["fieldConfig"]["defaults"].get("links", [])
+                        self.assertTrue(links)
+                        for link in links:
+                            m = re.match(r"/d/([^/]+)/[^?]*\?(.*)", link["url"])
+                            self.assertTrue(m, link["url"])
+                            target = by_uid[m.group(1)]
+                            names = {v["name"] for v in target["templating"]["list"]}
+                            for var in re.findall(r"var-(\w+)=", m.group(2)):
+                                self.assertIn(var, names)
+                            self.assertIn("${__url_time_range}", link["url"])
+        self.assertEqual(ranked, 4)
+        lowest = [t["expr"] for _, b in self.boards() for p in b["panels"] if p["title"] == "Lowest cosine"
+                  for t in p["targets"]]
+        self.assertRegex(lowest[0], r"^bottomk\(10, min by")
+
+    def test_magnitudes_and_scales_have_log_axes(self):
+        for name, board in self.boards():
+            for p in board["panels"]:
+                exprs = " ".join(t["expr"] for t in p["targets"])
+                if re.search(r"fp8scope_(amax|amin|scale|scale_current)\b|delayed_scale_lag", exprs):
+                    with self.subTest(dashboard=name, panel=p["title"]):
+                        custom = p["fieldConfig"]["defaults"].get("custom", {})
+                        self.assertEqual(custom.get("scaleDistribution", {}).get("type"), "log")
+
+    def test_legends_name_the_tensor(self):
+        for name, board in self.boards():
+            for p in board["panels"]:
+                for t in p["targets"]:
+                    if "$layer" not in t["expr"] or t.get("format") == "heatmap":
+                        continue
+                    with self.subTest(dashboard=name, panel=p["title"], ref=t["refId"]):
+                        self.assertIn("{{layer}}", t["legendFormat"])
+                        self.assertTrue("{{gemm}}" in t["legendFormat"] or "fprop" in t["legendFormat"])
 
 
 class SeriesExist(unittest.TestCase):
     """Every selector names an exported metric (or a recording rule, or `up`) and only its labels."""
 
+    # Labels a scrape adds: the target's address, and the fleet agent's external label.
+    SCRAPE_LABELS = {"instance", "node"}
+
     def labels_of(self, name, table, recorded_labels):
         if name == "up":
-            return {"job", "instance"}
+            return {"job"} | self.SCRAPE_LABELS
         if name in recorded_labels:
             return recorded_labels[name]
         row = base_metric(name, table)
         self.assertIsNotNone(row, f"{name} is not in fp8scoped --print-metrics-table")
-        labels = set(row["labels"])
+        labels = set(row["labels"]) | self.SCRAPE_LABELS
         if row["type"] == "histogram":
             labels.add("le")
         return labels
 
-    def test_selectors_and_labels(self):
-        table = metrics_table(DAEMON)
-        recorded = recorded_names()
-        recorded_labels = {}
-        exprs = expressions()
-        # Recording rules first: their series carry the labels of what they are computed from.
-        for e in exprs:
+    def recorded_labels(self, table):
+        """Each recording rule's labels: those it aggregates by, else those of what it reads."""
+        recorded = {}
+        for e in expressions():
             if e.kind == "record":
                 name = e.origin.split()[-1]
-                recorded_labels[name] = set().union(
-                    *(self.labels_of(n, table, recorded_labels) for n, _ in selectors(e.promql)))
-        self.assertEqual(set(recorded_labels), recorded)
+                m = re.match(r"\s*(?:max|min|sum|avg|count)\s+by\s*\(([^)]*)\)", e.promql)
+                if m:
+                    recorded[name] = {label.strip() for label in m.group(1).split(",")}
+                else:
+                    recorded[name] = set().union(*(self.labels_of(n, table, recorded) for n, _ in selectors(e.promql)))
+        return recorded
+
+    def test_rules_keep_only_fp8scopes_labels(self):
+        """With many daemons behind one Prometheus, a tensor's rules and alerts must not split (or
+        fail to match) by where a series was scraped."""
+        recorded = self.recorded_labels(metrics_table(DAEMON))
+        for name, labels in recorded.items():
+            with self.subTest(rule=name):
+                self.assertFalse(labels & self.SCRAPE_LABELS, labels)
+
+    def test_dashboard_variables_filter_every_panel(self):
+        table = metrics_table(DAEMON)
+        recorded = self.recorded_labels(table)
+        for path in DASHBOARDS:
+            with open(path) as f:
+                board = json.load(f)
+            variables = {v["name"] for v in board["templating"]["list"] if v["type"] == "query"}
+            # A variable on a dashboard filters something there: none is shown that does nothing.
+            text = json.dumps([t["expr"] for p in board["panels"] for t in p["targets"]])
+            for var in variables:
+                self.assertIn("$" + var, text, f"{os.path.basename(path)}: variable {var} filters no panel")
+            for p in board["panels"]:
+                for t in p["targets"]:
+                    for metric, braces in selectors(t["expr"]):
+                        filtered = {m.group(1) for m in re.finditer(r'(\w+)=~"\$(\w+)"', braces) if m.group(1) == m.group(2)}
+                        for var in variables & self.labels_of(metric, table, recorded):
+                            with self.subTest(dashboard=os.path.basename(path), panel=p["title"], variable=var):
+                                self.assertIn(var, filtered, f"{metric}{braces}")
+
+    def test_selectors_and_labels(self):
+        table = metrics_table(DAEMON)
+        recorded_labels = self.recorded_labels(table)
+        self.assertEqual(set(recorded_labels), recorded_names())
+        exprs = expressions()
         for e in exprs:
             with self.subTest(expr=e.origin):
                 found = selectors(e.promql)
@@ -134,13 +222,43 @@ class Promtool(unittest.TestCase):
     def test_every_alert_is_unit_tested_and_documented(self):
         tests = load_all(os.path.join(os.path.dirname(RULES), "fp8scope-rules.test.yml"))[0]
         tested = {t["alertname"] for case in tests["tests"] for t in case.get("alert_rule_test", [])}
+        with open(os.path.join(ROOT, "docs", "alerts.md")) as f:
+            anchors = {line[3:].strip().lower() for line in f if line.startswith("## ")}
         for group in load_all(RULES)[0]["groups"]:
             for rule in group["rules"]:
-                if "alert" in rule:
+                if "alert" not in rule:
+                    continue
+                with self.subTest(alert=rule["alert"]):
+                    notes = rule["annotations"]
                     self.assertIn(rule["alert"], tested)
-                    self.assertTrue(rule["annotations"].get("summary"), rule["alert"])
-                    self.assertTrue(rule["annotations"].get("runbook"), rule["alert"])
+                    for key in ("summary", "description", "runbook", "runbook_url"):
+                        self.assertTrue(notes.get(key), key)
+                    self.assertTrue(notes["runbook_url"].endswith("docs/alerts.md#" + rule["alert"].lower()))
+                    self.assertIn(rule["alert"].lower(), anchors)
                     self.assertIn(rule["labels"]["severity"], ("info", "warning", "critical"))
+                    # Values read as numbers a person reads: percentages, or humanized / rounded.
+                    for key in ("summary", "description"):
+                        for use in re.findall(r"\{\{[^}]*\$value[^}]*\}\}", notes[key]):
+                            self.assertRegex(use, r"humanize|printf", f"{key}: {use}")
+                    # A tensor alert names the whole tensor: job, layer, GEMM and operand.
+                    if rule["alert"].startswith("FP8") and not rule["alert"].startswith("FP8Scope"):
+                        for label in ("job", "layer", "gemm", "operand"):
+                            self.assertIn("$labels." + label, notes["summary"])
+
+    def test_rules_unit_tests_see_two_daemons(self):
+        """The unit tests feed series from two daemons, as one Prometheus scraping a multi-node
+        job does, so a rule that matched series one-to-one across daemons would fail them."""
+        tests = load_all(os.path.join(os.path.dirname(RULES), "fp8scope-rules.test.yml"))[0]
+        for case in tests["tests"]:
+            instances = {}
+            for item in case["input_series"]:
+                m = re.match(r"([a-z0-9_]+)\{(.*)\}", item["series"])
+                labels = dict(re.findall(r'([a-z0-9_]+)="([^"]*)"', m.group(2)))
+                where = (labels.get("instance"), labels.get("node"))
+                instances.setdefault(m.group(1), set()).add(where)
+            with self.subTest(case=case["name"]):
+                self.assertTrue(instances)
+                self.assertTrue(any(len(v) >= 2 for v in instances.values()), instances)
 
     def test_prometheus_configs(self):
         self.promtool("check", "config", os.path.join(os.path.dirname(RULES), "prometheus.yml"))

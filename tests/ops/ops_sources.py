@@ -13,7 +13,7 @@ DASHBOARDS = sorted(glob.glob(os.path.join(ROOT, "dashboards", "grafana", "*.jso
 RULES = os.path.join(ROOT, "dashboards", "prometheus", "fp8scope-rules.yml")
 
 # Values for the dashboards' variables when an expression runs outside Grafana: every series.
-VARIABLES = {"$job": ".*", "$layer": ".*", "$gemm": ".*", "$operand": ".*", "$recipe": "tensor_current"}
+VARIABLES = {"$instance": ".*", "$node": ".*", "$job": ".*", "$layer": ".*", "$gemm": ".*", "$operand": ".*", "$recipe": "tensor_current"}
 
 SELECTOR = re.compile(r"\b((?:fp8scope[a-z0-9_:]*)|up)\b\s*(\{[^}]*\})?")
 MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"')

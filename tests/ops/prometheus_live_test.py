@@ -1,8 +1,11 @@
 #!/usr/bin/python3
-"""End to end: the real fp8scoped is fed by the real `fp8scope push`, a real Prometheus (Debian's
-package) scrapes it with the project's scrape config and loads the project's rules, and then every
-PromQL expression of the dashboards and the rules parses, every series it selects has data, every
-dashboard expression and recording rule returns data, the non-finite alert goes pending, and the
+"""End to end: two real fp8scoped ("two nodes" of one job, exporting the same tensors) are fed by
+the real `fp8scope push`; a real Prometheus (Debian's package) scrapes both with the project's
+scrape config and loads the project's rules; a Prometheus agent started as deploy/fleet says
+forwards one daemon's series by remote_write. Then every PromQL expression of the dashboards and
+the rules parses, every series it selects has data, every dashboard expression and recording rule
+returns data with one series per tensor (not one per daemon), every rule is healthy, the
+non-finite alert goes pending, the agent's `node` label is expanded from the environment, and the
 daemon's /metrics passes `promtool check metrics`.
 
     tests/ops/prometheus_live_test.py --daemon build/server/fp8scoped --cli build/client/cli/fp8scope
@@ -10,6 +13,7 @@ daemon's /metrics passes `promtool check metrics`.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,7 +28,7 @@ import urllib.request
 import numpy as np
 import yaml
 
-from ops_sources import RULES, expressions, selectors
+from ops_sources import ROOT, RULES, expressions, selectors
 
 DAEMON = CLI = None  # set by main()
 DEADLINE_SECONDS = 120
@@ -65,10 +69,11 @@ def wait_for(what, probe, seconds=DEADLINE_SECONDS):
 class Process:
     """A child process stopped by PID with SIGTERM (SIGKILL after a grace period)."""
 
-    def __init__(self, args, log_path):
+    def __init__(self, args, log_path, env=None):
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={k: v for k, v in os.environ.items() if not k.startswith("FP8SCOPE_")})
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("FP8SCOPE_")}
+        environment.update(env or {})
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=environment)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -102,21 +107,28 @@ class LivePrometheus(unittest.TestCase):
             print(f"logs kept in {cls.tmp}", file=sys.stderr)
 
     @classmethod
-    def start(cls):
-        ready = os.path.join(cls.tmp, "ready.json")
-        # A small sample limit so one push is dropped as too_large (the drop alert needs one).
+    def daemon(cls, name, *extra):
+        """Starts one fp8scoped; returns its (gRPC, metrics) addresses."""
+        ready = os.path.join(cls.tmp, f"{name}.ready.json")
         cls.processes.append(Process([DAEMON, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--data-dir",
-                                      os.path.join(cls.tmp, "data"), "--ready-file", ready, "--backend", "cpu",
-                                      "--max-sample-bytes", "65536", "--queue-budget-bytes", "16777216"],
-                                     os.path.join(cls.tmp, "fp8scoped.log")))
-        addresses = wait_for("fp8scoped's ready file", lambda: os.path.exists(ready) and read_json(ready))
-        cls.grpc, cls.metrics = addresses["grpc"], addresses["metrics"]
+                                      os.path.join(cls.tmp, name), "--ready-file", ready, "--backend", "cpu",
+                                      "--log2-histogram-metrics", *extra],
+                                     os.path.join(cls.tmp, f"{name}.log")))
+        addresses = wait_for(f"{name}'s ready file", lambda: os.path.exists(ready) and read_json(ready))
+        return addresses["grpc"], addresses["metrics"]
 
-        # The project's own scrape config and rules; only the target and the intervals change.
+    @classmethod
+    def start(cls):
+        # Two nodes of one job. A small sample limit on the first so one push is dropped as
+        # too_large (the drop alert needs one).
+        cls.grpc, cls.metrics = cls.daemon("node1", "--max-sample-bytes", "65536", "--queue-budget-bytes", "16777216")
+        cls.grpc2, cls.metrics2 = cls.daemon("node2")
+
+        # The project's own scrape config and rules; only the targets and the intervals change.
         with open(os.path.join(os.path.dirname(RULES), "prometheus.yml")) as f:
             config = yaml.safe_load(f)
         config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-        config["scrape_configs"][0]["static_configs"] = [{"targets": [cls.metrics]}]
+        config["scrape_configs"][0]["static_configs"] = [{"targets": [cls.metrics, cls.metrics2]}]
         shutil.copy(RULES, cls.tmp)
         with open(os.path.join(cls.tmp, "prometheus.yml"), "w") as f:
             yaml.safe_dump(config, f)
@@ -124,48 +136,75 @@ class LivePrometheus(unittest.TestCase):
         cls.prometheus = f"http://127.0.0.1:{port}"
         cls.processes.append(Process(["/usr/bin/prometheus", "--config.file=" + os.path.join(cls.tmp, "prometheus.yml"),
                                       "--storage.tsdb.path=" + os.path.join(cls.tmp, "tsdb"),
-                                      f"--web.listen-address=127.0.0.1:{port}"],
+                                      f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"],
                                      os.path.join(cls.tmp, "prometheus.log")))
-        wait_for("Prometheus to scrape fp8scoped", lambda: cls.query('up{job="fp8scoped"} == 1'))
-        cls.feed()
+        wait_for("Prometheus to scrape both daemons", lambda: len(cls.query('up{job="fp8scoped"} == 1')) == 2)
+        cls.start_agent(port)
+        cls.feed(cls.grpc)
+        cls.feed(cls.grpc2)
         # Data flows through scrape and rule evaluation: wait for the last link of each chain.
-        wait_for("the GEMM output metrics", lambda: cls.query("fp8scope_gemm_output_mse"))
-        wait_for("the recording rule", lambda: cls.query("fp8scope:delayed_scale_lag:ratio"))
+        wait_for("the GEMM output metrics", lambda: len(cls.query("fp8scope_gemm_output_mse")) >= 2)
+        wait_for("the recording rules", lambda: cls.query("fp8scope:delayed_scale_lag:max") and
+                 cls.query("fp8scope:tensor_resampled:1h == 1"))
         wait_for("the drop to be scraped", lambda: cls.query('fp8scope_samples_dropped_total{reason="too_large"} > 0'))
         wait_for("two scrapes of every series", lambda: cls.query("count_over_time(fp8scope_last_step[5m]) > 1"))
 
     @classmethod
-    def push(cls, name, array, layer, operand, step, gemm="fprop", expect_code=0, extra=()):
+    def start_agent(cls, central_port):
+        """deploy/fleet's agent, started with the command its header documents, its scrape target
+        and remote_write URL pointed at this test (the credentials file lives on real nodes)."""
+        path = os.path.join(ROOT, "deploy", "fleet", "prometheus-agent.yml")
+        with open(path) as f:
+            text = f.read()
+        command = re.search(r"(?m)^#\s+(prometheus --.*)$", text).group(1).split()
+        config = yaml.safe_load(text)
+        config["global"]["scrape_interval"] = "1s"
+        config["scrape_configs"][0]["static_configs"] = [{"targets": [cls.metrics2]}]
+        config["remote_write"][0]["url"] = f"http://127.0.0.1:{central_port}/api/v1/write"
+        del config["remote_write"][0]["authorization"]
+        with open(os.path.join(cls.tmp, "prometheus-agent.yml"), "w") as f:
+            yaml.safe_dump(config, f)
+        port = free_port()
+        flags = [a.replace("prometheus-agent.yml", os.path.join(cls.tmp, "prometheus-agent.yml")) for a in command[1:]]
+        cls.processes.append(Process(["/usr/bin/prometheus", *flags, "--storage.agent.path=" + os.path.join(cls.tmp, "agent"),
+                                      f"--web.listen-address=127.0.0.1:{port}"],
+                                     os.path.join(cls.tmp, "agent.log"), env={"NODE_NAME": "gpu-node-2"}))
+
+    @classmethod
+    def push(cls, endpoint, name, array, layer, operand, step, gemm="fprop", expect_code=0, extra=()):
         path = os.path.join(cls.tmp, f"{name}.npy")
         np.save(path, array)
-        r = subprocess.run([CLI, "push", path, "--endpoint", cls.grpc, "--job", JOB, "--layer", layer,
+        r = subprocess.run([CLI, "push", path, "--endpoint", endpoint, "--job", JOB, "--layer", layer,
                             "--operand", operand, "--gemm", gemm, "--step", str(step), *extra],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == expect_code, f"push {name}: exit {r.returncode}\n{r.stdout}{r.stderr}"
 
     @classmethod
-    def feed(cls):
-        """A few training steps of a small model: one forward GEMM's X and W (an activation that grows
-        at the last step, so delayed scaling lags), a gradient with NaN, an over-sized sample."""
+    def feed(cls, endpoint):
+        """A few training steps of a small model, the same on both nodes: one forward GEMM's X and W
+        (an activation that grows at the last step, so delayed scaling lags), a gradient with NaN, a
+        job's own MXFP8 operand; steps a scrape apart, so Prometheus sees each tensor resampled."""
         rng = np.random.default_rng(7)
         w = (rng.standard_normal((32, 64)) * 0.02).astype(np.float32)
         for step in range(1, 5):
             x = rng.standard_normal((16, 64)).astype(np.float32) * (1.0 if step < 4 else 50.0)
-            cls.push(f"x{step}", x, "blocks.0.mlp.fc1", "x", step)
-            cls.push(f"w{step}", w, "blocks.0.mlp.fc1", "w", step)
+            cls.push(endpoint, f"x{step}", x, "blocks.0.mlp.fc1", "x", step)
+            cls.push(endpoint, f"w{step}", w, "blocks.0.mlp.fc1", "w", step)
+            time.sleep(1.2)
         dy = (rng.standard_normal((16, 32)) * 1e-6).astype(np.float32)
         dy[3, 5] = np.nan
-        cls.push("dy", dy, "blocks.0.mlp.fc1", "dy", 4, gemm="wgrad")
-        # A job's own MXFP8 operand: E4M3 codes of a 16 x 64 tensor and its E8M0 scales, one per
-        # 1x32 block, in cuBLASLt's 128x4 tiles (16 rows padded to 128, 2 blocks padded to 4).
+        cls.push(endpoint, "dy", dy, "blocks.0.mlp.fc1", "dy", 4, gemm="wgrad")
+        # E4M3 codes of a 16 x 64 tensor and its E8M0 scales, one per 1x32 block, in cuBLASLt's
+        # 128x4 tiles (16 rows padded to 128, 2 blocks padded to 4).
         codes = rng.integers(0, 0x7F, size=(16, 64), dtype=np.uint8)
         tiles = np.zeros(128 * 4, np.uint8)
         for row in range(16):
             tiles[row % 32 * 16 + row // 32 * 4: row % 32 * 16 + row // 32 * 4 + 2] = [120, 121]
         np.save(os.path.join(cls.tmp, "scales.npy"), tiles)
-        cls.push("mx", codes, "blocks.1.mlp.fc1", "x", 4,
+        cls.push(endpoint, "mx", codes, "blocks.1.mlp.fc1", "x", 4,
                  extra=("--dtype", "e4m3", "--scale-layout", "vec32_ue8m0", "--scales", os.path.join(cls.tmp, "scales.npy")))
-        cls.push("too_large", np.ones((64, 512), np.float32), "blocks.1.mlp.fc1", "x", 4, expect_code=3)
+        if endpoint == cls.grpc:  # the first node refuses samples over 64 KiB
+            cls.push(endpoint, "too_large", np.ones((64, 512), np.float32), "blocks.1.mlp.fc1", "x", 4, expect_code=3)
 
     @classmethod
     def api(cls, path, **params):
@@ -209,6 +248,28 @@ class LivePrometheus(unittest.TestCase):
 
         states = wait_for("every rule healthy and FP8NonFiniteValues pending", rule_states)
         self.assertEqual(states["FP8ScopeDaemonDown"], "inactive")
+
+    def test_one_series_per_tensor_from_two_daemons(self):
+        # One per node as scraped (the agent forwards node2's again, with its node label).
+        tensor = '{job="%s", layer="blocks.0.mlp.fc1", gemm="fprop", operand="x", node=""}' % JOB
+        self.assertEqual(len(self.query("fp8scope_scale_current" + tensor)), 2)
+        for rule in ("fp8scope:delayed_scale_lag:max", "fp8scope:delayed_scale_lag:min",
+                     "fp8scope:overflow_ratio:max", "fp8scope:cosine_similarity:min"):
+            with self.subTest(rule=rule):
+                series = self.query(rule + '{job="%s", layer="blocks.0.mlp.fc1", gemm="fprop", operand="x", '
+                                           'recipe=~"tensor_delayed|"}' % JOB)
+                self.assertEqual(len(series), 1, series)
+        nonfinite = self.query("fp8scope:nonfinite_ratio:max > 0")
+        self.assertEqual(len(nonfinite), 1, nonfinite)
+
+    def test_fleet_agent_expands_the_node_label(self):
+        try:
+            series = wait_for("the agent's remote_write", lambda: self.query('fp8scope_build_info{node="gpu-node-2"}'))
+        except AssertionError as e:
+            with open(os.path.join(self.tmp, "agent.log")) as f:
+                raise AssertionError(f"{e}; the agent's log ends:\n{f.read()[-3000:]}") from None
+        self.assertEqual(series[0]["metric"]["instance"], self.metrics2)
+        self.assertFalse(self.query('{node=~".*NODE_NAME.*"}'))
 
     def test_exposition_passes_promtool(self):
         text = http_get(f"http://{self.metrics}/metrics")
