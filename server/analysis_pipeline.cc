@@ -20,7 +20,7 @@ double now_seconds() {
 AnalysisPipeline::AnalysisPipeline(PipelineDeps deps)
     : d_(deps),
       analyzer_(*deps.engine, deps.max_tensors),
-      publisher_(*deps.series, *deps.tensors, *deps.history),
+      publisher_(*deps.series, *deps.tensors, *deps.history, deps.exported),
       // Waiting GEMM operands keep their leases: at most a quarter of the queue budget.
       gemm_pairs_(16, 64ull << 20, deps.budget->capacity() / 4) {}
 

@@ -184,12 +184,13 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
     journal->release(t);
     if (!stored) health->acknowledged_lost(1);
   });
-  d->tensors = std::make_unique<TensorTable>(c.max_series);
+  d->tensors = std::make_unique<TensorTable>(c.max_tensors);
   d->pipeline = std::make_unique<AnalysisPipeline>(PipelineDeps{d->queue.get(), d->budget.get(), d->engine.get(),
                                                                 &d->policy, d->series.get(), d->health.get(),
                                                                 d->history.get(), d->journal.get(), d->tensors.get(),
-                                                                d->gemm.get(),
-                                                                c.max_series});
+                                                                d->gemm.get(), c.max_tensors,
+                                                                MetricExport{metric_recipe_kinds(c.metric_recipes).value(),
+                                                                             c.log2_histogram_metrics}});
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
                                                          d->history.get(), d->journal.get(), &d->access,
                                                          AssemblerLimits{c.max_sample_bytes, wire::kDaemonChunkBytes},

@@ -81,6 +81,14 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   add(app, "max-sample-bytes", c.max_sample_bytes, "Largest accepted sample payload");
   add(app, "max-inflight-bytes", c.max_inflight_bytes, "Unacknowledged payload a stream may have in flight");
   add(app, "max-series", c.max_series, "Tensor metric series before new ones are suppressed (and counted)");
+  add(app, "max-tensors", c.max_tensors,
+      "Tensors whose state is kept (delayed-scaling history, the `fp8scope tensors` table); the least recently "
+      "sampled go first");
+  add(app, "metric-recipes", c.metric_recipes,
+      "Emulated recipes exported as metrics, comma-separated, or all (the job's own FP8 is always exported; "
+      "history and `fp8scope tensors` keep every recipe the policy runs)");
+  add_flag(app, "log2-histogram-metrics", c.log2_histogram_metrics,
+           "Export the log2-magnitude histogram under current scaling (49 series per tensor and FP8 format)");
   add(app, "series-ttl-seconds", c.series_ttl_seconds, "Seconds without an update before a series expires");
   add(app, "drain-seconds", c.drain_seconds, "On SIGTERM/SIGINT: seconds to finish queued samples before exiting");
   add(app, "stall-timeout-seconds", c.stall_timeout_seconds,
@@ -132,7 +140,26 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   return parsed;
 }
 
+Result<std::vector<RecipeKind>> metric_recipe_kinds(const std::string& list) {
+  if (list == "all") return std::vector<RecipeKind>(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds));
+  std::vector<RecipeKind> kinds;
+  std::istringstream items(list);
+  std::string name;
+  while (std::getline(items, name, ',')) {
+    if (name.empty()) continue;
+    const std::optional<RecipeKind> kind = recipe_kind_from_name(name);
+    if (!kind) {
+      std::string known = "all";
+      for (RecipeKind k : kAllRecipeKinds) known += std::string(", ") + recipe_name(k);
+      return Status::error("--metric-recipes: unknown recipe '" + name + "' (expected " + known + ")");
+    }
+    kinds.push_back(*kind);
+  }
+  return kinds;
+}
+
 Status validate(const DaemonConfig& c) {
+  if (Result<std::vector<RecipeKind>> kinds = metric_recipe_kinds(c.metric_recipes); !kinds.ok()) return kinds.status();
   if (c.backend != "auto" && c.backend != "cpu" && c.backend != "cuda") {
     return Status::error("--backend: expected auto, cpu or cuda, got " + c.backend);
   }
@@ -143,6 +170,7 @@ Status validate(const DaemonConfig& c) {
     return Status::error("--queue-budget-bytes (" + std::to_string(c.queue_budget_bytes) +
                          ") must be at least --max-sample-bytes (" + std::to_string(c.max_sample_bytes) + ")");
   }
+  if (c.max_tensors < 1) return Status::error("--max-tensors: expected at least 1");
   if (c.max_inflight_bytes < (4u << 20)) return Status::error("--max-inflight-bytes: expected at least 4 MiB (one chunk)");
   if (c.series_ttl_seconds <= 0 || c.drain_seconds < 0) return Status::error("--series-ttl-seconds and --drain-seconds must be positive");
   if (!(c.stall_timeout_seconds >= 2 && c.stall_timeout_seconds <= 3600)) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/recipe.h"
 #include "fp8scope/status.h"
 
 namespace fp8scope::server {
@@ -25,7 +26,12 @@ struct DaemonConfig {
   std::uint64_t queue_budget_bytes = 1ull << 30;   // payload memory waiting for analysis
   std::uint64_t max_sample_bytes = 512ull << 20;   // one sample's payload
   std::uint64_t max_inflight_bytes = 64ull << 20;  // per stream, unacknowledged
-  std::uint64_t max_series = 20000;           // tensor metric series before new ones are suppressed
+  std::uint64_t max_series = 150000;          // tensor metric series before new ones are suppressed
+  std::uint64_t max_tensors = 20000;          // tensors with live state (delayed scaling, `fp8scope tensors`)
+  // What one tensor costs in series (docs/operations.md "Cardinality"): the recipes exported as
+  // metrics (all of them stay in history and `fp8scope tensors`), and the log2 histogram's bins.
+  std::string metric_recipes = "tensor_current,tensor_delayed,mxfp8";
+  bool log2_histogram_metrics = false;
   double series_ttl_seconds = 900;            // a series not updated for this long disappears
   double drain_seconds = 20;                  // on SIGTERM: time to finish queued samples
   double stall_timeout_seconds = 30;          // a sample's chunks, and a silent peer's pings
@@ -52,6 +58,9 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv);
 
 // Checks that need no I/O: addresses, budgets, the remote-access rule.
 Status validate(const DaemonConfig& config);
+
+// --metric-recipes as recipe kinds ("all": every one), or an error naming the unknown recipe.
+Result<std::vector<RecipeKind>> metric_recipe_kinds(const std::string& list);
 
 // True for unix sockets, localhost and 127.0.0.0/8 / ::1 listen addresses.
 bool is_loopback_address(const std::string& address);

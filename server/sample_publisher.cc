@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "fp8scope/scale_layout.h"
 #include "fp8scope/scale_rules.h"
@@ -24,10 +25,12 @@ double current_scale_for(CastFormat format, float te_amax) {
   return current_scale(te_amax, format_max(format), false, 0.0f);
 }
 
-SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history)
+SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history,
+                                 MetricExport exported)
     : series_(series),
       tensors_(tensors),
       history_(history),
+      export_(std::move(exported)),
       last_step_(metric("fp8scope_last_step")),
       scale_(metric("fp8scope_scale")),
       scale_current_(metric("fp8scope_scale_current")),
@@ -37,6 +40,14 @@ SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, His
     if (m == nullptr) continue;  // counts of one sample (numel, nan, inf) are no metric
     (st.per_recipe() ? recipe_metrics_ : tensor_metrics_).push_back({&st, m});
   }
+}
+
+bool SamplePublisher::exported(const RecipeOutcome& o) const {
+  if (o.observed) return true;
+  for (RecipeKind k : export_.recipes) {
+    if (o.recipe == recipe_name(k)) return true;
+  }
+  return false;
 }
 
 HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
@@ -98,10 +109,11 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
   *summary.mutable_shape() = s.header.shape();
   summary.set_time(time);
 
-  std::map<CastFormat, double> current_by_format;
+  std::map<CastFormat, double> current_by_format;  // of the exported recipes' formats
   for (const RecipeOutcome& o : a.recipes) {
     const double current = current_scale_for(o.format, a.te_amax);
-    current_by_format[o.format] = current;
+    const bool as_metrics = exported(o);
+    if (as_metrics) current_by_format[o.format] = current;
     prometheus::Labels labels = tensor_labels;
     labels["format"] = format_name(o.format);
     labels["recipe"] = o.recipe;
@@ -117,12 +129,14 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
         (*rs->mutable_statistics())[st.key] = st.compute(a.moments, o.stats);
       }
     }
+    history_.add(record(s, a, o, time, current));
+    if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
       if (m.statistic->applies_to(o.observed, o.block_scaled())) {
         series_.set(*m.metric, labels, rank, m.statistic->compute(a.moments, o.stats));
       }
     }
-    if (!o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {
+    if (export_.log2_histogram && !o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {
       // Current scaling maps amax to the format's max, so no bin above floor(log2 max) has mass:
       // those series are left out.
       const int top_bin = std::min(kHistogramBins - 1, std::ilogb(format_max(o.format)) - kHistogramMinLog2);
@@ -136,7 +150,6 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
       }
     }
     if (o.scale) series_.set(scale_, labels, rank, *o.scale);
-    history_.add(record(s, a, o, time, current));
   }
   for (const auto& [format, current] : current_by_format) {
     prometheus::Labels labels = tensor_labels;

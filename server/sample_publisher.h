@@ -15,9 +15,16 @@
 
 namespace fp8scope::server {
 
+// Which figures become series: what one tensor costs in Prometheus (docs/operations.md
+// "Cardinality"). History and the tensor table get every recipe regardless.
+struct MetricExport {
+  std::vector<RecipeKind> recipes;  // emulated recipes exported; the job's own ("observed") always is
+  bool log2_histogram = false;      // the log2-magnitude bins under current scaling
+};
+
 class SamplePublisher {
  public:
-  SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history);
+  SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history, MetricExport exported);
 
   void publish(const Sample& s, const SampleAnalysis& a);
 
@@ -26,12 +33,14 @@ class SamplePublisher {
     const Statistic* statistic;
     const MetricDef* metric;
   };
+  bool exported(const RecipeOutcome& o) const;
   HistoryRecord record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                        double scale_current) const;
 
   TensorSeries& series_;
   TensorTable& tensors_;
   HistoryStore& history_;
+  MetricExport export_;
   std::vector<StatisticMetric> tensor_metrics_, recipe_metrics_;
   const MetricDef& last_step_;
   const MetricDef& scale_;

@@ -91,7 +91,8 @@ std::map<std::string, std::string> recipe_labels(const std::string& layer, const
 
 TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze prints", "[daemon]") {
   TempDir dir;
-  DaemonProcess daemon(dir.file("data"));
+  // Every recipe and the histogram as series (the default exports fewer: next test).
+  DaemonProcess daemon(dir.file("data"), {"--metric-recipes", "all", "--log2-histogram-metrics"});
   const std::string file = dir.write("act.npy", npy_file("<f4", false, "(16, 256)", floats(activation(16, 256, 1.0f))));
   const ProcessResult push = cli({"push", file, "--endpoint", daemon.grpc(), "--layer", "blocks.0.attn.qkv",
                                   "--operand", "x", "--gemm", "fprop", "--step", "1", "--run", "r1", "--job", "test"});
@@ -179,6 +180,62 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
       }
     }
   }
+}
+
+TEST_CASE("by default a 128-layer transformer fits the series budget, and history keeps every recipe", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  // One linear layer as training runs it: X and W in fprop, Dy and W in dgrad, X and Dy in wgrad.
+  auto stream = SampleStream::open(to(daemon), hello("cardinality"));
+  REQUIRE(stream.ok());
+  const std::vector<float> values = activation(16, 256, 2.0f);
+  const std::pair<v1::Gemm, v1::Operand> operands[] = {{v1::GEMM_FPROP, v1::OPERAND_X}, {v1::GEMM_FPROP, v1::OPERAND_W},
+                                                       {v1::GEMM_DGRAD, v1::OPERAND_DY}, {v1::GEMM_DGRAD, v1::OPERAND_W},
+                                                       {v1::GEMM_WGRAD, v1::OPERAND_X}, {v1::GEMM_WGRAD, v1::OPERAND_DY}};
+  for (const auto& [gemm, operand] : operands) {
+    v1::TensorHeader h = header("blocks.0.mlp.fc1", 1, 16, 256);
+    h.set_gemm(gemm);
+    h.set_operand(operand);
+    REQUIRE(stream.value()->send(h, bytes_of(values)).ok());
+  }
+  REQUIRE(stream.value()->wait_for_acks(30).ok());
+  std::string metrics;
+  REQUIRE(eventually([&] {
+    metrics = http_get(daemon.metrics(), "/metrics");
+    return metric_value(metrics, "fp8scope_samples_analyzed_total", {}) == 6.0;
+  }));
+  std::size_t linear_series = 0;
+  std::set<std::string> recipes;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#' || line.find("layer=\"blocks.0.mlp.fc1\"") == std::string::npos) continue;
+    ++linear_series;
+    if (const auto at = line.find("recipe=\""); at != std::string::npos) {
+      recipes.insert(line.substr(at + 8, line.find('"', at + 8) - at - 8));
+    }
+    CHECK(line.rfind("fp8scope_log2_magnitude_ratio", 0) != 0);  // the histogram is opt-in
+  }
+  CHECK(recipes == std::set<std::string>{"tensor_current", "tensor_delayed", "mxfp8"});
+  const ProcessResult config = run_process({FP8SCOPE_DAEMON, "--print-config"});
+  const auto at = config.out.find("# max-series=");
+  REQUIRE(at != std::string::npos);
+  const double max_series = std::stod(config.out.substr(at + 13));
+  // 128 transformer blocks of four linear layers (QKV, projection, FC1, FC2).
+  const double transformer = 128.0 * 4.0 * static_cast<double>(linear_series);
+  INFO(linear_series << " series per linear layer; a 128-block transformer needs " << transformer << " of "
+                     << max_series);
+  CHECK(transformer <= max_series);
+  CHECK(linear_series <= 6 * 40);  // docs/operations.md promises about 35 series per tensor
+
+  // Every recipe the policy runs is still analyzed: history and the tensor table have all seven.
+  CHECK(eventually([&] {
+    const ProcessResult history = cli({"history", "--endpoint", daemon.grpc(), "--layer", "blocks.0.mlp.fc1", "--csv"});
+    // header, 6 samples x 7 recipes, the forward GEMM's output check
+    return history.exit_code == 0 && std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 7 + 1;
+  }));
+  const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc(), "--recipe", "nvfp4", "--json"});
+  REQUIRE(tensors.exit_code == 0);
+  CHECK(tensors.out.find("\"nvfp4\"") != std::string::npos);
 }
 
 TEST_CASE("a policy change reaches a connected stream", "[daemon]") {

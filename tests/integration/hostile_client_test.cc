@@ -345,9 +345,9 @@ double status_mb(int pid, const std::string& field) {
 double rss_mb(int pid) { return status_mb(pid, "VmRSS"); }
 }  // namespace
 
-TEST_CASE("a flood of distinct layers leaves memory and listings bounded by --max-series", "[hostile]") {
+TEST_CASE("a flood of distinct layers leaves memory and listings bounded by --max-tensors", "[hostile]") {
   TempDir dir;
-  DaemonProcess daemon(dir.file("data"), {"--max-series", "2000"});
+  DaemonProcess daemon(dir.file("data"), {"--max-tensors", "2000", "--max-series", "60000"});
   auto stream = SampleStream::open(to(daemon), hello("flood"));
   REQUIRE(stream.ok());
   auto flood = [&](int from, int to) {
