@@ -17,6 +17,7 @@
 #include "admin_service.h"
 #include "analysis_pipeline.h"
 #include "byte_budget.h"
+#include "data_dir.h"
 #include "engine_choice.h"
 #include "fp8scope/wire.h"
 #include "health_metrics.h"
@@ -141,6 +142,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->backend = engine.value().backend;
   d->engine = std::move(engine.value().engine);
   d->gemm = std::move(engine.value().gemm);
+  if (Status s = prepare_data_dir(c.data_dir); !s.ok()) return s;
   Result<std::unique_ptr<HistoryStore>> history = HistoryStore::open(c.data_dir);
   if (!history.ok()) return history.status();
   d->history = std::move(history).value();

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -555,6 +556,41 @@ TEST_CASE("fp8scoped refuses to listen beyond loopback unprotected, and document
   for (const char* option : {"--listen", "--metrics", "--data-dir", "--backend", "--config", "--tls-cert", "--token-file",
                              "--insecure", "--drain-seconds", "--max-series"}) {
     CHECK(help.out.find(option) != std::string::npos);
+  }
+}
+
+TEST_CASE("a data dir the daemon's user cannot write is a start-up error naming path, user and permission", "[daemon]") {
+  // As a Kubernetes hostPath that kubelet created as root, run by UID 65532. Root writes anywhere,
+  // so as root the daemon is started as 65532 (setpriv); as anyone else, as them.
+  TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                               std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                               std::filesystem::perms::others_exec);
+  const std::string state = dir.file("state");
+  std::filesystem::create_directory(state);
+  std::filesystem::permissions(state, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec |
+                                          std::filesystem::perms::group_read | std::filesystem::perms::group_exec |
+                                          std::filesystem::perms::others_read | std::filesystem::perms::others_exec);
+  const bool root = geteuid() == 0;
+  const std::string uid = root ? "65532" : std::to_string(geteuid());
+  std::vector<std::string> command;
+  if (root) command = {"/usr/bin/setpriv", "--reuid=65532", "--regid=65532", "--clear-groups"};
+  for (const std::string& data : {state, state + "/nested"}) {
+    INFO(data);
+    std::vector<std::string> args = command;
+    for (const std::string& a : {std::string(FP8SCOPE_DAEMON), std::string("--data-dir"), data, std::string("--listen"),
+                                 std::string("127.0.0.1:0"), std::string("--metrics"), std::string("127.0.0.1:0"),
+                                 std::string("--backend"), std::string("cpu")}) {
+      args.push_back(a);
+    }
+    const ProcessResult r = run_process(args);
+    const std::string said = r.out + r.err;
+    INFO(said);
+    CHECK(r.exit_code == 1);
+    CHECK(said.find("--data-dir " + data + ": uid " + uid) != std::string::npos);
+    CHECK(said.find("Permission denied") != std::string::npos);
+    CHECK(said.find("mode 0555") != std::string::npos);
+    CHECK(said.find("unable to open database file") == std::string::npos);
   }
 }
 

@@ -299,10 +299,23 @@ class DeployFiles(unittest.TestCase):
         for doc in docs:
             self.assertTrue(doc["apiVersion"] and doc["metadata"]["name"], doc)
         kinds = {doc["kind"]: doc for doc in docs}
-        self.assertEqual(set(kinds), {"Namespace", "ConfigMap", "Secret", "DaemonSet", "Service", "ServiceMonitor"})
+        # No token ships: the install steps create the Secret with a random one.
+        self.assertEqual(set(kinds), {"Namespace", "ConfigMap", "DaemonSet", "Service", "ServiceMonitor"})
+        with open(deploy_path("kubernetes", "fp8scope.yaml")) as f:
+            self.assertRegex(f.read(), r"kubectl -n fp8scope create secret generic fp8scope-token --from-literal=token=")
         pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
         self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertIn({"name": "token", "secret": {"secretName": "fp8scope-token"}}, pod["volumes"])
+        # The hostPath kubelet creates as root is handed to the daemon's user before it starts.
+        uid = pod["securityContext"]["runAsUser"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
         container = pod["containers"][0]
+        data = next(m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/fp8scope")
+        self.assertIn("hostPath", volumes[data["name"]])
+        init = pod["initContainers"][0]
+        self.assertEqual(init["command"], ["chown", f"{uid}:{pod['securityContext']['fsGroup']}", "/var/lib/fp8scope"])
+        self.assertIn({"name": data["name"], "mountPath": "/var/lib/fp8scope"}, init["volumeMounts"])
+        self.assertEqual(init["securityContext"]["capabilities"], {"drop": ["ALL"], "add": ["CHOWN"]})
         self.assertFalse(container["securityContext"]["allowPrivilegeEscalation"])
         self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/health")
         self.assertTrue(kinds["ServiceMonitor"]["spec"]["endpoints"][0]["honorLabels"])
@@ -311,14 +324,42 @@ class DeployFiles(unittest.TestCase):
 
     def test_compose_mounts_what_exists(self):
         compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
-        self.assertEqual(set(compose["services"]), {"fp8scoped", "prometheus", "grafana"})
+        self.assertEqual(set(compose["services"]), {"token", "fp8scoped", "prometheus", "grafana"})
         for service in compose["services"].values():
             for volume in service.get("volumes", []):
                 source = volume.split(":")[0]
                 if source.startswith("."):
                     self.assertTrue(os.path.exists(deploy_path("compose", source)), volume)
-        for secret in compose["secrets"].values():
-            self.assertTrue(os.path.exists(deploy_path("compose", secret["file"])))
+                else:
+                    self.assertIn(source, compose["volumes"])
+
+    def test_compose_generates_its_token_at_first_start(self):
+        """No token is committed: the token service writes a random one into the volume the daemon
+        reads, once. Its script runs here against a directory standing in for the volume."""
+        self.assertFalse(os.path.exists(deploy_path("compose", "token")))
+        compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
+        daemon, token = compose["services"]["fp8scoped"], compose["services"]["token"]
+        self.assertEqual(daemon["depends_on"], {"token": {"condition": "service_completed_successfully"}})
+        token_file = daemon["command"][daemon["command"].index("--token-file") + 1]
+        volume_dir = os.path.dirname(token_file)
+        self.assertIn(f"fp8scope-token:{volume_dir}:ro", daemon["volumes"])
+        self.assertIn(f"fp8scope-token:{volume_dir}", token["volumes"])
+        self.assertEqual(token["entrypoint"][:2], ["/bin/sh", "-c"])
+        with tempfile.TemporaryDirectory() as tmp:
+            script = token["entrypoint"][2].replace(volume_dir, tmp)
+            path = os.path.join(tmp, os.path.basename(token_file))
+            self.assertEqual(run(["/bin/sh", "-c", script]).returncode, 0)
+            with open(path) as f:
+                first = f.read()
+            self.assertRegex(first, r"^[0-9a-f]{64}$")
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+            self.assertEqual(run(["/bin/sh", "-c", script]).returncode, 0)  # a restart keeps it
+            with open(path) as f:
+                self.assertEqual(f.read(), first)
+        with tempfile.TemporaryDirectory() as tmp:  # another machine gets another token
+            run(["/bin/sh", "-c", token["entrypoint"][2].replace(volume_dir, tmp)])
+            with open(os.path.join(tmp, os.path.basename(token_file))) as f:
+                self.assertNotEqual(f.read(), first)
 
     def test_container_runs_as_non_root(self):
         with open(deploy_path("container", "Dockerfile")) as f:
