@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
+#include "fp8scope/recipe.h"
 #include "fp8scope/sampling_rule.h"
 #include "fp8scope/scale_layout.h"
 #include "fp8scope/statistics_table.h"
@@ -96,6 +99,17 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
 
 }  // namespace
 
+namespace {
+
+std::vector<std::string> recipe_names_and_observed() {
+  std::vector<std::string> names;
+  for (RecipeKind k : kAllRecipeKinds) names.emplace_back(recipe_name(k));
+  names.emplace_back("observed");
+  return names;
+}
+
+}  // namespace
+
 AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   AdminCommands c;
   c.status = app.add_subcommand("status", "Daemon status: clients, samples, drops, queue, history");
@@ -104,9 +118,12 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
 
   c.tensors = app.add_subcommand("tensors", "Latest statistics of every tensor, worst first");
   add_connection_flags(c.tensors, o.connection);
-  c.tensors->add_option("--sort", o.sort, "underflow, overflow, mse or cosine (worst first)");
+  // Checked as the flags are read, so a typo is reported before any connection is tried.
+  c.tensors->add_option("--sort", o.sort, "underflow, overflow, mse or cosine (worst first)")
+      ->check(CLI::IsMember({"underflow", "overflow", "mse", "cosine"}));
   c.tensors->add_option("--top", o.top, "Show only the first N");
-  c.tensors->add_option("--recipe", o.recipe, "Recipe whose statistics are shown and sorted (default tensor_current)");
+  c.tensors->add_option("--recipe", o.recipe, "Recipe whose statistics are shown and sorted (default tensor_current)")
+      ->check(CLI::IsMember(recipe_names_and_observed()));
   c.tensors->add_flag("--json", o.json, "JSON Lines, one tensor per line");
 
   CLI::App* policy = app.add_subcommand("policy", "Show or change what training processes sample");
@@ -130,7 +147,8 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--layer", o.layer, "Only layers matching this regex");
   c.history->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown");
   c.history->add_option("--operand", o.operand, "x, w or dy");
-  c.history->add_option("--recipe", o.recipe, "Recipe name, or observed");
+  c.history->add_option("--recipe", o.recipe, "Recipe name, or observed")
+      ->check(CLI::IsMember(recipe_names_and_observed()));
   c.history->add_option("--min-step", o.min_step, "First step");
   c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)");
   c.history->add_option("--limit", o.limit, "At most this many rows (default 100000)");
@@ -284,6 +302,13 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
     auto reader = stub.QueryHistory(&ctx, q);
     v1::HistoryBatch batch;
+    // The header comes with the first batch (or an empty answer), so an unreachable daemon prints
+    // its one error line and nothing else.
+    const bool first = reader->Read(&batch);
+    if (!first) {
+      const grpc::Status st = reader->Finish();
+      if (!st.ok()) return st;
+    }
     if (o.csv) {
       out << "time,job,run,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_max,scale_current,"
              "scale_layout,gemm_alpha";
@@ -297,7 +322,8 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
                     "layer", "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
       out << line;
     }
-    while (reader->Read(&batch)) {
+    if (!first) return grpc::Status::OK;
+    do {
       for (const v1::HistoryRow& r : batch.rows()) {
         auto value = [&](const char* key) {
           auto it = r.statistics().find(key);
@@ -327,7 +353,7 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
           out << line;
         }
       }
-    }
+    } while (reader->Read(&batch));
     return reader->Finish();
   });
 }

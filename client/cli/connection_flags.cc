@@ -15,7 +15,10 @@ void add_connection_flags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--tls-cert", f.options.tls_cert, "PEM client certificate (mutual TLS)")->envname("FP8SCOPE_TLS_CERT");
   cmd->add_option("--tls-key", f.options.tls_key, "PEM key of --tls-cert")->envname("FP8SCOPE_TLS_KEY");
   cmd->add_option("--tls-server-name", f.options.tls_server_name, "Name to check in the server certificate");
-  cmd->add_option("--timeout", f.timeout_seconds, "Seconds to wait for the daemon")->capture_default_str();
+  cmd->add_option("--timeout", f.timeout_seconds,
+                  "Seconds to wait for the daemon to connect and answer (a refused connection fails at once)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 Result<ConnectionOptions> resolve(const ConnectionFlags& f) {

@@ -532,18 +532,35 @@ TEST_CASE("32 clients at once are all served", "[daemon]") {
   }));
 }
 
-TEST_CASE("an unreachable daemon gives one clear line and exit code 1", "[daemon]") {
-  for (const char* command : {"status", "tensors"}) {
-    const ProcessResult r = cli({command, "--endpoint", "127.0.0.1:1", "--timeout", "2"});
-    CHECK(r.exit_code == 1);
-    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-    CHECK(r.err.find("cannot reach fp8scoped at 127.0.0.1:1") != std::string::npos);
-  }
+TEST_CASE("an unreachable daemon gives every command one clear line, at once, and exit code 1", "[daemon]") {
   TempDir dir;
   const std::string file = dir.write("t.npy", npy_file("<f4", false, "(2,)", floats({1, 2})));
-  const ProcessResult push = cli({"push", file, "--endpoint", "127.0.0.1:1", "--layer", "l", "--operand", "x", "--timeout", "2"});
-  CHECK(push.exit_code == 1);
-  CHECK(push.err.find("cannot reach fp8scoped") != std::string::npos);
+  const std::vector<std::vector<std::string>> commands = {
+      {"status"}, {"tensors"}, {"policy", "get"}, {"history"}, {"history", "--csv"},
+      {"push", file, "--layer", "l", "--operand", "x"},
+      {"log", "--run", "r", "--step", "1", "--name", "loss", "--value", "2.5"}};
+  for (std::vector<std::string> args : commands) {
+    INFO(args[0]);
+    // A refused connection fails at once whatever --timeout allows (push and log used to wait it out).
+    args.insert(args.end(), {"--endpoint", "127.0.0.1:1", "--timeout", "600"});
+    const ProcessResult r = cli(args, 60.0);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.empty());  // no table header before the error
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("cannot reach fp8scoped at 127.0.0.1:1: nothing is listening there (connection refused). "
+                     "Is fp8scoped running there? Pass --endpoint") != std::string::npos);
+    CHECK(r.err.find("ipv4:") == std::string::npos);  // gRPC's own text stays out
+  }
+  const ProcessResult no_socket = cli({"status", "--endpoint", "unix://" + dir.file("none.sock")});
+  CHECK(no_socket.err.find(": no socket at that path.") != std::string::npos);
+  // Arguments are checked before any connection is tried.
+  const ProcessResult sort = cli({"tensors", "--sort", "foo", "--endpoint", "127.0.0.1:1"});
+  CHECK(sort.exit_code == 2);
+  CHECK(sort.err.find("--sort: foo not in {underflow,overflow,mse,cosine}") != std::string::npos);
+  CHECK(sort.err.find("cannot reach") == std::string::npos);
+  const ProcessResult recipe = cli({"history", "--recipe", "nvfp5", "--endpoint", "127.0.0.1:1"});
+  CHECK(recipe.exit_code == 2);
+  CHECK(recipe.err.find("cannot reach") == std::string::npos);
 }
 
 TEST_CASE("fp8scoped refuses to listen beyond loopback unprotected, and documents every option", "[daemon]") {

@@ -43,10 +43,10 @@ Result<std::unique_ptr<SampleStream>> SampleStream::open(const ConnectionOptions
   Result<std::shared_ptr<grpc::Channel>> channel = open_channel(options);
   if (!channel.ok()) return channel.status();
   s->channel_ = channel.value();
-  if (!s->channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                     std::chrono::milliseconds(static_cast<int>(connect_timeout_seconds * 1000)))) {
-    return Status::error("cannot reach fp8scoped at " + options.endpoint + ": no connection within " +
-                         std::to_string(static_cast<int>(connect_timeout_seconds)) + " s");
+  // A failed attempt fails here at once; the stream's first write then says why.
+  const grpc_connectivity_state state = wait_for_connection(*s->channel_, connect_timeout_seconds);
+  if (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    return Status::error(describe_rpc_error(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""), options));
   }
   s->stub_ = v1::Ingest::NewStub(s->channel_);
   authorize(s->context_, options);

@@ -26,7 +26,13 @@ Result<std::shared_ptr<grpc::Channel>> open_channel(const ConnectionOptions& opt
 // Adds the bearer token (if any) to a call.
 void authorize(grpc::ClientContext& context, const ConnectionOptions& options);
 
-// One line for a failed RPC: "cannot reach fp8scoped at E: ..." for UNAVAILABLE, else the status.
+// Connects the channel, waiting at most timeout_seconds. Returns READY, or TRANSIENT_FAILURE at once
+// when an attempt failed (nothing listening, a name that does not resolve: the next call says why),
+// or the state it was still in at the deadline (a host that does not answer).
+grpc_connectivity_state wait_for_connection(grpc::Channel& channel, double timeout_seconds);
+
+// One line a person can act on for a failed RPC: for an unreachable daemon, "cannot reach fp8scoped
+// at E: <what went wrong, in words>; <what to try>"; else the daemon's own message.
 std::string describe_rpc_error(const grpc::Status& status, const ConnectionOptions& options);
 
 }  // namespace fp8scope
