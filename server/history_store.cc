@@ -253,6 +253,7 @@ HistoryStore::WriteHealth HistoryStore::write_health() const {
 }
 
 std::uint64_t HistoryStore::stored() const {
+  std::lock_guard<std::mutex> committing(commit_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   return records_;
 }
@@ -395,6 +396,7 @@ Status HistoryStore::write_batch(std::vector<Item>& batch) {
       sqlite3_reset(sc);
     }
   }
+  std::unique_lock<std::mutex> committing(commit_mu_);
   if (status.ok()) status = exec(write_db_, "COMMIT");
   if (!status.ok()) {
     (void)exec(write_db_, "ROLLBACK");
@@ -402,11 +404,14 @@ Status HistoryStore::write_batch(std::vector<Item>& batch) {
   } else {
     stored_samples_done_ = last_mark;  // what this batch deleted is gone; what it added goes next time
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_ += records;
+  }
+  committing.unlock();
   sqlite3_finalize(rec);
   sqlite3_finalize(sc);
   sqlite3_finalize(mark);
-  std::lock_guard<std::mutex> lock(mu_);
-  records_ += records;
   return status;
 }
 

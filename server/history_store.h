@@ -115,6 +115,9 @@ class HistoryStore {
   sqlite3* write_db_;
   sqlite3* read_db_;
   mutable std::mutex read_mu_;
+  // Held across a batch's COMMIT and the count that follows it: stored() never reports fewer records
+  // than a reader can already see.
+  mutable std::mutex commit_mu_;
   mutable std::mutex mu_;
   std::condition_variable wake_, committed_;
   std::deque<Item> pending_;

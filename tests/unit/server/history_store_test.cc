@@ -3,7 +3,9 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <thread>
 #include <cmath>
 
 #include "../../support/temp_dir.h"
@@ -160,4 +162,30 @@ TEST_CASE("a sample's ticket is committed with its records, and a restart tells 
   CHECK((lost.value()[1].boot == 78 && lost.value()[1].seq == 1));
   REQUIRE(store.value()->forget_stored_samples().ok());
   CHECK(store.value()->unstored(accepted).value().size() == accepted.size());
+}
+
+TEST_CASE("the stored count never trails the records a reader can already see", "[history_store]") {
+  // `fp8scope status` once said "history 0 records" while `fp8scope history` listed rows: the count
+  // followed the COMMIT, so a read between the two saw more than stored() said.
+  fp8scope::testing::TempDir dir;
+  auto store = HistoryStore::open(dir.path()).value();
+  std::atomic<bool> done{false}, flushed{true};
+  std::thread writer([&] {
+    for (std::uint64_t step = 1; step <= 300; ++step) {
+      store->add(record("race", "l", step, 0.0));
+      if (!store->flush().ok()) flushed = false;  // one record per COMMIT: as many windows as possible
+    }
+    done = true;
+  });
+  std::uint64_t checks = 0, behind = 0;
+  while (!done) {
+    const std::uint64_t visible = store->count(HistoryFilter{}).value();
+    if (store->stored() < visible) ++behind;
+    ++checks;
+  }
+  writer.join();
+  REQUIRE(flushed);
+  INFO(checks << " checks");
+  CHECK(behind == 0);
+  CHECK(store->stored() == 300);
 }
