@@ -13,13 +13,16 @@ double ratio(std::uint64_t part, std::uint64_t whole) {
   return whole == 0 ? kNaN : static_cast<double>(part) / static_cast<double>(whole);
 }
 
+// Both compare the finite elements only: with none (an all-NaN/Inf tensor) they are undefined.
 double cosine(const TensorMoments& m, const QuantStats& q) {
+  if (m.finite == 0) return kNaN;
   if (m.sum_squares == 0.0 && q.dequant_squares == 0.0) return 1.0;  // both all zero: identical
   if (m.sum_squares == 0.0 || q.dequant_squares == 0.0) return 0.0;
   return q.dot / (std::sqrt(m.sum_squares) * std::sqrt(q.dequant_squares));
 }
 
 double sqnr_db(const TensorMoments& m, const QuantStats& q) {
+  if (m.finite == 0) return kNaN;
   if (q.squared_error == 0.0) return kInf;
   return 10.0 * std::log10(m.sum_squares / q.squared_error);
 }

@@ -55,6 +55,13 @@ TEST_CASE("undefined statistics are NaN, lossless casts are +Inf dB", "[statisti
   CHECK(std::isnan(value("dynamic_range_log2", m, q)));
   CHECK(value("cosine", m, q) == 1.0);  // all zero, cast to all zero
   CHECK(std::isinf(value("sqnr_db", m, q)));
+  // Nothing finite to compare (an all-NaN tensor): not "identical" and not lossless, but undefined.
+  m.finite = 0;
+  m.nan = 4;
+  for (const char* key : {"cosine", "sqnr_db", "mse", "mean", "amax"}) {
+    INFO(key);
+    CHECK(std::isnan(value(key, m, q)));
+  }
 }
 
 TEST_CASE("names follow Prometheus conventions and are unique", "[statistics_table]") {
