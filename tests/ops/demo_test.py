@@ -6,12 +6,12 @@ the FP8 run recovers the step after.
 
     tests/ops/demo_test.py --build build
 """
-import argparse
 import os
 import re
 import subprocess
-import sys
 import unittest
+
+from ops_sources import run_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = None  # set by main()
@@ -54,14 +54,10 @@ class Demo(unittest.TestCase):
         self.assertIn("verdict: no loss signal sets run fp8 apart from its baseline", compare)
 
 
-def main():
+def set_paths(paths):
     global BUILD
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build", required=True, help="the build folder")
-    args, rest = parser.parse_known_args()
-    BUILD = os.path.abspath(args.build)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    BUILD = paths["build"]
 
 
 if __name__ == "__main__":
-    main()
+    run_tests(__doc__, build="the build folder", set_paths=set_paths)

@@ -7,7 +7,6 @@ unit passes `systemd-analyze verify`.
 
     tests/ops/ops_config_test.py --daemon build/server/fp8scoped
 """
-import argparse
 import json
 import os
 import re
@@ -21,7 +20,7 @@ import unittest
 import yaml
 
 from ops_sources import (DASHBOARDS, ROOT, RULES, base_metric, expressions, grouping_labels, matcher_labels,
-                         metrics_table, recorded_names, selectors)
+                         metrics_table, recorded_names, run_tests, selectors)
 
 DAEMON = None  # set by main()
 PROMTOOL = shutil.which("promtool")
@@ -441,14 +440,10 @@ class DaemonCommandLines(unittest.TestCase):
         self.assertLessEqual(score, 2.0, r.stdout)
 
 
-def main():
+def set_paths(paths):
     global DAEMON
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--daemon", required=True, help="the built fp8scoped binary")
-    args, rest = parser.parse_known_args()
-    DAEMON = os.path.abspath(args.daemon)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    DAEMON = paths["daemon"]
 
 
 if __name__ == "__main__":
-    main()
+    run_tests(__doc__, daemon="the built fp8scoped binary", set_paths=set_paths)

@@ -1,10 +1,13 @@
 """What the ops tests read: every PromQL expression the project ships (Grafana panels and template
 variables, recording rules, alerts), the series selectors inside them, and the daemon's metrics table."""
+import argparse
 import glob
 import json
 import os
 import re
 import subprocess
+import sys
+import unittest
 
 import yaml
 
@@ -102,3 +105,15 @@ def base_metric(name, table):
         if stem and stem in table and table[stem]["type"] == "histogram":
             return table[stem]
     return None
+
+
+def run_tests(doc, **paths):
+    """A test script's main(): reads --NAME PATH for each keyword (its help), then runs the script's
+    unittest cases with the remaining arguments. Calls set_paths with {NAME: absolute path} first."""
+    set_paths = paths.pop("set_paths")
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, help_text in paths.items():
+        parser.add_argument("--" + name, required=True, help=help_text)
+    args, rest = parser.parse_known_args()
+    set_paths({name: os.path.abspath(getattr(args, name)) for name in paths})
+    unittest.main(module="__main__", argv=[sys.argv[0], "-v", *rest])

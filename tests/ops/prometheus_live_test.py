@@ -10,7 +10,6 @@ daemon's /metrics passes `promtool check metrics`.
 
     tests/ops/prometheus_live_test.py --daemon build/server/fp8scoped --cli build/client/cli/fp8scope
 """
-import argparse
 import json
 import os
 import re
@@ -28,7 +27,7 @@ import urllib.request
 import numpy as np
 import yaml
 
-from ops_sources import ROOT, RULES, expressions, selectors
+from ops_sources import ROOT, RULES, expressions, run_tests, selectors
 
 DAEMON = CLI = None  # set by main()
 DEADLINE_SECONDS = 120
@@ -277,15 +276,10 @@ class LivePrometheus(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
-def main():
+def set_paths(paths):
     global DAEMON, CLI
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--daemon", required=True)
-    parser.add_argument("--cli", required=True)
-    args, rest = parser.parse_known_args()
-    DAEMON, CLI = os.path.abspath(args.daemon), os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    DAEMON, CLI = paths["daemon"], paths["cli"]
 
 
 if __name__ == "__main__":
-    main()
+    run_tests(__doc__, daemon="the built fp8scoped binary", cli="the built fp8scope CLI", set_paths=set_paths)
