@@ -149,9 +149,7 @@ Result<std::vector<RecipeKind>> metric_recipe_kinds(const std::string& list) {
     if (name.empty()) continue;
     const std::optional<RecipeKind> kind = recipe_kind_from_name(name);
     if (!kind) {
-      std::string known = "all";
-      for (RecipeKind k : kAllRecipeKinds) known += std::string(", ") + recipe_name(k);
-      return Status::error("--metric-recipes: unknown recipe '" + name + "' (expected " + known + ")");
+      return Status::error("--metric-recipes: unknown recipe '" + name + "' (expected all, " + recipe_name_list() + ")");
     }
     kinds.push_back(*kind);
   }

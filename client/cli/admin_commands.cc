@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "fp8scope/recipe.h"
-#include "fp8scope/sampling_rule.h"
 #include "fp8scope/scale_layout.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/wire.h"
@@ -96,10 +95,6 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
   }
   out << "\n";
 }
-
-}  // namespace
-
-namespace {
 
 std::vector<std::string> recipe_names_and_observed() {
   std::vector<std::string> names;
@@ -251,24 +246,10 @@ int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) 
     err << "fp8scope policy set: --inherit goes with --job and no other policy flag\n";
     return kUsage;
   }
-  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
-    v1::Policy current;
-    current.set_every_n_steps(kDefaultEveryNSteps);  // --reset: the daemon's default
-    if (!o.policy.reset && !o.inherit) {
-      grpc::ClientContext get_ctx;
-      get_ctx.set_deadline(ctx.deadline());
-      authorize(get_ctx, resolve(o.connection).value());
-      v1::GetPolicyRequest get;
-      get.set_job(o.job);
-      const grpc::Status st = stub.GetPolicy(&get_ctx, get, &current);
-      if (!st.ok()) return st;
-    }
-    v1::SetPolicyRequest req;
-    *req.mutable_policy() = apply_policy_flags(o.policy, current).value();
-    req.mutable_policy()->set_job(o.job);
-    req.set_inherit(o.inherit);
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext&) {
     v1::Policy result;
-    const grpc::Status st = stub.SetPolicy(&ctx, req, &result);
+    const grpc::Status st = send_policy(stub, resolve(o.connection).value(), o.connection.timeout_seconds, o.policy,
+                                        o.job, o.inherit, &result);
     if (st.ok()) o.json ? void(out << to_json(result) << "\n") : print_policy(out, result);
     return st;
   });

@@ -15,12 +15,6 @@ namespace {
 
 constexpr int kBadInput = 2;
 
-std::string recipe_list() {
-  std::string names;
-  for (RecipeKind k : kAllRecipeKinds) names += std::string(names.empty() ? "" : ", ") + recipe_name(k);
-  return names;
-}
-
 Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   const std::optional<CastFormat> format = format_from_name(o.format);
   if (!format || *format == CastFormat::kE2M1) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
@@ -34,7 +28,7 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
     kinds.clear();
     for (const std::string& name : o.recipes) {
       const std::optional<RecipeKind> kind = recipe_kind_from_name(name);
-      if (!kind) return Status::error("--recipe: expected one of " + recipe_list() + ", got " + name);
+      if (!kind) return Status::error("--recipe: expected one of " + recipe_name_list() + ", got " + name);
       kinds.push_back(*kind);
     }
   }
@@ -151,7 +145,7 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   CLI::App* cmd = app.add_subcommand("analyze", "What each FP8 recipe does to the tensors of a .npy or .safetensors file");
   cmd->add_option("FILE", o.file, ".npy or .safetensors file")->required();
   cmd->add_option("--tensor", o.tensors, "Analyze only this tensor (repeatable); default: every tensor");
-  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_list() + "; default: all");
+  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_name_list() + "; default: all");
   cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2 (the FP4 recipes cast to e2m1)")
       ->capture_default_str();
   cmd->add_option("--operand", o.operand, "The tensor's role: x, w or dy (NVFP4 gives weights 16x16 blocks)")

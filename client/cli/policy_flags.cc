@@ -2,6 +2,7 @@
 
 #include "fp8scope/layer_pattern.h"
 #include "fp8scope/recipe.h"
+#include "fp8scope/sampling_rule.h"
 #include "fp8scope/wire.h"
 
 namespace fp8scope::cli {
@@ -59,6 +60,23 @@ std::map<std::string, std::string> policy_environment(const PolicyFlags& f) {
     env["FP8SCOPE_OPERANDS"] = list;
   }
   return env;
+}
+
+grpc::Status send_policy(v1::Admin::Stub& stub, const ConnectionOptions& options, double timeout_seconds,
+                         const PolicyFlags& flags, const std::string& job, bool inherit, v1::Policy* result) {
+  v1::Policy current;
+  current.set_every_n_steps(kDefaultEveryNSteps);  // --reset: the daemon's default
+  if (!flags.reset && !inherit) {
+    v1::GetPolicyRequest get;
+    get.set_job(job);
+    const grpc::Status st = stub.GetPolicy(call_context(options, timeout_seconds).get(), get, &current);
+    if (!st.ok()) return st;
+  }
+  v1::SetPolicyRequest req;
+  *req.mutable_policy() = apply_policy_flags(flags, current).value();
+  req.mutable_policy()->set_job(job);
+  req.set_inherit(inherit);
+  return stub.SetPolicy(call_context(options, timeout_seconds).get(), req, result);
 }
 
 }  // namespace fp8scope::cli

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "connection_flags.h"
 #include "fp8scope/status.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
@@ -32,6 +33,12 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& flags);
 // `base` with the given flags applied (base is the daemon's current policy, or the default with
 // --reset); an error names the bad flag.
 Result<v1::Policy> apply_policy_flags(const PolicyFlags& flags, v1::Policy base);
+
+// Sends the flags to the daemon as `job`'s own policy ("" = the default): the policy the job
+// follows now (the default with --reset) with the flags applied. With `inherit`, drops the job's own
+// policy instead. The flags must have passed apply_policy_flags. Each call gets timeout_seconds.
+grpc::Status send_policy(v1::Admin::Stub& stub, const ConnectionOptions& options, double timeout_seconds,
+                         const PolicyFlags& flags, const std::string& job, bool inherit, v1::Policy* result);
 
 // FP8SCOPE_EVERY, _START_STEP, _END_STEP, _BYTES_PER_STEP, _LAYER_REGEX, _OPERANDS for the flags given.
 std::map<std::string, std::string> policy_environment(const PolicyFlags& flags);

@@ -15,7 +15,6 @@
 #include <map>
 #include <thread>
 
-#include "fp8scope/sampling_rule.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 
 extern char** environ;
@@ -184,23 +183,13 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
   } else if (o.policy.any()) {
     // The flags become this job's own policy on the daemon: other jobs it serves keep theirs.
     Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(connection.value());
-    v1::Policy current;
-    current.set_every_n_steps(kDefaultEveryNSteps);
-    v1::GetPolicyRequest get;
-    get.set_job(job);
-    auto get_ctx = call_context(connection.value(), o.connection.timeout_seconds);
-    if (stub.ok() && (o.policy.reset || stub.value()->GetPolicy(get_ctx.get(), get, &current).ok())) {
-      v1::SetPolicyRequest req;
-      *req.mutable_policy() = apply_policy_flags(o.policy, current).value();
-      req.mutable_policy()->set_job(job);
-      v1::Policy result;
-      auto set_ctx = call_context(connection.value(), o.connection.timeout_seconds);
-      if (stub.value()->SetPolicy(set_ctx.get(), req, &result).ok()) {
-        err << "fp8scope run: job " << job << " samples with a policy of its own (version " << result.version()
-            << "); other jobs keep theirs\n";
-      } else {
-        err << "fp8scope run: the daemon refused the policy; the hook follows the flags until it gets the daemon's\n";
-      }
+    v1::Policy result;
+    if (stub.ok() && send_policy(*stub.value(), connection.value(), o.connection.timeout_seconds, o.policy, job,
+                                 false, &result).ok()) {
+      err << "fp8scope run: job " << job << " samples with a policy of its own (version " << result.version()
+          << "); other jobs keep theirs\n";
+    } else if (stub.ok()) {
+      err << "fp8scope run: the daemon refused the policy; the hook follows the flags until it gets the daemon's\n";
     }
   }
 

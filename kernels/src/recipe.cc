@@ -36,6 +36,12 @@ const char* recipe_name(RecipeKind kind) {
   return "invalid";
 }
 
+std::string recipe_name_list() {
+  std::string names;
+  for (RecipeKind k : kAllRecipeKinds) names += std::string(names.empty() ? "" : ", ") + recipe_name(k);
+  return names;
+}
+
 std::optional<RecipeKind> recipe_kind_from_name(std::string_view name) {
   for (const auto& row : kRecipeNames) {
     if (name == row.name) return row.kind;
@@ -110,9 +116,8 @@ Recipe default_recipe(RecipeKind kind) {
 Status validate(const Recipe& r) {
   const std::string name = recipe_name(r.kind);
   if (name == "invalid") {
-    std::string known;
-    for (RecipeKind k : kAllRecipeKinds) known += std::string(known.empty() ? "" : ", ") + recipe_name(k);
-    return Status::error("recipe: expected one of " + known + ", got kind " + std::to_string(static_cast<int>(r.kind)));
+    return Status::error("recipe: expected one of " + recipe_name_list() + ", got kind " +
+                         std::to_string(static_cast<int>(r.kind)));
   }
   if (!std::isfinite(r.margin) || r.margin < 0.0f || r.margin > 64.0f) {
     return Status::error(name + ": expected margin in [0, 64], got " + std::to_string(r.margin));

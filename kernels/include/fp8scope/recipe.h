@@ -48,6 +48,8 @@ inline constexpr RecipeKind kAllRecipeKinds[] = {RecipeKind::kTensorCurrent, Rec
                                                  RecipeKind::kMxfp4};
 
 const char* recipe_name(RecipeKind kind);
+// "tensor_current, tensor_delayed, ...": every name, in that order, for messages.
+std::string recipe_name_list();
 std::optional<RecipeKind> recipe_kind_from_name(std::string_view name);
 std::optional<CastFormat> format_from_name(std::string_view name);
 std::optional<Operand> operand_from_name(std::string_view name);
