@@ -20,7 +20,7 @@
 #include "daemon.h"
 #include "memory_tuning.h"
 #include "health_metrics.h"
-#include "history_store.h"
+#include "fp8scope/history/history_store.h"
 #include "ingest_queue.h"
 #include "ingest_service.h"
 #include "policy_store.h"
@@ -135,7 +135,7 @@ struct IngestOnly {
   server::IngestQueue queue{1};
   server::PolicyStore policy;
   server::HealthMetrics health{registry, "bench", "none", budget.capacity()};
-  std::unique_ptr<server::HistoryStore> history = std::move(server::HistoryStore::open(dir)).value();
+  std::unique_ptr<history::HistoryStore> history = std::move(history::HistoryStore::open(dir, {})).value();
   std::unique_ptr<server::AckJournal> journal = std::move(server::AckJournal::open(dir + "/accepted.journal")).value();
   server::AccessCheck access{""};
   server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,

@@ -5,7 +5,7 @@
 // shared: taking and freeing a slot is a store to the page cache, which needs no disk space, no
 // system call, and survives the process being killed (not the machine losing power).
 // The history writes a stored sample's id in the same transaction as its records, so a sample
-// stored just before a kill is not counted lost (see HistoryStore::add(SampleMark)).
+// stored just before a kill is not counted lost (see HistoryStore::add(SampleTicket)).
 #pragma once
 
 #include <cstdint>
@@ -16,15 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/history/records.h"
 #include "fp8scope/status.h"
 
 namespace fp8scope::server {
 
 // One accepted sample's place in the journal: which daemon start, which sample of it, which slot.
-struct JournalTicket {
-  std::uint64_t boot = 0, seq = 0;
-  std::uint32_t slot = 0;
-};
+// The history stores its boot and seq with the sample's records.
+using JournalTicket = history::SampleTicket;
 
 class AckJournal {
  public:

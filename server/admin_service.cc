@@ -22,15 +22,15 @@ grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const grp
 }
 
 // Sends prepared batches one after another, then finishes.
-class BatchWriter final : public grpc::ServerWriteReactor<v1::HistoryBatch> {
+template <typename Batch>
+class BatchWriter final : public grpc::ServerWriteReactor<Batch> {
  public:
-  BatchWriter(std::deque<v1::HistoryBatch> batches, grpc::Status status)
-      : batches_(std::move(batches)), status_(std::move(status)) {
+  BatchWriter(std::deque<Batch> batches, grpc::Status status) : batches_(std::move(batches)), status_(std::move(status)) {
     next();
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
     }
     batches_.pop_front();
@@ -41,14 +41,46 @@ class BatchWriter final : public grpc::ServerWriteReactor<v1::HistoryBatch> {
  private:
   void next() {
     if (batches_.empty() || !status_.ok()) {
-      Finish(status_);
+      this->Finish(status_);
     } else {
-      StartWrite(&batches_.front());
+      this->StartWrite(&batches_.front());
     }
   }
-  std::deque<v1::HistoryBatch> batches_;
+  std::deque<Batch> batches_;
   grpc::Status status_;
 };
+
+// The rows a read yields, in batches of kRowsPerBatch.
+template <typename Batch>
+struct Batches {
+  std::deque<Batch> batches;
+  auto* add() {
+    if (batches.empty() || batches.back().rows_size() >= kRowsPerBatch) batches.emplace_back();
+    return batches.back().add_rows();
+  }
+};
+
+Result<history::HistoryFilter> history_filter(const v1::HistoryQuery& q) {
+  history::HistoryFilter f;
+  f.job = q.job();
+  f.run = q.run();
+  f.layer_regex = q.layer_regex();
+  if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
+    return Status::error("layer_regex: not a layer pattern: " + error);
+  }
+  if (q.gemm() != v1::GEMM_UNSPECIFIED) f.gemm = wire::from_wire(q.gemm());
+  if (q.operand() != v1::OPERAND_UNSPECIFIED) f.operand = wire::from_wire(q.operand());
+  f.recipe = q.recipe();
+  f.min_step = q.min_step();
+  f.max_step = q.max_step();
+  f.after_id = q.after_id();
+  f.limit = q.limit() == 0 || q.limit() > kMaxHistoryRows ? kMaxHistoryRows : q.limit();
+  return f;
+}
+
+grpc::Status to_grpc(const Status& s) {
+  return s.ok() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNAVAILABLE, s.message());
+}
 
 }  // namespace
 
@@ -66,7 +98,7 @@ grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* c
   r->set_queue_bytes(deps_.budget->used());
   r->set_queue_budget_bytes(deps_.budget->capacity());
   r->set_records_stored(deps_.history->stored());
-  const HistoryStore::WriteHealth writes = deps_.history->write_health();
+  const history::HistoryStore::WriteHealth writes = deps_.history->write_health();
   r->set_history_error(writes.error);
   r->set_history_pending(writes.pending);
   r->set_history_records_lost(writes.lost);
@@ -74,6 +106,7 @@ grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* c
   r->set_acknowledged_lost(deps_.health->acknowledged_lost());
   r->set_unstored_samples(deps_.journal->in_use());
   r->set_data_dir(deps_.data_dir);
+  r->set_history(deps_.history->location());
   r->set_series(deps_.series->series());
   r->set_series_suppressed(deps_.series->suppressed());
   return finish(context, grpc::Status::OK);
@@ -116,32 +149,23 @@ grpc::ServerUnaryReactor* AdminService::SetPolicy(grpc::CallbackServerContext* c
 
 grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::CallbackServerContext* context,
                                                                        const v1::HistoryQuery* q) {
-  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new BatchWriter({}, a);
-  HistoryFilter f;
-  f.job = q->job();
-  f.run = q->run();
-  f.layer_regex = q->layer_regex();
-  if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
-    return new BatchWriter({}, {grpc::StatusCode::INVALID_ARGUMENT, "layer_regex: not a layer pattern: " + error});
-  }
-  if (q->gemm() != v1::GEMM_UNSPECIFIED) f.gemm = wire::gemm_name(q->gemm());
-  if (q->operand() != v1::OPERAND_UNSPECIFIED) f.operand = wire::operand_label(q->operand());
-  f.recipe = q->recipe();
-  f.min_step = q->min_step();
-  f.max_step = q->max_step();
-  f.limit = q->limit() == 0 || q->limit() > kMaxHistoryRows ? kMaxHistoryRows : q->limit();
-  std::deque<v1::HistoryBatch> batches;
-  const Status s = deps_.history->query(f, [&](const HistoryRecord& r) {
-    if (batches.empty() || batches.back().rows_size() >= kRowsPerBatch) batches.emplace_back();
-    v1::HistoryRow* row = batches.back().add_rows();
+  using Writer = BatchWriter<v1::HistoryBatch>;
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new Writer({}, a);
+  Result<history::HistoryFilter> f = history_filter(*q);
+  if (!f.ok()) return new Writer({}, {grpc::StatusCode::INVALID_ARGUMENT, f.message()});
+  Batches<v1::HistoryBatch> out;
+  const Status s = deps_.history->reader().query(f.value(), [&](const history::HistoryRecord& r) {
+    v1::HistoryRow* row = out.add();
+    row->set_id(r.id);
     row->set_time(r.time);
     v1::TensorKey* key = row->mutable_key();
     key->set_job(r.job);
     key->set_run(r.run);
     key->set_rank(r.rank);
     key->set_layer(r.layer);
-    key->set_gemm(wire::gemm_from_name(r.gemm).value_or(v1::GEMM_UNKNOWN));
-    if (auto op = operand_from_name(r.operand)) key->set_operand(wire::to_wire(*op));
+    key->set_gemm(wire::to_wire(r.gemm));
+    key->set_operand(wire::to_wire(r.operand));
+    row->set_host(r.host);
     row->set_step(r.step);
     row->set_dtype(r.dtype);
     row->set_numel(static_cast<std::uint64_t>(r.numel));
@@ -154,13 +178,70 @@ grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::Cal
       row->set_scale_mode(wire::to_wire(layout->layout));
     }
     row->set_gemm_alpha(r.gemm_alpha);
+    row->set_codes_digest(r.codes_digest);
     for (std::size_t k = 0; k < statistics().size() && k < r.statistics.size(); ++k) {
       if (!std::isnan(r.statistics[k])) (*row->mutable_statistics())[statistics()[k].key] = r.statistics[k];
     }
     return true;
   });
-  grpc::Status status = s.ok() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
-  return new BatchWriter(std::move(batches), status);
+  return new Writer(std::move(out.batches), to_grpc(s));
+}
+
+grpc::ServerUnaryReactor* AdminService::CountHistory(grpc::CallbackServerContext* context, const v1::HistoryQuery* q,
+                                                     v1::HistoryCount* response) {
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
+  Result<history::HistoryFilter> f = history_filter(*q);
+  if (!f.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, f.message()});
+  Result<std::uint64_t> n = deps_.history->reader().count(f.value());
+  if (!n.ok()) return finish(context, to_grpc(n.status()));
+  response->set_records(n.value());
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerWriteReactor<v1::ScalarBatch>* AdminService::QueryScalars(grpc::CallbackServerContext* context,
+                                                                     const v1::ScalarQuery* q) {
+  using Writer = BatchWriter<v1::ScalarBatch>;
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new Writer({}, a);
+  Batches<v1::ScalarBatch> out;
+  const Status s = deps_.history->reader().query_scalars(q->run(), q->name(), [&](const history::ScalarRecord& r) {
+    v1::ScalarRow* row = out.add();
+    row->set_time(r.time);
+    row->set_job(r.job);
+    row->set_run(r.run);
+    row->set_host(r.host);
+    row->set_rank(r.rank);
+    row->set_step(r.step);
+    row->set_name(r.name);
+    row->set_value(r.value);
+    return true;
+  });
+  return new Writer(std::move(out.batches), to_grpc(s));
+}
+
+grpc::ServerWriteReactor<v1::GemmOutputBatch>* AdminService::QueryGemmOutputs(grpc::CallbackServerContext* context,
+                                                                             const v1::GemmOutputQuery* q) {
+  using Writer = BatchWriter<v1::GemmOutputBatch>;
+  if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new Writer({}, a);
+  Batches<v1::GemmOutputBatch> out;
+  const Status s = deps_.history->reader().query_gemm_outputs(q->run(), [&](const history::GemmOutputRecord& r) {
+    v1::GemmOutputRow* row = out.add();
+    row->set_time(r.time);
+    row->set_job(r.job);
+    row->set_run(r.run);
+    row->set_host(r.host);
+    row->set_rank(r.rank);
+    row->set_step(r.step);
+    row->set_layer(r.layer);
+    row->set_accumulate(r.accumulate);
+    row->set_numel(r.numel);
+    row->set_scale_x(r.scale_x);
+    row->set_scale_w(r.scale_w);
+    row->set_mse(r.mse);
+    row->set_cosine(r.cosine);
+    row->set_max_rel_error(r.max_rel_error);
+    return true;
+  });
+  return new Writer(std::move(out.batches), to_grpc(s));
 }
 
 }  // namespace fp8scope::server

@@ -10,7 +10,7 @@
 #include "byte_budget.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 #include "health_metrics.h"
-#include "history_store.h"
+#include "fp8scope/history/history_store.h"
 #include "policy_store.h"
 #include "tensor_series.h"
 #include "tensor_table.h"
@@ -20,7 +20,7 @@ namespace fp8scope::server {
 struct AdminDeps {
   PolicyStore* policy;
   TensorTable* tensors;
-  HistoryStore* history;
+  history::HistoryStore* history;
   HealthMetrics* health;
   TensorSeries* series;
   ByteBudget* budget;
@@ -45,6 +45,12 @@ class AdminService final : public v1::Admin::CallbackService {
                                       v1::Policy* response) override;
   grpc::ServerWriteReactor<v1::HistoryBatch>* QueryHistory(grpc::CallbackServerContext* context,
                                                            const v1::HistoryQuery* request) override;
+  grpc::ServerUnaryReactor* CountHistory(grpc::CallbackServerContext* context, const v1::HistoryQuery* request,
+                                         v1::HistoryCount* response) override;
+  grpc::ServerWriteReactor<v1::ScalarBatch>* QueryScalars(grpc::CallbackServerContext* context,
+                                                         const v1::ScalarQuery* request) override;
+  grpc::ServerWriteReactor<v1::GemmOutputBatch>* QueryGemmOutputs(grpc::CallbackServerContext* context,
+                                                                 const v1::GemmOutputQuery* request) override;
 
  private:
   AdminDeps deps_;

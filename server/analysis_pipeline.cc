@@ -104,25 +104,21 @@ void AnalysisPipeline::check_gemm(const GemmPair& p) {
     d_.series->set(*find_metric("fp8scope_gemm_output_mse"), labels, p.client->rank, r.mse);
     d_.series->set(*find_metric("fp8scope_gemm_output_cosine_similarity"), labels, p.client->rank, r.cosine);
     d_.series->set(*find_metric("fp8scope_gemm_output_max_rel_error"), labels, p.client->rank, r.max_rel_error);
-    HistoryRecord rec;
+    history::GemmOutputRecord rec;
     rec.time = time;
     rec.job = p.client->job;
     rec.run = p.client->run;
+    rec.host = p.client->host;
     rec.rank = p.client->rank;
     rec.step = p.step;
     rec.layer = p.layer;
-    rec.gemm = "fprop";
-    rec.operand = "y";
-    rec.dtype = "f32";
-    rec.numel = r.rows * r.n;
-    rec.recipe = "gemm_" + r.accumulate;
-    rec.format = "e4m3";
-    rec.scale = r.scale_x;
-    rec.scale_max = r.scale_w;
-    for (const Statistic& st : statistics()) {
-      const std::string key = st.key;
-      rec.statistics.push_back(key == "mse" ? r.mse : key == "cosine" ? r.cosine : std::nan(""));
-    }
+    rec.accumulate = r.accumulate;
+    rec.numel = static_cast<std::int64_t>(r.rows * r.n);
+    rec.scale_x = r.scale_x;
+    rec.scale_w = r.scale_w;
+    rec.mse = r.mse;
+    rec.cosine = r.cosine;
+    rec.max_rel_error = r.max_rel_error;
     d_.history->add(std::move(rec));
   }
 }

@@ -18,7 +18,7 @@
 #include "fp8scope/stats_engine.h"
 #include "gemm_pairing.h"
 #include "health_metrics.h"
-#include "history_store.h"
+#include "fp8scope/history/history_store.h"
 #include "ingest_queue.h"
 #include "policy_store.h"
 #include "sample_analysis.h"
@@ -35,7 +35,7 @@ struct PipelineDeps {
   PolicyStore* policy;
   TensorSeries* series;
   HealthMetrics* health;
-  HistoryStore* history;
+  history::HistoryStore* history;
   AckJournal* journal;
   TensorTable* tensors;
   GpuGemmCheck* gemm;  // null: GEMM checks run as the CPU emulation

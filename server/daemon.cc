@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "access.h"
@@ -20,8 +21,8 @@
 #include "data_dir.h"
 #include "engine_choice.h"
 #include "fp8scope/wire.h"
+#include "fp8scope/history/history_store.h"
 #include "health_metrics.h"
-#include "history_store.h"
 #include "ingest_queue.h"
 #include "ingest_service.h"
 #include "metrics_table.h"
@@ -47,6 +48,27 @@ class HealthEndpoint final : public prometheus::Collectable {
     return {f};
   }
 };
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
+}
+
+// Of the samples the previous daemon accepted, those whose records never reached the history.
+Result<std::vector<AckJournal::Leftover>> unstored_leftovers(const history::HistoryStore& history,
+                                                             const std::vector<AckJournal::Leftover>& accepted) {
+  std::vector<history::SampleTicket> tickets;
+  for (const AckJournal::Leftover& l : accepted) tickets.push_back({l.boot, l.seq});
+  Result<std::vector<history::SampleTicket>> unstored = history.unstored(tickets);
+  if (!unstored.ok()) return unstored.status();
+  std::set<std::pair<std::uint64_t, std::uint64_t>> lost;
+  for (const history::SampleTicket& t : unstored.value()) lost.emplace(t.boot, t.seq);
+  std::vector<AckJournal::Leftover> out;
+  for (const AckJournal::Leftover& l : accepted) {
+    if (lost.count({l.boot, l.seq})) out.push_back(l);
+  }
+  return out;
+}
 
 std::string host_port(const std::string& address, int port) {
   if (address.rfind("unix:", 0) == 0) return address;
@@ -84,7 +106,7 @@ struct Daemon::Impl {
   std::unique_ptr<TensorSeries> series;
   std::unique_ptr<HealthMetrics> health;
   std::unique_ptr<AckJournal> journal;  // outlives the history, whose writer releases its slots
-  std::unique_ptr<HistoryStore> history;
+  std::unique_ptr<history::HistoryStore> history;
   std::unique_ptr<TensorTable> tensors;
   std::unique_ptr<AnalysisPipeline> pipeline;
   std::unique_ptr<IngestService> ingest;
@@ -102,7 +124,7 @@ struct Daemon::Impl {
       ingest->expire_stalled();
       health->set_series(series->series(), series->suppressed());
       health->set_records_stored(history->stored());
-      const HistoryStore::WriteHealth writes = history->write_health();
+      const history::HistoryStore::WriteHealth writes = history->write_health();
       health->set_history_writes(writes.failed_writes, writes.lost, writes.pending, !writes.error.empty());
       health->set_queue_bytes(budget->used());
       health->set_unstored_samples(journal->in_use());
@@ -143,14 +165,18 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->engine = std::move(engine.value().engine);
   d->gemm = std::move(engine.value().gemm);
   if (Status s = prepare_data_dir(c.data_dir); !s.ok()) return s;
-  Result<std::unique_ptr<HistoryStore>> history = HistoryStore::open(c.data_dir);
+  history::HistoryStoreOptions history_options;
+  history_options.writer = host_name() + ":" + std::filesystem::absolute(c.data_dir).lexically_normal().string();
+  history_options.retention_days = c.retention_days;
+  Result<std::unique_ptr<history::HistoryStore>> history =
+      history::HistoryStore::open(c.history.empty() ? c.data_dir : c.history, history_options);
   if (!history.ok()) return history.status();
   d->history = std::move(history).value();
   Result<std::unique_ptr<AckJournal>> journal = AckJournal::open(c.data_dir + "/accepted.journal");
   if (!journal.ok()) return journal.status();
   d->journal = std::move(journal).value();
   // What the previous daemon acknowledged and did not store: its journal's samples without records.
-  Result<std::vector<AckJournal::Leftover>> lost = d->history->unstored(d->journal->leftovers());
+  Result<std::vector<AckJournal::Leftover>> lost = unstored_leftovers(*d->history, d->journal->leftovers());
   if (!lost.ok()) return lost.status();
 
   try {
@@ -238,7 +264,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
     if (Status s = write_ready_file(c.ready_file, d->grpc_address, d->metrics_address); !s.ok()) return s;
   }
   spdlog::info("fp8scoped {} serving gRPC on {}, metrics on http://{}/metrics, backend {}, history {}", kDaemonVersion,
-               d->grpc_address, d->metrics_address, d->backend, d->history->path());
+               d->grpc_address, d->metrics_address, d->backend, d->history->location());
   return std::unique_ptr<Daemon>(new Daemon(std::move(d)));
 }
 
@@ -266,7 +292,7 @@ int Daemon::run_until(ShutdownSignal& signal) {
     spdlog::warn("history: {} records were lost while writes failed during this run", lost);
   }
   spdlog::info("stopped: {} samples analyzed, {} records in {}", d.health->samples_analyzed(), d.history->stored(),
-               d.history->path());
+               d.history->location());
   return 0;
 }
 

@@ -13,10 +13,10 @@ namespace {
 // Every option once: its name (flag --name, env FP8SCOPE_NAME with '-' as '_', JSON key), help,
 // and where it lands.
 template <class T>
-void add(CLI::App& app, const std::string& name, T& target, const std::string& help) {
+CLI::Option* add(CLI::App& app, const std::string& name, T& target, const std::string& help) {
   std::string env = "FP8SCOPE_" + name;
   for (char& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  app.add_option("--" + name, target, help)->envname(env)->capture_default_str();
+  return app.add_option("--" + name, target, help)->envname(env)->capture_default_str();
 }
 
 void add_flag(CLI::App& app, const std::string& name, bool& target, const std::string& help) {
@@ -67,11 +67,16 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   ParsedConfig parsed;
   DaemonConfig& c = parsed.config;
   CLI::App app{"fp8scoped: the fp8scope daemon. Receives tensor samples over gRPC, computes FP8 statistics, "
-               "exports Prometheus metrics and keeps history in SQLite."};
+               "exports Prometheus metrics and keeps history in SQLite or PostgreSQL."};
   app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags win over it, it wins over FP8SCOPE_*)");
   add(app, "listen", c.listen, "gRPC address: unix:///path.sock or HOST:PORT (port 0 picks a free port)");
   add(app, "metrics", c.metrics, "Prometheus /metrics and /health address, HOST:PORT");
-  add(app, "data-dir", c.data_dir, "Directory of the SQLite history");
+  add(app, "data-dir", c.data_dir, "Directory of the journal of accepted samples and, by default, the SQLite history");
+  add(app, "history", c.history,
+      "Where history goes: a SQLite file, or postgresql://user@host:port/database for one database a whole job's "
+      "daemons share (default: history.sqlite in --data-dir)");
+  add(app, "retention-days", c.retention_days, "Delete history rows older than this many days, hourly (0 = keep all)")
+      ->check(CLI::Range(0.0, 36500.0));
   add(app, "backend", c.backend, "Statistics engine: auto (CUDA when a device exists, else CPU), cpu or cuda");
   add(app, "device", c.device, "CUDA device index");
   add(app, "gpu-memory-budget-bytes", c.gpu_memory_budget_bytes, "Device memory the CUDA engine may hold");

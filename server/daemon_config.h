@@ -17,7 +17,10 @@ inline constexpr const char* kDaemonVersion = FP8SCOPE_VERSION;
 struct DaemonConfig {
   std::string listen = "127.0.0.1:7767";      // gRPC: unix:///path.sock or HOST:PORT (port 0 = pick one)
   std::string metrics = "127.0.0.1:9767";     // Prometheus /metrics and /health: HOST:PORT
-  std::string data_dir = "fp8scope-data";     // SQLite history lives here
+  std::string data_dir = "fp8scope-data";     // the journal of accepted samples, and the SQLite history
+  // Where the history goes: "" = the data dir's history.sqlite; a SQLite file; postgresql://...
+  std::string history;
+  double retention_days = 0;                  // history rows older than this are deleted; 0 = kept
   std::string backend = "auto";               // auto | cpu | cuda
   int device = 0;                             // CUDA device for --backend cuda/auto
   std::uint64_t gpu_memory_budget_bytes = 8ull << 30;  // device memory the CUDA engine may hold

@@ -118,7 +118,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       case v1::ClientMessage::kChunk: on_chunk(m.chunk()); return grpc::Status::OK;
       case v1::ClientMessage::kStep: {
         if (m.step().step() > kMaxStep) return scalar_refused("a step above " + std::to_string(kMaxStep));
-        deps_.history->add(ScalarRecord{now_seconds(), client_->job, client_->run, client_->rank, m.step().step(),
+        deps_.history->add(history::ScalarRecord{now_seconds(), client_->job, client_->run, client_->host, client_->rank, m.step().step(),
                                         "step_started", now_seconds()});
         return grpc::Status::OK;
       }
@@ -127,7 +127,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
         if (!valid_label(m.scalar().name())) {
           return scalar_refused("a name that is not 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
         }
-        deps_.history->add(ScalarRecord{now_seconds(), client_->job, client_->run, client_->rank, m.scalar().step(),
+        deps_.history->add(history::ScalarRecord{now_seconds(), client_->job, client_->run, client_->host, client_->rank, m.scalar().step(),
                                         m.scalar().name(), m.scalar().value()});
         return grpc::Status::OK;
       }

@@ -16,7 +16,7 @@
 #include "byte_budget.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 #include "health_metrics.h"
-#include "history_store.h"
+#include "fp8scope/history/history_store.h"
 #include "ingest_queue.h"
 #include "policy_store.h"
 #include "sample_assembler.h"
@@ -28,7 +28,7 @@ struct IngestDeps {
   ByteBudget* budget;
   IngestQueue* queue;
   HealthMetrics* health;
-  HistoryStore* history;
+  history::HistoryStore* history;
   AckJournal* journal;
   const AccessCheck* access;
   AssemblerLimits limits;

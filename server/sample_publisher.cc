@@ -25,7 +25,7 @@ double current_scale_for(CastFormat format, float te_amax) {
   return current_scale(te_amax, format_max(format), false, 0.0f);
 }
 
-SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history,
+SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history,
                                  MetricExport exported)
     : series_(series),
       tensors_(tensors),
@@ -50,17 +50,18 @@ bool SamplePublisher::exported(const RecipeOutcome& o) const {
   return false;
 }
 
-HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
+history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                                       double scale_current) const {
-  HistoryRecord rec;
+  history::HistoryRecord rec;
   rec.time = time;
   rec.job = s.client->job;
   rec.run = s.client->run;
+  rec.host = s.client->host;
   rec.rank = s.client->rank;
   rec.step = s.header.step();
   rec.layer = s.header.layer();
-  rec.gemm = wire::gemm_name(s.header.gemm());
-  rec.operand = wire::operand_label(s.header.operand());
+  rec.gemm = wire::from_wire(s.header.gemm()).value_or(GemmRole::kUnknown);
+  rec.operand = wire::from_wire(s.header.operand()).value_or(Operand::kX);
   rec.dtype = dtype_name(s.dtype);
   rec.numel = static_cast<std::int64_t>(a.moments.numel);
   rec.recipe = o.recipe;

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "history_store.h"
+#include "fp8scope/history/history_store.h"
 #include "metrics_table.h"
 #include "sample.h"
 #include "sample_analysis.h"
@@ -24,7 +24,7 @@ struct MetricExport {
 
 class SamplePublisher {
  public:
-  SamplePublisher(TensorSeries& series, TensorTable& tensors, HistoryStore& history, MetricExport exported);
+  SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history, MetricExport exported);
 
   void publish(const Sample& s, const SampleAnalysis& a);
 
@@ -34,12 +34,12 @@ class SamplePublisher {
     const MetricDef* metric;
   };
   bool exported(const RecipeOutcome& o) const;
-  HistoryRecord record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
+  history::HistoryRecord record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                        double scale_current) const;
 
   TensorSeries& series_;
   TensorTable& tensors_;
-  HistoryStore& history_;
+  history::HistoryStore& history_;
   MetricExport export_;
   std::vector<StatisticMetric> tensor_metrics_, recipe_metrics_;
   const MetricDef& last_step_;

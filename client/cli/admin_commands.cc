@@ -169,7 +169,7 @@ int run_status(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     for (const auto& [reason, n] : s.samples_dropped()) out << " " << reason << "=" << n;
     out << "\nreceived " << s.received_bytes() << " bytes; queue " << s.queue_bytes() << " of "
         << s.queue_budget_bytes() << " bytes\n";
-    out << "history " << s.records_stored() << " records in " << s.data_dir();
+    out << "history " << s.records_stored() << " records in " << (s.history().empty() ? s.data_dir() : s.history());
     if (!s.history_error().empty()) {
       out << "; WRITES FAILING: " << s.history_error() << " (" << s.history_pending() << " records waiting, retried)";
     }

@@ -170,18 +170,15 @@ void add_compare_command(CLI::App& app, CompareOptions& o) {
 }
 
 int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
-  auto history = server::HistoryStore::open_read_only(o.study.data_dir);
-  if (!history.ok()) {
-    err << "fp8scope compare: " << history.message() << "\n";
-    return kUsage;
-  }
+  std::unique_ptr<history::HistoryReader> history = open_history(o.study, "compare", err);
+  if (!history) return kUsage;
   const insight::StudyOptions& options = o.study.options;
 
   // The loss of both runs, when both logged it (an inference run usually has none).
   std::vector<insight::ScalarPoint> series[2];
   const std::string* runs[2] = {&o.study.run, &o.study.baseline};
   for (int i = 0; i < 2; ++i) {
-    auto s = insight::scalar_series(*history.value(), *runs[i], options.loss_name);
+    auto s = insight::scalar_series(*history, *runs[i], options.loss_name);
     if (!s.ok()) {
       err << "fp8scope compare: " << s.message() << "\n";
       return kUsage;
@@ -198,8 +195,8 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
   // The tensors of both runs, when they sampled any: the run's onsets, and the inference check.
   ProgressBar bar(err, "reading history", o.study.progress || isatty(STDERR_FILENO));
   auto progress = [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
-  auto records = insight::load_run_records(*history.value(), o.study.run, progress);
-  auto baseline_records = insight::load_run_records(*history.value(), o.study.baseline, progress);
+  auto records = insight::load_run_records(*history, o.study.run, progress);
+  auto baseline_records = insight::load_run_records(*history, o.study.baseline, progress);
   bar.finish();
   std::vector<insight::Attribution> onsets;
   if (loss && records.ok()) {
@@ -210,10 +207,10 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
 
   if (!loss && !inference) {
     std::string known;
-    if (auto all = insight::runs_with_scalar(*history.value(), options.loss_name); all.ok()) {
+    if (auto all = insight::runs_with_scalar(*history, options.loss_name); all.ok()) {
       for (const std::string& r : all.value()) known += (known.empty() ? "" : ", ") + r;
     }
-    err << "fp8scope compare: nothing to compare in " << o.study.data_dir << ": runs " << o.study.run << " and "
+    err << "fp8scope compare: nothing to compare in " << history->location() << ": runs " << o.study.run << " and "
         << o.study.baseline << " do not both have '" << options.loss_name << "' values (runs that have them: "
         << (known.empty() ? "none" : known) << "), and run " << o.study.run
         << " captured no FP8 forward weights to check against the baseline's\n";

@@ -19,7 +19,7 @@ int run_report(const ReportCommandOptions& o, std::ostream& out, std::ostream& e
   std::optional<insight::RunStudy> study = load_study(o.study, "report", err);
   if (!study) return kUsage;
   report::ReportOptions options;
-  options.data_dir = o.study.data_dir;
+  options.history = study->source;
   options.generated_by = "written by fp8scope report";
   const std::string html = report::html_report(*study, options);
   // Written beside the target and renamed, so a reader never sees half a report.

@@ -2,13 +2,35 @@
 
 #include <unistd.h>
 
+#include "fp8scope/history/history_store.h"
+#include "fp8scope/remote_history.h"
+
 namespace fp8scope::cli {
 
 void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
   cmd->add_option("--run", f.run, "The run under study (e.g. the FP8 run)")->required();
   CLI::Option* baseline = cmd->add_option("--baseline", f.baseline, "The run it is held against (e.g. the BF16 run)");
   if (baseline_required) baseline->required();
-  cmd->add_option("--data-dir", f.data_dir, "fp8scoped's --data-dir (read only)")->capture_default_str();
+  CLI::Option* data_dir =
+      cmd->add_option("--data-dir", f.data_dir, "fp8scoped's --data-dir (read only)")->capture_default_str();
+  CLI::Option* history =
+      cmd->add_option("--history", f.history,
+                      "The history to read: a SQLite file or data dir, or postgresql://user@host:port/database for "
+                      "a whole job's")
+          ->envname("FP8SCOPE_HISTORY");
+  // --endpoint here is only the flag (not FP8SCOPE_ENDPOINT): a file next to you is not silently
+  // traded for a daemon's history because the environment names one.
+  cmd->add_option("--endpoint", f.endpoint,
+                  "Read the history through this fp8scoped's Admin API instead (unix:///path.sock or HOST:PORT)")
+      ->excludes(data_dir)
+      ->excludes(history);
+  cmd->add_option("--token-file", f.connection.token_file, "File with the daemon's bearer token")->envname("FP8SCOPE_TOKEN_FILE");
+  cmd->add_option("--tls-ca", f.connection.options.tls_ca, "PEM CA: connect with TLS and trust this CA")->envname("FP8SCOPE_TLS_CA");
+  cmd->add_option("--tls-cert", f.connection.options.tls_cert, "PEM client certificate (mutual TLS)")->envname("FP8SCOPE_TLS_CERT");
+  cmd->add_option("--tls-key", f.connection.options.tls_key, "PEM key of --tls-cert")->envname("FP8SCOPE_TLS_KEY");
+  cmd->add_option("--timeout", f.connection.timeout_seconds, "Seconds to wait for the daemon to connect and answer")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--name", f.options.loss_name, "The scalar that is the loss")->capture_default_str();
   cmd->add_option("--window", f.options.spikes.window, "Steps of the trailing window a spike is measured against")
       ->capture_default_str()
@@ -19,14 +41,34 @@ void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
   cmd->add_flag("--progress", f.progress, "Show the progress bar of the history read even when stderr is no terminal");
 }
 
-std::optional<insight::RunStudy> load_study(const StudyFlags& f, const char* command, std::ostream& err) {
-  auto history = server::HistoryStore::open_read_only(f.data_dir);
-  if (!history.ok()) {
-    err << "fp8scope " << command << ": " << history.message() << "\n";
-    return std::nullopt;
+std::unique_ptr<history::HistoryReader> open_history(const StudyFlags& f, const char* command, std::ostream& err) {
+  Result<std::unique_ptr<history::HistoryReader>> reader = Status::error("");
+  if (!f.endpoint.empty()) {
+    ConnectionFlags connection = f.connection;
+    connection.options.endpoint = f.endpoint;
+    Result<ConnectionOptions> options = resolve(connection);
+    if (!options.ok()) {
+      reader = options.status();
+    } else if (auto remote = RemoteHistoryReader::connect(options.value(), f.connection.timeout_seconds); remote.ok()) {
+      reader = std::unique_ptr<history::HistoryReader>(std::move(remote).value());
+    } else {
+      reader = remote.status();
+    }
+  } else {
+    reader = history::open_history_reader(f.history.empty() ? f.data_dir : f.history);
   }
+  if (!reader.ok()) {
+    err << "fp8scope " << command << ": " << reader.message() << "\n";
+    return nullptr;
+  }
+  return std::move(reader).value();
+}
+
+std::optional<insight::RunStudy> load_study(const StudyFlags& f, const char* command, std::ostream& err) {
+  std::unique_ptr<history::HistoryReader> history = open_history(f, command, err);
+  if (!history) return std::nullopt;
   ProgressBar bar(err, "reading history", f.progress || isatty(STDERR_FILENO));
-  auto study = insight::study_run(*history.value(), f.run, f.baseline, f.options,
+  auto study = insight::study_run(*history, f.run, f.baseline, f.options,
                                   [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); });
   bar.finish();
   if (!study.ok()) {

@@ -7,12 +7,19 @@
 #include <ostream>
 #include <string>
 
+#include "connection_flags.h"
+#include "fp8scope/history/history_reader.h"
 #include "run_study.h"
 
 namespace fp8scope::cli {
 
 struct StudyFlags {
+  // Where the history is read: a daemon's Admin API (--endpoint), or --history (a SQLite file or
+  // data dir, or a PostgreSQL URL), or --data-dir.
   std::string data_dir = "fp8scope-data";
+  std::string history;
+  std::string endpoint;        // "" = read the history directly
+  ConnectionFlags connection;  // TLS, token and timeout for --endpoint
   std::string run, baseline;
   insight::StudyOptions options;
   bool progress = false;
@@ -20,6 +27,10 @@ struct StudyFlags {
 
 // --run is required; --baseline is required when baseline_required.
 void add_study_flags(CLI::App* cmd, StudyFlags& flags, bool baseline_required);
+
+// The history the flags name; an error line (prefixed with `command`) on `err` and nothing when it
+// cannot be opened or reached.
+std::unique_ptr<history::HistoryReader> open_history(const StudyFlags& flags, const char* command, std::ostream& err);
 
 // Reads the history of flags.run (and its baseline) into a study; prints the error prefixed with
 // `command` and returns nothing on failure. The progress bar shows on a terminal or with --progress.

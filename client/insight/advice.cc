@@ -160,7 +160,6 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
   out.run = run.run;
   out.sampling_interval = run.sampling_interval;
   for (const auto& [key, own] : run.tensors) {
-    if (key.operand == "y") continue;  // GEMM outputs (the daemon's GEMM check) are not cast by the job
     TensorAdvice a;
     a.tensor = key;
     // A block-scaled job's tensors are judged by the what-if of the recipe it cast them with.

@@ -4,10 +4,10 @@
 
 namespace fp8scope::insight {
 
-Result<std::vector<ScalarPoint>> scalar_series(const server::HistoryStore& history, const std::string& run,
+Result<std::vector<ScalarPoint>> scalar_series(const history::HistoryReader& history, const std::string& run,
                                                const std::string& name) {
   std::map<std::uint64_t, std::pair<std::uint32_t, double>> by_step;  // step -> (rank, value)
-  Status s = history.query_scalars(run, name, [&](const server::ScalarRecord& r) {
+  Status s = history.query_scalars(run, name, [&](const history::ScalarRecord& r) {
     auto [it, added] = by_step.try_emplace(r.step, r.rank, r.value);
     if (!added && r.rank < it->second.first) it->second = {r.rank, r.value};
     return true;
@@ -19,9 +19,9 @@ Result<std::vector<ScalarPoint>> scalar_series(const server::HistoryStore& histo
   return series;
 }
 
-Result<std::set<std::string>> runs_with_scalar(const server::HistoryStore& history, const std::string& name) {
+Result<std::set<std::string>> runs_with_scalar(const history::HistoryReader& history, const std::string& name) {
   std::set<std::string> runs;
-  Status s = history.query_scalars("", name, [&](const server::ScalarRecord& r) {
+  Status s = history.query_scalars("", name, [&](const history::ScalarRecord& r) {
     runs.insert(r.run);
     return true;
   });

@@ -7,16 +7,16 @@
 #include <vector>
 
 #include "fp8scope/status.h"
-#include "history_store.h"
+#include "fp8scope/history/history_reader.h"
 #include "loss_signals.h"
 
 namespace fp8scope::insight {
 
 // The run's scalar `name` in step order; with several ranks, the lowest rank's value.
-Result<std::vector<ScalarPoint>> scalar_series(const server::HistoryStore& history, const std::string& run,
+Result<std::vector<ScalarPoint>> scalar_series(const history::HistoryReader& history, const std::string& run,
                                                const std::string& name);
 
 // The runs that have the scalar `name`.
-Result<std::set<std::string>> runs_with_scalar(const server::HistoryStore& history, const std::string& name);
+Result<std::set<std::string>> runs_with_scalar(const history::HistoryReader& history, const std::string& name);
 
 }  // namespace fp8scope::insight

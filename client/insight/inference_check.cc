@@ -19,10 +19,10 @@ const RecordPoint* latest(const std::vector<RecordPoint>* points) {
   return points == nullptr || points->empty() ? nullptr : &points->back();
 }
 
-double median_statistic(const std::vector<RecordPoint>& points, const char* key) {
+double median(const std::vector<GemmOutputPoint>& points, double GemmOutputPoint::*value) {
   std::vector<double> v;
-  for (const RecordPoint& p : points) {
-    if (const double x = statistic(p, key); std::isfinite(x)) v.push_back(x);
+  for (const GemmOutputPoint& p : points) {
+    if (const double x = p.*value; std::isfinite(x)) v.push_back(x);
   }
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -169,17 +169,13 @@ std::optional<InferenceCheck> check_inference(const RunRecords& inference, const
   // The GEMM check's output error per layer, where either side captured a BF16 (X, W) pair.
   std::map<std::pair<std::string, std::string>, OutputCheck> outputs;
   for (const RunRecords* side : {&inference, &training}) {
-    for (const auto& [key, records] : side->tensors) {
-      if (key.operand != "y") continue;
-      for (const auto& [recipe, points] : records.recipes) {
-        const std::string accumulate = recipe.recipe.rfind("gemm_", 0) == 0 ? recipe.recipe.substr(5) : recipe.recipe;
-        auto [it, added] = outputs.try_emplace({key.layer, accumulate});
+    for (const auto& [layer, modes] : side->gemm_outputs) {
+      for (const auto& [accumulate, points] : modes) {
+        auto [it, added] = outputs.try_emplace({layer, accumulate});
         OutputCheck& o = it->second;
-        if (added) {
-          o = OutputCheck{key.layer, accumulate, std::nan(""), std::nan(""), std::nan(""), std::nan("")};
-        }
-        (side == &inference ? o.run_cosine : o.training_cosine) = median_statistic(points, "cosine");
-        (side == &inference ? o.run_mse : o.training_mse) = median_statistic(points, "mse");
+        if (added) o = OutputCheck{layer, accumulate, std::nan(""), std::nan(""), std::nan(""), std::nan("")};
+        (side == &inference ? o.run_cosine : o.training_cosine) = median(points, &GemmOutputPoint::cosine);
+        (side == &inference ? o.run_mse : o.training_mse) = median(points, &GemmOutputPoint::mse);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fp8scope/recipe.h"
 #include "fp8scope/statistics_table.h"
 
 namespace fp8scope::insight {
@@ -41,21 +42,21 @@ double statistic(const RecordPoint& p, const char* key) {
   return index < p.statistics.size() ? p.statistics[index] : std::nan("");
 }
 
-Result<RunRecords> load_run_records(const server::HistoryStore& history, const std::string& run,
+Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
                                     const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  server::HistoryFilter filter;
+  history::HistoryFilter filter;
   filter.run = run;
   filter.limit = std::numeric_limits<std::uint32_t>::max();
   Result<std::uint64_t> total = history.count(filter);
   if (!total.ok()) return total.status();
-  if (total.value() == 0) return Status::error("run " + run + " has no tensor records in " + history.path());
+  if (total.value() == 0) return Status::error("run " + run + " has no tensor records in " + history.location());
 
   RunRecords out;
   out.run = run;
   // (tensor, recipe) -> step -> (rank, point): several ranks sample the same tensor; keep one.
   std::map<std::pair<TensorKey, RecipeKey>, std::map<std::uint64_t, std::pair<std::uint32_t, RecordPoint>>> by_step;
-  Status s = history.query(filter, [&](const server::HistoryRecord& r) {
-    TensorKey tk{r.layer, r.gemm, r.operand};
+  Status s = history.query(filter, [&](const history::HistoryRecord& r) {
+    TensorKey tk{r.layer, history::gemm_name(r.gemm), operand_name(r.operand)};
     TensorRecords& tensor = out.tensors[tk];
     tensor.dtype = r.dtype;
     if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.scale_layout = r.scale_layout;
@@ -69,6 +70,20 @@ Result<RunRecords> load_run_records(const server::HistoryStore& history, const s
   });
   if (!s.ok()) return s;
   if (progress) progress(out.records, total.value());
+  std::map<std::pair<std::string, std::string>, std::map<std::uint64_t, std::pair<std::uint32_t, GemmOutputPoint>>> checks;
+  s = history.query_gemm_outputs(run, [&](const history::GemmOutputRecord& g) {
+    auto& steps = checks[{g.layer, g.accumulate}];
+    auto it = steps.find(g.step);
+    if (it == steps.end() || g.rank < it->second.first) {
+      steps[g.step] = {g.rank, GemmOutputPoint{g.step, g.mse, g.cosine, g.max_rel_error}};
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  for (auto& [key, steps] : checks) {
+    auto& points = out.gemm_outputs[key.first][key.second];
+    for (auto& [step, rank_point] : steps) points.push_back(rank_point.second);
+  }
 
   std::vector<std::uint64_t> gaps;
   for (auto& [key, steps] : by_step) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fp8scope/status.h"
-#include "history_store.h"
+#include "fp8scope/history/history_reader.h"
 
 namespace fp8scope::insight {
 
@@ -45,16 +45,24 @@ struct TensorRecords {
   bool block_scaled() const { return !scale_layout.empty(); }
 };
 
+// The daemon's GEMM check of a layer at one step (one accumulation mode).
+struct GemmOutputPoint {
+  std::uint64_t step = 0;
+  double mse = 0, cosine = 0, max_rel_error = 0;
+};
+
 struct RunRecords {
   std::string run;
   std::map<TensorKey, TensorRecords> tensors;
+  // layer -> accumulate -> its checks in step order, the lowest rank per step.
+  std::map<std::string, std::map<std::string, std::vector<GemmOutputPoint>>> gemm_outputs;
   std::uint64_t records = 0;
   std::uint64_t sampling_interval = 1;  // the median gap between sampled steps
 };
 
 // Reads every record of `run`; progress(done, total) is called as rows arrive (total from a count
 // taken first). An error when the run has no records.
-Result<RunRecords> load_run_records(const server::HistoryStore& history, const std::string& run,
+Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
                                     const std::function<void(std::uint64_t, std::uint64_t)>& progress = nullptr);
 
 // The value of statistic `key` in a point (NaN when the record has none).

@@ -4,9 +4,10 @@
 
 namespace fp8scope::insight {
 
-Result<RunStudy> study_run(const server::HistoryStore& history, const std::string& run, const std::string& baseline,
+Result<RunStudy> study_run(const history::HistoryReader& history, const std::string& run, const std::string& baseline,
                            const StudyOptions& o, const Progress& progress) {
   RunStudy study;
+  study.source = history.location();
   Result<RunRecords> records = load_run_records(history, run, progress);
   if (!records.ok()) return records.status();
   study.records = std::move(records).value();
@@ -23,7 +24,7 @@ Result<RunStudy> study_run(const server::HistoryStore& history, const std::strin
     auto b = load_run_records(history, baseline, progress);
     if (base.value().empty() && !b.ok()) {
       return Status::error("baseline " + baseline + " has neither '" + o.loss_name + "' values nor tensor records in " +
-                           history.path());
+                           history.location());
     }
     if (b.ok()) {
       study.baseline_records = std::move(b).value();

@@ -9,7 +9,7 @@
 
 #include "advice.h"
 #include "attribution.h"
-#include "history_store.h"
+#include "fp8scope/history/history_reader.h"
 #include "inference_check.h"
 #include "run_comparison.h"
 #include "run_records.h"
@@ -24,6 +24,7 @@ struct StudyOptions {
 };
 
 struct RunStudy {
+  std::string source;  // where the history was read (HistoryReader::location)
   RunRecords records;
   std::optional<RunRecords> baseline_records;  // when the baseline sampled tensors
   std::optional<RunLoss> loss;                 // when the run logged loss_name
@@ -36,7 +37,7 @@ struct RunStudy {
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
 // An error when the run has no tensor records, or the baseline is named but has neither loss nor records.
-Result<RunStudy> study_run(const server::HistoryStore& history, const std::string& run, const std::string& baseline,
+Result<RunStudy> study_run(const history::HistoryReader& history, const std::string& run, const std::string& baseline,
                            const StudyOptions& options, const Progress& progress = nullptr);
 
 }  // namespace fp8scope::insight

@@ -321,7 +321,7 @@ std::string html_report(const insight::RunStudy& s, const ReportOptions& o) {
   out << "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>" << html_escape(title)
       << "</title><style>" << kStyle << "</style></head><body><h1>" << html_escape(title) << "</h1><p class='muted'>"
       << s.records.records << " records of " << s.records.tensors.size() << " tensors, sampled every "
-      << s.records.sampling_interval << " steps; history " << html_escape(o.data_dir) << "; "
+      << s.records.sampling_interval << " steps; history " << html_escape(o.history) << "; "
       << html_escape(o.generated_by) << "</p>";
   loss_section(s, out);
   attribution_section(s, out);

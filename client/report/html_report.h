@@ -12,7 +12,7 @@
 namespace fp8scope::report {
 
 struct ReportOptions {
-  std::string data_dir, generated_by;  // shown in the header
+  std::string history, generated_by;  // shown in the header (history: where it was read)
   std::size_t heatmap_rows = 40;        // the riskiest tensors
   std::size_t heatmap_columns = 150;    // sampled steps are bucketed down to this many
   std::size_t scale_plots = 4;          // tensors whose delayed and current scales are drawn

@@ -166,7 +166,11 @@ TEST_CASE("compare finds both planted spikes, calls the FP8 run worse and blames
   CHECK_THAT(missing.err, Catch::Contains("runs that have them: bf16, ") && Catch::Contains("fp8)"));
   const ProcessResult no_dir = cli({"compare", "--data-dir", f.dir.file("none"), "--run", "fp8", "--baseline", "bf16"});
   CHECK(no_dir.exit_code == 2);
-  CHECK_THAT(no_dir.err, Catch::Contains("no history.sqlite"));
+  CHECK_THAT(no_dir.err, Catch::Contains(f.dir.file("none") + ": no history there (expected fp8scoped's --data-dir"));
+  const ProcessResult both = cli({"compare", "--data-dir", f.data, "--endpoint", "127.0.0.1:1", "--run", "fp8",
+                                  "--baseline", "bf16"});
+  CHECK(both.exit_code == 2);
+  CHECK_THAT(both.err, Catch::Contains("--data-dir excludes --endpoint"));
 }
 
 TEST_CASE("advise ranks blocks.2 first, rescales it, and sends blocks.3 to BF16 in every format", "[insight]") {

@@ -235,13 +235,14 @@ class UnderTheHook(unittest.TestCase):
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
                 self.assertIn("hook loaded", run.stdout)
                 self.assertIn("started fp8scoped", run.stderr)
-                layers, losses = self.wait_for_history(os.path.join(data, "history.sqlite"))
+                layers, checked, losses = self.wait_for_history(os.path.join(data, "history.sqlite"))
                 # Each layer's operands in fprop, dgrad (not for fc1, whose input needs no gradient)
-                # and wgrad, and the output of its forward GEMM the daemon checks (y).
-                gemms = {"fprop": ("x", "w", "y"), "dgrad": ("w", "dy"), "wgrad": ("x", "dy")}
+                # and wgrad; and the output of its forward GEMM, which the daemon checks.
+                gemms = {"fprop": ("x", "w"), "dgrad": ("w", "dy"), "wgrad": ("x", "dy")}
                 self.assertEqual(layers, {(f"model.{fc}#0", gemm, op) for fc in ("fc1", "fc2")
                                           for gemm, ops in gemms.items() for op in ops
                                           if not (fc == "fc1" and gemm == "dgrad")})
+                self.assertEqual(checked, {"model.fc1#0", "model.fc2#0"})
                 self.assertEqual([step for step, _ in losses], [0, 1, 2])
             finally:
                 if os.path.exists(ready):
@@ -255,13 +256,14 @@ class UnderTheHook(unittest.TestCase):
                 db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
                 try:
                     layers = set(db.execute("SELECT DISTINCT layer, gemm, operand FROM records WHERE run = 'py1'"))
+                    checked = {row[0] for row in db.execute("SELECT DISTINCT layer FROM gemm_outputs WHERE run = 'py1'")}
                     losses = list(db.execute("SELECT step, value FROM scalars WHERE run = 'py1' AND name = 'loss' "
                                              "ORDER BY step"))
                     steps = {row[0] for row in db.execute("SELECT DISTINCT step FROM records WHERE run = 'py1'")}
                 finally:
                     db.close()
-                if len(layers) == 12 and len(losses) == 3 and steps == {0, 1, 2}:
-                    return layers, losses
+                if len(layers) == 10 and len(checked) == 2 and len(losses) == 3 and steps == {0, 1, 2}:
+                    return layers, checked, losses
             time.sleep(0.2)
         self.fail("the daemon's history did not get the run's records and losses in time")
 

@@ -1,0 +1,179 @@
+#include "fp8scope/remote_history.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "fp8scope/scale_layout.h"
+#include "fp8scope/statistics_table.h"
+#include "fp8scope/wire.h"
+
+namespace fp8scope {
+namespace {
+
+// A streaming read may take long (millions of rows); it is bounded by the daemon's page size and
+// this deadline rather than by the short connect timeout.
+constexpr double kStreamSeconds = 3600;
+
+v1::HistoryQuery to_query(const history::HistoryFilter& f) {
+  v1::HistoryQuery q;
+  q.set_job(f.job);
+  q.set_run(f.run);
+  q.set_layer_regex(f.layer_regex);
+  if (f.gemm) q.set_gemm(wire::to_wire(*f.gemm));
+  if (f.operand) q.set_operand(wire::to_wire(*f.operand));
+  q.set_recipe(f.recipe);
+  q.set_min_step(f.min_step);
+  q.set_max_step(f.max_step);
+  q.set_after_id(f.after_id);
+  return q;
+}
+
+history::HistoryRecord from_row(const v1::HistoryRow& row) {
+  history::HistoryRecord r;
+  r.id = row.id();
+  r.time = row.time();
+  r.job = row.key().job();
+  r.run = row.key().run();
+  r.host = row.host();
+  r.rank = row.key().rank();
+  r.step = row.step();
+  r.layer = row.key().layer();
+  r.gemm = wire::from_wire(row.key().gemm()).value_or(GemmRole::kUnknown);
+  r.operand = wire::from_wire(row.key().operand()).value_or(Operand::kX);
+  r.dtype = row.dtype();
+  r.numel = static_cast<std::int64_t>(row.numel());
+  r.recipe = row.recipe();
+  r.format = row.format();
+  r.scale = row.scale();
+  r.scale_max = row.scale_max();
+  r.scale_current = row.scale_current();
+  for (const Statistic& s : statistics()) {
+    const auto it = row.statistics().find(s.key);
+    r.statistics.push_back(it == row.statistics().end() ? std::nan("") : it->second);
+  }
+  r.codes_digest = row.codes_digest();
+  if (const std::optional<ScaleLayout> layout = wire::from_wire(row.scale_mode())) {
+    if (const ScaleLayoutInfo* info = scale_layout_info(*layout)) r.scale_layout = info->name;
+  }
+  r.gemm_alpha = row.gemm_alpha();
+  return r;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RemoteHistoryReader>> RemoteHistoryReader::connect(const ConnectionOptions& options,
+                                                                          double timeout_seconds) {
+  Result<std::shared_ptr<grpc::Channel>> channel = open_channel(options);
+  if (!channel.ok()) return channel.status();
+  if (wait_for_connection(*channel.value(), timeout_seconds) != GRPC_CHANNEL_READY) {
+    // The status call says why in words (refused, no such name, no answer).
+    auto stub = v1::Admin::NewStub(channel.value());
+    grpc::ClientContext context;
+    authorize(context, options);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    v1::DaemonStatus status;
+    const grpc::Status s = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
+    if (!s.ok()) return Status::error(describe_rpc_error(s, options));
+  }
+  return std::unique_ptr<RemoteHistoryReader>(
+      new RemoteHistoryReader(options, timeout_seconds, v1::Admin::NewStub(channel.value())));
+}
+
+std::string RemoteHistoryReader::location() const { return "fp8scoped at " + options_.endpoint; }
+
+std::unique_ptr<grpc::ClientContext> RemoteHistoryReader::context() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  authorize(*context, options_);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<std::int64_t>((timeout_seconds_ + kStreamSeconds) * 1000)));
+  return context;
+}
+
+Status RemoteHistoryReader::error(const grpc::Status& status) const {
+  return Status::error(describe_rpc_error(status, options_));
+}
+
+Status RemoteHistoryReader::query(const history::HistoryFilter& filter,
+                                  const std::function<bool(const history::HistoryRecord&)>& each) const {
+  v1::HistoryQuery q = to_query(filter);
+  std::uint64_t left = filter.limit == 0 ? std::numeric_limits<std::uint64_t>::max() : filter.limit;
+  for (;;) {
+    const std::uint32_t page = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, kPageRows));
+    q.set_limit(page);
+    auto ctx = context();
+    auto reader = stub_->QueryHistory(ctx.get(), q);
+    v1::HistoryBatch batch;
+    std::uint32_t rows = 0;
+    bool stopped = false;
+    while (!stopped && reader->Read(&batch)) {
+      for (const v1::HistoryRow& row : batch.rows()) {
+        ++rows;
+        q.set_after_id(row.id());
+        if (!each(from_row(row))) {
+          stopped = true;
+          break;
+        }
+      }
+    }
+    if (stopped) {
+      ctx->TryCancel();
+      reader->Finish();
+      return Status();
+    }
+    if (const grpc::Status s = reader->Finish(); !s.ok()) return error(s);
+    left -= rows;
+    if (rows < page || left == 0) return Status();
+  }
+}
+
+Result<std::uint64_t> RemoteHistoryReader::count(const history::HistoryFilter& filter) const {
+  auto ctx = context();
+  v1::HistoryCount n;
+  if (const grpc::Status s = stub_->CountHistory(ctx.get(), to_query(filter), &n); !s.ok()) return error(s);
+  return n.records();
+}
+
+Status RemoteHistoryReader::query_scalars(const std::string& run, const std::string& name,
+                                          const std::function<bool(const history::ScalarRecord&)>& each) const {
+  v1::ScalarQuery q;
+  q.set_run(run);
+  q.set_name(name);
+  auto ctx = context();
+  auto reader = stub_->QueryScalars(ctx.get(), q);
+  v1::ScalarBatch batch;
+  while (reader->Read(&batch)) {
+    for (const v1::ScalarRow& r : batch.rows()) {
+      if (!each({r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.name(), r.value()})) {
+        ctx->TryCancel();
+        reader->Finish();
+        return Status();
+      }
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  return s.ok() ? Status() : error(s);
+}
+
+Status RemoteHistoryReader::query_gemm_outputs(const std::string& run,
+                                               const std::function<bool(const history::GemmOutputRecord&)>& each) const {
+  v1::GemmOutputQuery q;
+  q.set_run(run);
+  auto ctx = context();
+  auto reader = stub_->QueryGemmOutputs(ctx.get(), q);
+  v1::GemmOutputBatch batch;
+  while (reader->Read(&batch)) {
+    for (const v1::GemmOutputRow& r : batch.rows()) {
+      if (!each({r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.layer(), r.accumulate(), r.numel(),
+                 r.scale_x(), r.scale_w(), r.mse(), r.cosine(), r.max_rel_error()})) {
+        ctx->TryCancel();
+        reader->Finish();
+        return Status();
+      }
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  return s.ok() ? Status() : error(s);
+}
+
+}  // namespace fp8scope

@@ -1,0 +1,100 @@
+// What the history keeps: a tensor's statistics under one recipe at one step, the GEMM check's
+// output error, the scalars a job logs (loss), and the filters that read them back. One node's
+// daemon or a whole job's share one schema: host, rank and run are part of every key.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8scope/wire_enums.h"
+
+namespace fp8scope::history {
+
+struct HistoryRecord {
+  std::uint64_t id = 0;  // its place in the store, increasing as records are added (set when read)
+  double time = 0;  // seconds since the Unix epoch
+  std::string job, run, host;
+  std::uint32_t rank = 0;
+  std::uint64_t step = 0;
+  std::string layer;
+  GemmRole gemm = GemmRole::kUnknown;
+  Operand operand = Operand::kX;
+  std::string dtype;
+  std::int64_t numel = 0;
+  std::string recipe, format;                // recipe name, or "observed" for the job's own codes
+  double scale = 0, scale_max = 0, scale_current = 0;
+  std::vector<double> statistics;            // in statistics() order; NaN = not computed
+  std::vector<std::uint64_t> histogram;      // log2|x*s| bins (kHistogramBins)
+  std::string codes_digest;                  // hex code_digest() of the FP8 codes: the job's own
+                                             // (observed) or a weight's under tensor_current; "" = none
+  // The job's own codes ("observed"): how its scales were laid out (scale_layout.h's names, "" for
+  // the what-ifs), the GEMM's alpha when read (0 = not), and its block scales' log2 histogram
+  // (kScaleHistogramBins).
+  std::string scale_layout;
+  double gemm_alpha = 0;
+  std::vector<std::uint64_t> scale_histogram;
+};
+
+// The daemon's GEMM check of one layer at one step: the FP8 GEMM's output against the
+// high-precision one, per accumulation mode.
+struct GemmOutputRecord {
+  double time = 0;
+  std::string job, run, host;
+  std::uint32_t rank = 0;
+  std::uint64_t step = 0;
+  std::string layer, accumulate;  // "fp32" | "fp22"
+  std::int64_t numel = 0;         // output elements compared
+  double scale_x = 0, scale_w = 0;
+  double mse = 0, cosine = 0, max_rel_error = 0;
+};
+
+struct ScalarRecord {
+  double time = 0;
+  std::string job, run, host;
+  std::uint32_t rank = 0;
+  std::uint64_t step = 0;
+  std::string name;
+  double value = 0;
+};
+
+struct HistoryFilter {
+  std::string job, run, layer_regex, recipe;  // "" = any
+  std::optional<GemmRole> gemm;
+  std::optional<Operand> operand;
+  std::uint64_t min_step = 0, max_step = 0;   // max 0 = no bound
+  std::uint32_t limit = 100000;               // 0 = no limit
+  std::uint64_t after_id = 0;                 // only records after this one: the next page
+};
+
+// An accepted sample whose records are stored (the daemon's journal releases it then): the
+// writer's boot and the sample's sequence number in it.
+struct SampleTicket {
+  std::uint64_t boot = 0, seq = 0;
+  std::uint32_t slot = 0;  // the journal's own handle, given back to it, not stored
+};
+
+// GEMM names as stored and shown (operands: recipe.h's x, w, dy).
+inline constexpr struct {
+  GemmRole gemm;
+  const char* name;
+} kGemmNames[] = {{GemmRole::kFprop, "fprop"}, {GemmRole::kDgrad, "dgrad"}, {GemmRole::kWgrad, "wgrad"},
+                  {GemmRole::kUnknown, "unknown"}};
+
+inline const char* gemm_name(GemmRole gemm) {
+  for (const auto& row : kGemmNames) {
+    if (row.gemm == gemm) return row.name;
+  }
+  return "unknown";
+}
+
+inline std::optional<GemmRole> gemm_from_name(std::string_view name) {
+  for (const auto& row : kGemmNames) {
+    if (name == row.name) return row.gemm;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fp8scope::history

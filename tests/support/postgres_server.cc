@@ -1,0 +1,114 @@
+#include "postgres_server.h"
+
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+namespace fp8scope::testing {
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The newest /usr/lib/postgresql/<version>/bin holding initdb (Debian's layout).
+std::string find_bin_dir() {
+  std::string best;
+  int best_version = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/usr/lib/postgresql", ec)) {
+    const int version = std::atoi(entry.path().filename().c_str());
+    if (version > best_version && std::filesystem::exists(entry.path() / "bin/initdb")) {
+      best_version = version;
+      best = (entry.path() / "bin").string();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<std::string> PostgresServer::as_owner(std::vector<std::string> argv) const {
+  if (::geteuid() != 0) return argv;
+  std::vector<std::string> out = {"/usr/bin/setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::string PostgresServer::bin(const std::string& tool) const { return bin_dir_ + "/" + tool; }
+
+PostgresServer::PostgresServer() {
+  bin_dir_ = find_bin_dir();
+  INFO("PostgreSQL comes from Debian's postgresql package (scripts/setup.sh installs it)");
+  REQUIRE(!bin_dir_.empty());
+  data_ = dir_.file("data");
+  std::filesystem::create_directories(data_);
+  if (::geteuid() == 0) {
+    const passwd* pg = ::getpwnam("postgres");
+    REQUIRE(pg != nullptr);
+    for (const std::string& p : {dir_.path(), data_}) REQUIRE(::chown(p.c_str(), pg->pw_uid, pg->pw_gid) == 0);
+  }
+  const ProcessResult init = run_process(
+      as_owner({bin("initdb"), "-D", data_, "-U", "fp8scope", "--auth=trust", "--no-sync", "-E", "UTF8"}), {"LC_ALL=C"}, 120);
+  INFO(init.out << init.err);
+  REQUIRE(init.exit_code == 0);
+  port_ = free_port();
+  start();
+}
+
+PostgresServer::~PostgresServer() { stop(); }
+
+void PostgresServer::start() {
+  server_ = std::make_unique<ChildProcess>(
+      as_owner({bin("postgres"), "-D", data_, "-p", std::to_string(port_), "-h", "127.0.0.1", "-k", dir_.path(),
+                "-c", "fsync=off", "-c", "max_connections=100"}),
+      std::vector<std::string>{"LC_ALL=C"}, dir_.file("postgres.log"));
+  for (int i = 0; i < 300; ++i) {
+    const ProcessResult ready = run_process({bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", std::to_string(port_)}, {}, 10);
+    if (ready.exit_code == 0) return;
+    REQUIRE(server_->running());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  FAIL("PostgreSQL did not accept connections within 30 s; see " + dir_.file("postgres.log"));
+}
+
+void PostgresServer::stop() {
+  if (server_) server_->stop(SIGINT, 30);  // "fast" shutdown: clients are disconnected at once
+  server_.reset();
+}
+
+std::string PostgresServer::url(const std::string& database) const {
+  return "postgresql://fp8scope@127.0.0.1:" + std::to_string(port_) + "/" + database;
+}
+
+std::string PostgresServer::create_database() {
+  const std::string name = "fp8scope_" + std::to_string(++databases_);
+  sql("postgres", "CREATE DATABASE " + name);
+  return url(name);
+}
+
+std::string PostgresServer::sql(const std::string& database, const std::string& statement) const {
+  const ProcessResult r = run_process({bin("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url(database),
+                                       "-c", statement}, {}, 60);
+  INFO(statement << "\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  return r.out;
+}
+
+}  // namespace fp8scope::testing
