@@ -7,20 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/history/history_store.h"
+#include "fp8scope/layer_pattern.h"
 #include "fp8scope/recipe.h"
+#include "fp8scope/remote_history.h"
 #include "fp8scope/scale_layout.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/wire.h"
 
 namespace fp8scope::cli {
 namespace {
-
-// A history row's scale layout by its name ("" for the what-ifs).
-std::string scale_layout_name(v1::ScaleMode m) {
-  const std::optional<ScaleLayout> layout = wire::from_wire(m);
-  const ScaleLayoutInfo* info = layout ? scale_layout_info(*layout) : nullptr;
-  return info != nullptr ? info->name : "";
-}
 
 std::string to_json(const google::protobuf::Message& m) {
   std::string out;
@@ -148,6 +144,9 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)");
   c.history->add_option("--limit", o.limit, "At most this many rows (default 100000)");
   c.history->add_flag("--csv", o.csv, "CSV with every statistic as a column");
+  c.history->add_option("--history", o.history,
+                        "Read this history instead of the daemon's: a SQLite file or data dir, or a PostgreSQL URL")
+      ->excludes(c.history->get_option("--endpoint"));
   return c;
 }
 
@@ -255,88 +254,116 @@ int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) 
   });
 }
 
+namespace {
+
+// The reader `history` uses: --history's store, else the daemon's Admin API. An error line on err.
+std::unique_ptr<history::HistoryReader> history_reader(const AdminOptions& o, std::ostream& err) {
+  if (!o.history.empty()) {
+    auto local = history::open_history_reader(o.history);
+    if (!local.ok()) err << "fp8scope history: " << local.message() << "\n";
+    return local.ok() ? std::move(local).value() : nullptr;
+  }
+  Result<ConnectionOptions> conn = resolve(o.connection);
+  if (!conn.ok()) {
+    err << "fp8scope: " << conn.message() << "\n";
+    return nullptr;
+  }
+  auto remote = RemoteHistoryReader::connect(conn.value(), o.connection.timeout_seconds);
+  if (!remote.ok()) err << "fp8scope: " << remote.message() << "\n";
+  return remote.ok() ? std::move(remote).value() : nullptr;
+}
+
+void print_history_header(const AdminOptions& o, std::ostream& out) {
+  if (o.csv) {
+    out << "time,job,run,host,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_max,scale_current,"
+           "scale_layout,gemm_alpha";
+    for (const Statistic& s : statistics()) {
+      if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
+    }
+    out << "\n";
+  } else {
+    char line[256];
+    std::snprintf(line, sizeof line, "%7s %-10s %-28s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run", "layer",
+                  "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
+    out << line;
+  }
+}
+
+void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, std::ostream& out) {
+  auto value = [&](const char* key) {
+    const Statistic* s = find_statistic(key);
+    const auto k = static_cast<std::size_t>(s - statistics().data());
+    return s != nullptr && k < r.statistics.size() ? r.statistics[k] : std::nan("");
+  };
+  if (o.csv) {
+    out << number(r.time, "%.3f") << "," << r.job << "," << r.run << "," << r.host << "," << r.rank << "," << r.step
+        << "," << r.layer << "," << history::gemm_name(r.gemm) << "," << operand_name(r.operand) << "," << r.dtype << ","
+        << r.numel << "," << r.recipe << "," << r.format << "," << number(r.scale, "%.9g") << ","
+        << number(r.scale_max, "%.9g") << "," << number(r.scale_current, "%.9g") << "," << r.scale_layout << ","
+        << (r.gemm_alpha != 0 ? number(r.gemm_alpha, "%.9g") : "");
+    for (const Statistic& s : statistics()) {
+      if (std::string(s.key) == "numel") continue;
+      const double v = value(s.key);
+      out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
+    }
+    out << "\n";
+  } else {
+    char line[512];
+    std::snprintf(line, sizeof line, "%7llu %-10s %-28s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
+                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), history::gemm_name(r.gemm),
+                  operand_name(r.operand), r.rank, r.recipe.c_str(), number(value("underflow_ratio")).c_str(),
+                  number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
+                  number(value("cosine"), "%.6f").c_str());
+    out << line;
+  }
+}
+
+}  // namespace
+
 int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
-  v1::HistoryQuery q;
-  q.set_job(o.job);
-  q.set_run(o.run);
-  q.set_layer_regex(o.layer);
+  history::HistoryFilter f;
+  f.job = o.job;
+  f.run = o.run;
+  f.layer_regex = o.layer;
+  if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
+    err << "fp8scope history: --layer: not a layer pattern: " << error << "\n";
+    return kUsage;
+  }
   if (!o.gemm.empty()) {
-    const auto g = wire::gemm_from_name(o.gemm);
-    if (!g) {
+    f.gemm = history::gemm_from_name(o.gemm);
+    if (!f.gemm) {
       err << "fp8scope history: --gemm: expected fprop, dgrad, wgrad or unknown, got " << o.gemm << "\n";
       return kUsage;
     }
-    q.set_gemm(*g);
   }
   if (!o.operand.empty()) {
-    const auto op = operand_from_name(o.operand);
-    if (!op) {
+    f.operand = operand_from_name(o.operand);
+    if (!f.operand) {
       err << "fp8scope history: --operand: expected x, w or dy, got " << o.operand << "\n";
       return kUsage;
     }
-    q.set_operand(wire::to_wire(*op));
   }
-  q.set_recipe(o.recipe);
-  q.set_min_step(o.min_step);
-  q.set_max_step(o.max_step);
-  q.set_limit(o.limit);
-  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
-    auto reader = stub.QueryHistory(&ctx, q);
-    v1::HistoryBatch batch;
-    // The header comes with the first batch (or an empty answer), so an unreachable daemon prints
-    // its one error line and nothing else.
-    const bool first = reader->Read(&batch);
-    if (!first) {
-      const grpc::Status st = reader->Finish();
-      if (!st.ok()) return st;
-    }
-    if (o.csv) {
-      out << "time,job,run,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_max,scale_current,"
-             "scale_layout,gemm_alpha";
-      for (const Statistic& s : statistics()) {
-        if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
-      }
-      out << "\n";
-    } else {
-      char line[256];
-      std::snprintf(line, sizeof line, "%7s %-10s %-28s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run",
-                    "layer", "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
-      out << line;
-    }
-    if (!first) return grpc::Status::OK;
-    do {
-      for (const v1::HistoryRow& r : batch.rows()) {
-        auto value = [&](const char* key) {
-          auto it = r.statistics().find(key);
-          return it == r.statistics().end() ? std::nan("") : it->second;
-        };
-        if (o.csv) {
-          out << number(r.time(), "%.3f") << "," << r.key().job() << "," << r.key().run() << "," << r.key().rank() << ","
-              << r.step() << "," << r.key().layer() << "," << wire::gemm_name(r.key().gemm()) << ","
-              << wire::operand_label(r.key().operand()) << "," << r.dtype() << "," << r.numel() << "," << r.recipe()
-              << "," << r.format() << "," << number(r.scale(), "%.9g") << "," << number(r.scale_max(), "%.9g") << ","
-              << number(r.scale_current(), "%.9g") << "," << scale_layout_name(r.scale_mode()) << ","
-              << (r.gemm_alpha() != 0 ? number(r.gemm_alpha(), "%.9g") : "");
-          for (const Statistic& s : statistics()) {
-            if (std::string(s.key) == "numel") continue;
-            const double v = value(s.key);
-            out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
-          }
-          out << "\n";
-        } else {
-          char line[512];
-          std::snprintf(line, sizeof line, "%7llu %-10s %-28s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
-                        static_cast<unsigned long long>(r.step()), r.key().run().c_str(), r.key().layer().c_str(),
-                        wire::gemm_name(r.key().gemm()), wire::operand_label(r.key().operand()), r.key().rank(),
-                        r.recipe().c_str(), number(value("underflow_ratio")).c_str(),
-                        number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
-                        number(value("cosine"), "%.6f").c_str());
-          out << line;
-        }
-      }
-    } while (reader->Read(&batch));
-    return reader->Finish();
+  f.recipe = o.recipe;
+  f.min_step = o.min_step;
+  f.max_step = o.max_step;
+  f.limit = o.limit == 0 ? 100000 : o.limit;
+  std::unique_ptr<history::HistoryReader> reader = history_reader(o, err);
+  if (!reader) return o.history.empty() ? kUnreachable : kUsage;
+  // The header comes with the first row (or the end of an empty answer), so a failed read prints
+  // its one error line and nothing else.
+  bool header = false;
+  const Status s = reader->query(f, [&](const history::HistoryRecord& r) {
+    if (!header) print_history_header(o, out);
+    header = true;
+    print_history_row(o, r, out);
+    return true;
   });
+  if (!s.ok()) {
+    err << "fp8scope history: " << s.message() << "\n";
+    return o.history.empty() ? kUnreachable : kUsage;
+  }
+  if (!header) print_history_header(o, out);
+  return 0;
 }
 
 }  // namespace fp8scope::cli

@@ -26,6 +26,7 @@ struct AdminOptions {
   std::uint64_t min_step = 0, max_step = 0;
   std::uint32_t limit = 0;
   bool csv = false;
+  std::string history;  // history --history: read this store instead of the daemon's Admin API
 };
 
 struct AdminCommands {
