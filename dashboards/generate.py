@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Writes the Grafana dashboards (dashboards/grafana/*.json) from the panel lists below.
+"""Writes the Grafana dashboards (dashboards/grafana/*.json on Prometheus, dashboards/grafana-postgresql/*.json
+on the PostgreSQL history) from the panel lists below.
 
 The dashboards are generated so every panel follows the same conventions (its variables filter it,
 legends name the tensor, a description); tests check that the committed JSON equals this script's output
@@ -239,14 +240,112 @@ health = dashboard(
 DASHBOARDS = {"fp8scope-overview.json": overview, "fp8scope-layer.json": layer, "fp8scope-gemm.json": gemm,
               "fp8scope-health.json": health}
 
+# History by training step, from the PostgreSQL history a job's daemons share (fp8scoped --history
+# postgresql://...): Prometheus plots against time, this board against step, one run or a run against
+# its baseline. Trend panels take step as their x axis. Values reach SQL through ${var:sqlstring}
+# (quoted and escaped); the statistic variable names a column and only offers the table's columns.
+# Series are named run and baseline (a run's name is data, not an SQL identifier).
+HISTORY_OUT = os.path.join(HERE, "grafana-postgresql")
+PG = {"type": "grafana-postgresql-datasource", "uid": "fp8scope-history"}
+STATISTICS = ["underflow_ratio", "overflow_ratio", "mse", "cosine", "sqnr_db", "amax", "amin", "dynamic_range_log2",
+              "zero_ratio", "nonfinite_ratio", "saturation_ratio"]
+
+
+def sql_variable(name, sql, label=None):
+    return {"name": name, "label": label or name, "type": "query", "datasource": PG, "query": sql,
+            "definition": sql, "refresh": 1, "includeAll": False, "multi": False, "sort": 1, "current": {}}
+
+
+def custom_variable(name, options, label=None):
+    return {"name": name, "label": label or name, "type": "custom", "query": ",".join(options),
+            "includeAll": False, "multi": False,
+            "current": {"selected": True, "text": options[0], "value": options[0]},
+            "options": [{"selected": i == 0, "text": o, "value": o} for i, o in enumerate(options)]}
+
+
+def sql(raw, ref="A", fmt="table"):
+    return {"datasource": PG, "refId": ref, "rawQuery": True, "editorMode": "code", "format": fmt, "rawSql": raw}
+
+
+def by_step(title, targets, x, y, description, w=12, unit=None, log_axis=False):
+    p = panel(title, "trend", targets, x, y, w=w, unit=unit, description=description, log_axis=log_axis)
+    p["datasource"] = PG
+    p["options"] = {"xField": "step", "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"}}
+    return p
+
+
+TENSOR_SQL = ("layer = ${layer:sqlstring} AND gemm = ${gemm:sqlstring} AND operand = ${operand:sqlstring} "
+              "AND recipe = ${recipe:sqlstring}")
+
+
+def loss_sql(run_variable):
+    # Rank 0's loss (the lowest rank that logged it), one value per step.
+    return (f"SELECT step, value AS {run_variable} FROM fp8scope.scalars WHERE run = ${{{run_variable}:sqlstring}} "
+            f"AND name = ${{loss:sqlstring}} AND rank = (SELECT MIN(rank) FROM fp8scope.scalars WHERE "
+            f"run = ${{{run_variable}:sqlstring}} AND name = ${{loss:sqlstring}}) ORDER BY step")
+
+
+def tensor_sql(run_variable, expression):
+    # The worst rank's value per step (max over the ranks that sampled the tensor).
+    return (f"SELECT step, MAX({expression}) AS {run_variable} FROM fp8scope.records "
+            f"WHERE run = ${{{run_variable}:sqlstring}} AND {TENSOR_SQL} GROUP BY step ORDER BY step")
+
+
+history = dashboard(
+    "fp8scope-history", "fp8scope / history by step",
+    "A run's loss and a tensor's FP8 statistics against the training step, beside its baseline's, read from the "
+    "PostgreSQL history every node's fp8scoped writes.",
+    [
+        by_step("Loss", [sql(loss_sql("run"), "A"), sql(loss_sql("baseline"), "B")], 0, 0,
+                "The run's and the baseline's loss by step (the lowest rank that logged it).", w=24),
+        by_step("Statistic of the tensor",
+                [sql(tensor_sql("run", "stat_${statistic}"), "A"), sql(tensor_sql("baseline", "stat_${statistic}"), "B")],
+                0, 8, "The chosen statistic of the chosen tensor under the chosen recipe, by step, in the run and its "
+                      "baseline (the worst rank per step)."),
+        by_step("Scale against current scaling's",
+                [sql(tensor_sql("run", "scale / NULLIF(scale_current, 0)"), "A")], 12, 8,
+                "The scale the recipe used over the one current scaling would choose from this step's amax: "
+                "1 is on time, above 1 delayed scaling's scale is too large for this step (overflow), below 1 too "
+                "small (underflow). Pick tensor_delayed.", log_axis=True),
+        by_step("GEMM output cosine similarity",
+                [sql("SELECT step, MIN(cosine) AS run FROM fp8scope.gemm_outputs WHERE run = ${run:sqlstring} "
+                     "AND layer = ${layer:sqlstring} GROUP BY step ORDER BY step", "A"),
+                 sql("SELECT step, MIN(cosine) AS baseline FROM fp8scope.gemm_outputs WHERE run = "
+                     "${baseline:sqlstring} AND layer = ${layer:sqlstring} GROUP BY step ORDER BY step", "B")],
+                0, 16, "The daemon's GEMM check of the layer: the FP8 GEMM's output against the high-precision "
+                       "one, by step (the worst accumulation mode and rank)."),
+        dict(panel("Tensors of the run, worst first", "table",
+                   [sql("SELECT layer, gemm, operand, MAX(stat_underflow_ratio) AS underflow, "
+                        "MAX(stat_overflow_ratio) AS overflow, MIN(stat_cosine) AS cosine, MAX(stat_mse) AS mse, "
+                        "COUNT(DISTINCT step) AS steps FROM fp8scope.records WHERE run = ${run:sqlstring} "
+                        "AND recipe = ${recipe:sqlstring} GROUP BY layer, gemm, operand "
+                        "ORDER BY MAX(stat_underflow_ratio) + MAX(stat_overflow_ratio) DESC NULLS LAST, MIN(stat_cosine) LIMIT 50")],
+                   12, 16, description="Every tensor of the run under the chosen recipe with its worst underflow, "
+                                       "overflow, cosine and MSE over the run, worst first."),
+             datasource=PG),
+    ],
+    [sql_variable("run", "SELECT DISTINCT run FROM fp8scope.records ORDER BY 1"),
+     sql_variable("baseline", "SELECT DISTINCT run FROM fp8scope.scalars ORDER BY 1"),
+     custom_variable("loss", ["loss"]),
+     sql_variable("layer", "SELECT DISTINCT layer FROM fp8scope.records WHERE run = ${run:sqlstring} ORDER BY 1"),
+     custom_variable("gemm", ["fprop", "dgrad", "wgrad", "unknown"]),
+     custom_variable("operand", ["x", "w", "dy"]),
+     sql_variable("recipe", "SELECT DISTINCT recipe FROM fp8scope.records WHERE run = ${run:sqlstring} ORDER BY 1"),
+     custom_variable("statistic", STATISTICS)])
+history["time"] = {"from": "now-30d", "to": "now"}
+history["refresh"] = ""
+HISTORY_DASHBOARDS = {"fp8scope-history.json": history}
+
 
 def main():
     check = "--check" in sys.argv
     os.makedirs(OUT, exist_ok=True)
+    os.makedirs(HISTORY_OUT, exist_ok=True)
     stale = []
-    for name, board in DASHBOARDS.items():
+    boards = [(os.path.join(OUT, n), b) for n, b in DASHBOARDS.items()]
+    boards += [(os.path.join(HISTORY_OUT, n), b) for n, b in HISTORY_DASHBOARDS.items()]
+    for path, board in boards:
         text = json.dumps(board, indent=2, sort_keys=False) + "\n"
-        path = os.path.join(OUT, name)
         if check:
             if not os.path.exists(path) or open(path).read() != text:
                 stale.append(path)

@@ -337,7 +337,7 @@ TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[da
   const ProcessResult history = cli({"history", "--endpoint", again.grpc(), "--run", "drain", "--csv"});
   REQUIRE(history.exit_code == 0);
   CHECK(std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 7);  // header + 6 samples x 7 recipes
-  CHECK(history.out.find("time,job,run,rank,step,layer,gemm,operand") == 0);
+  CHECK(history.out.find("time,job,run,host,rank,step,layer,gemm,operand") == 0);
 }
 
 TEST_CASE("bad input is refused and counted, and the daemon keeps serving and loses nothing accepted", "[daemon]") {

@@ -149,6 +149,60 @@ TEST_CASE("two nodes' daemons write one run into one PostgreSQL, and one report 
   CHECK_THAT(advice.out, Catch::Contains("blocks.0.attn.qkv") && Catch::Contains("blocks.3.mlp.fc1"));
 }
 
+TEST_CASE("every query of the history-by-step dashboard runs on a job's database, as compose's read-only Grafana user, "
+          "and plots the run",
+          "[history][postgres]") {
+  TempDir dir;
+  const std::string url = postgres().create_database();
+  const std::string database = url.substr(url.rfind('/') + 1);
+  // What the compose stack's PostgreSQL runs once: Grafana's read-only user, before fp8scoped's tables.
+  postgres().sql_file(database, std::string(FP8SCOPE_SOURCE_DIR) + "/deploy/compose/postgres-init.sql");
+  {
+    DaemonProcess node(dir.file("node"), {"--history", url});
+    stream_rank(node, "fp8", 0, "gpu-node-0", {"blocks.0.attn.qkv"}, true);
+    stream_rank(node, "bf16", 0, "gpu-node-0", {"blocks.0.attn.qkv"}, true);
+    REQUIRE(node.stop(SIGTERM) == 0);  // a clean stop writes everything
+  }
+  const json board = json::parse(read_file(std::string(FP8SCOPE_SOURCE_DIR) +
+                                           "/dashboards/grafana-postgresql/fp8scope-history.json"));
+  std::map<std::string, std::string> values = {{"run", "fp8"},          {"baseline", "bf16"}, {"loss", "loss"},
+                                               {"layer", "blocks.0.attn.qkv"}, {"gemm", "fprop"},  {"operand", "x"},
+                                               {"recipe", "tensor_delayed"}};
+  // Grafana's ${name:sqlstring} is the value quoted as an SQL string; ${name} the value as it is.
+  auto interpolate = [&](std::string q) {
+    for (const auto& [name, value] : values) {
+      for (std::size_t at; (at = q.find("${" + name + ":sqlstring}")) != std::string::npos;) {
+        q.replace(at, name.size() + 13, "'" + value + "'");
+      }
+      for (std::size_t at; (at = q.find("${" + name + "}")) != std::string::npos;) q.replace(at, name.size() + 3, value);
+    }
+    return q;
+  };
+  std::vector<std::string> statistics;
+  for (const json& v : board["templating"]["list"]) {
+    if (v["type"] == "query") {
+      INFO("variable " << v["name"]);
+      CHECK(!postgres().sql(database, interpolate(v["query"]), "grafana_reader").empty());
+    }
+    if (v["name"] == "statistic") {
+      for (const json& o : v["options"]) statistics.push_back(o["value"]);
+    }
+  }
+  REQUIRE(statistics.size() >= 5);
+  for (const std::string& statistic : statistics) {  // every column the statistic variable offers exists
+    values["statistic"] = statistic;
+    for (const json& p : board["panels"]) {
+      for (const json& t : p["targets"]) {
+        INFO(p["title"] << " " << t["refId"] << " with statistic " << statistic);
+        const std::string rows = postgres().sql(database, interpolate(t["rawSql"]), "grafana_reader");
+        // The GEMM check needs a layer's X and W at one step: this job sent activations only.
+        if (t["refId"] == "A" && p["title"] != "GEMM output cosine similarity") CHECK(!rows.empty());
+        if (p["title"] == "Loss") CHECK(std::count(rows.begin(), rows.end(), '\n') == kSteps);
+      }
+    }
+  }
+}
+
 TEST_CASE("killed right after its last ACCEPTED ack, a daemon writing to PostgreSQL counts exactly what it did not store",
           "[history][postgres]") {
   TempDir dir;

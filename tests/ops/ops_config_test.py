@@ -323,7 +323,7 @@ class DeployFiles(unittest.TestCase):
 
     def test_compose_mounts_what_exists(self):
         compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
-        self.assertEqual(set(compose["services"]), {"token", "fp8scoped", "prometheus", "grafana"})
+        self.assertEqual(set(compose["services"]), {"token", "fp8scoped", "postgres", "prometheus", "grafana"})
         for service in compose["services"].values():
             for volume in service.get("volumes", []):
                 source = volume.split(":")[0]
@@ -338,7 +338,7 @@ class DeployFiles(unittest.TestCase):
         self.assertFalse(os.path.exists(deploy_path("compose", "token")))
         compose = load_all(deploy_path("compose", "docker-compose.yml"))[0]
         daemon, token = compose["services"]["fp8scoped"], compose["services"]["token"]
-        self.assertEqual(daemon["depends_on"], {"token": {"condition": "service_completed_successfully"}})
+        self.assertEqual(daemon["depends_on"]["token"], {"condition": "service_completed_successfully"})
         token_file = daemon["command"][daemon["command"].index("--token-file") + 1]
         volume_dir = os.path.dirname(token_file)
         self.assertIn(f"fp8scope-token:{volume_dir}:ro", daemon["volumes"])

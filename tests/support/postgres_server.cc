@@ -93,8 +93,8 @@ void PostgresServer::stop() {
   server_.reset();
 }
 
-std::string PostgresServer::url(const std::string& database) const {
-  return "postgresql://fp8scope@127.0.0.1:" + std::to_string(port_) + "/" + database;
+std::string PostgresServer::url(const std::string& database, const std::string& user) const {
+  return "postgresql://" + user + "@127.0.0.1:" + std::to_string(port_) + "/" + database;
 }
 
 std::string PostgresServer::create_database() {
@@ -103,10 +103,18 @@ std::string PostgresServer::create_database() {
   return url(name);
 }
 
-std::string PostgresServer::sql(const std::string& database, const std::string& statement) const {
-  const ProcessResult r = run_process({bin("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url(database),
+std::string PostgresServer::sql(const std::string& database, const std::string& statement, const std::string& user) const {
+  const ProcessResult r = run_process({bin("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url(database, user),
                                        "-c", statement}, {}, 60);
   INFO(statement << "\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  return r.out;
+}
+
+std::string PostgresServer::sql_file(const std::string& database, const std::string& path) const {
+  const ProcessResult r =
+      run_process({bin("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url(database), "-f", path}, {}, 60);
+  INFO(path << "\n" << r.err);
   REQUIRE(r.exit_code == 0);
   return r.out;
 }

@@ -21,12 +21,13 @@ class PostgresServer {
   PostgresServer& operator=(const PostgresServer&) = delete;
 
   int port() const { return port_; }
-  // A connection URL for `database`.
-  std::string url(const std::string& database = "postgres") const;
+  // A connection URL for `database`, as `user`.
+  std::string url(const std::string& database = "postgres", const std::string& user = "fp8scope") const;
   // A new empty database (fp8scope_1, fp8scope_2, ...), and its URL.
   std::string create_database();
-  // psql -c `sql` against `database`: its output, REQUIREd to succeed.
-  std::string sql(const std::string& database, const std::string& sql) const;
+  // psql -c `sql` (or -f a file) against `database` as `user`: its output, REQUIREd to succeed.
+  std::string sql(const std::string& database, const std::string& sql, const std::string& user = "fp8scope") const;
+  std::string sql_file(const std::string& database, const std::string& path) const;
 
   // The server stopped (a database gone mid-run) and started again on the same port and data.
   void stop();
