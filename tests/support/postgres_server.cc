@@ -7,9 +7,10 @@
 
 #include <csignal>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <iostream>
+#include <stdexcept>
 #include <thread>
 
 namespace fp8scope::testing {
@@ -42,6 +43,14 @@ std::string find_bin_dir() {
   return best;
 }
 
+// Also said on stderr: Catch2 built with CATCH_CONFIG_FAST_COMPILE does not print what() of an
+// exception that fails a test.
+void require(bool ok, const std::string& what) {
+  if (ok) return;
+  std::cerr << "PostgreSQL for tests: " << what << std::endl;
+  throw std::runtime_error("PostgreSQL for tests: " + what);
+}
+
 }  // namespace
 
 std::vector<std::string> PostgresServer::as_owner(std::vector<std::string> argv) const {
@@ -55,19 +64,20 @@ std::string PostgresServer::bin(const std::string& tool) const { return bin_dir_
 
 PostgresServer::PostgresServer() {
   bin_dir_ = find_bin_dir();
-  INFO("PostgreSQL comes from Debian's postgresql package (scripts/setup.sh installs it)");
-  REQUIRE(!bin_dir_.empty());
+  require(!bin_dir_.empty(), "no /usr/lib/postgresql/*/bin/initdb (Debian's postgresql package; scripts/setup.sh "
+                             "installs it)");
   data_ = dir_.file("data");
   std::filesystem::create_directories(data_);
   if (::geteuid() == 0) {
     const passwd* pg = ::getpwnam("postgres");
-    REQUIRE(pg != nullptr);
-    for (const std::string& p : {dir_.path(), data_}) REQUIRE(::chown(p.c_str(), pg->pw_uid, pg->pw_gid) == 0);
+    require(pg != nullptr, "running as root and there is no postgres user to run the server as");
+    for (const std::string& p : {dir_.path(), data_}) {
+      require(::chown(p.c_str(), pg->pw_uid, pg->pw_gid) == 0, "cannot chown " + p + " to postgres");
+    }
   }
   const ProcessResult init = run_process(
       as_owner({bin("initdb"), "-D", data_, "-U", "fp8scope", "--auth=trust", "--no-sync", "-E", "UTF8"}), {"LC_ALL=C"}, 120);
-  INFO(init.out << init.err);
-  REQUIRE(init.exit_code == 0);
+  require(init.exit_code == 0, "initdb failed: " + init.out + init.err);
   port_ = free_port();
   start();
 }
@@ -82,10 +92,10 @@ void PostgresServer::start() {
   for (int i = 0; i < 300; ++i) {
     const ProcessResult ready = run_process({bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", std::to_string(port_)}, {}, 10);
     if (ready.exit_code == 0) return;
-    REQUIRE(server_->running());
+    require(server_->running(), "the server exited at start; see " + dir_.file("postgres.log"));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  FAIL("PostgreSQL did not accept connections within 30 s; see " + dir_.file("postgres.log"));
+  require(false, "no connections accepted within 30 s; see " + dir_.file("postgres.log"));
 }
 
 void PostgresServer::stop() {
@@ -106,16 +116,14 @@ std::string PostgresServer::create_database() {
 std::string PostgresServer::sql(const std::string& database, const std::string& statement, const std::string& user) const {
   const ProcessResult r = run_process({bin("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url(database, user),
                                        "-c", statement}, {}, 60);
-  INFO(statement << "\n" << r.err);
-  REQUIRE(r.exit_code == 0);
+  require(r.exit_code == 0, statement + ": " + r.err);
   return r.out;
 }
 
 std::string PostgresServer::sql_file(const std::string& database, const std::string& path) const {
   const ProcessResult r =
       run_process({bin("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url(database), "-f", path}, {}, 60);
-  INFO(path << "\n" << r.err);
-  REQUIRE(r.exit_code == 0);
+  require(r.exit_code == 0, path + ": " + r.err);
   return r.out;
 }
 

@@ -13,8 +13,9 @@ namespace fp8scope::testing {
 
 class PostgresServer {
  public:
-  // Fails the calling test (REQUIRE) with the reason when no server can be started: PostgreSQL is
-  // part of what CI installs (scripts/setup.sh), so a missing one is an error, not a skip.
+  // Throws std::runtime_error with the reason when no server can be started (a test then fails
+  // with it): PostgreSQL is part of what CI installs (scripts/setup.sh), so a missing one is an
+  // error, not a skip. The benchmarks use it too.
   PostgresServer();
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
@@ -25,7 +26,7 @@ class PostgresServer {
   std::string url(const std::string& database = "postgres", const std::string& user = "fp8scope") const;
   // A new empty database (fp8scope_1, fp8scope_2, ...), and its URL.
   std::string create_database();
-  // psql -c `sql` (or -f a file) against `database` as `user`: its output, REQUIREd to succeed.
+  // psql -c `sql` (or -f a file) against `database` as `user`: its output; throws when it fails.
   std::string sql(const std::string& database, const std::string& sql, const std::string& user = "fp8scope") const;
   std::string sql_file(const std::string& database, const std::string& path) const;
 
