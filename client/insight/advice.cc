@@ -30,7 +30,7 @@ double mean_of(const std::vector<double>& v) {
   return n ? sum / static_cast<double>(n) : std::nan("");
 }
 
-std::vector<double> series(const std::vector<RecordPoint>* points, const char* key) {
+std::vector<double> series(const std::vector<RecordPoint>* points, StudiedStatistic key) {
   std::vector<double> out;
   if (points != nullptr) {
     for (const RecordPoint& p : *points) out.push_back(statistic(p, key));

@@ -35,41 +35,65 @@ const char* TensorRecords::matching_recipe() const {
   return "tensor_current";
 }
 
-double statistic(const RecordPoint& p, const char* key) {
-  const Statistic* s = find_statistic(key);
-  if (s == nullptr) return std::nan("");
-  const auto index = static_cast<std::size_t>(s - statistics().data());
-  return index < p.statistics.size() ? p.statistics[index] : std::nan("");
+std::optional<std::size_t> studied_statistic_index(std::string_view key) {
+  for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
+    if (key == kStudiedStatistics[i]) return i;
+  }
+  return std::nullopt;
 }
 
 Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
                                     const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   history::HistoryFilter filter;
   filter.run = run;
-  filter.limit = std::numeric_limits<std::uint32_t>::max();
+  filter.limit = 0;
   Result<std::uint64_t> total = history.count(filter);
   if (!total.ok()) return total.status();
   if (total.value() == 0) return Status::error("run " + run + " has no tensor records in " + history.location());
-
+  // Where each studied statistic sits in a history row.
+  std::array<std::size_t, kStudiedStatisticCount> columns{};
+  for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
+    columns[i] = static_cast<std::size_t>(find_statistic(kStudiedStatistics[i]) - statistics().data());
+  }
   RunRecords out;
   out.run = run;
-  // (tensor, recipe) -> step -> (rank, point): several ranks sample the same tensor; keep one.
-  std::map<std::pair<TensorKey, RecipeKey>, std::map<std::uint64_t, std::pair<std::uint32_t, RecordPoint>>> by_step;
   Status s = history.query(filter, [&](const history::HistoryRecord& r) {
-    TensorKey tk{r.layer, history::gemm_name(r.gemm), operand_name(r.operand)};
-    TensorRecords& tensor = out.tensors[tk];
+    TensorRecords& tensor = out.tensors[TensorKey{r.layer, history::gemm_name(r.gemm), operand_name(r.operand)}];
     tensor.dtype = r.dtype;
     if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.scale_layout = r.scale_layout;
-    auto& steps = by_step[{tk, RecipeKey{r.recipe, r.format}}];
-    auto it = steps.find(r.step);
-    if (it == steps.end() || r.rank < it->second.first) {
-      steps[r.step] = {r.rank, RecordPoint{r.step, r.scale, r.scale_current, r.scale_max, r.statistics, r.codes_digest}};
+    RecordPoint& p = tensor.recipes[RecipeKey{r.recipe, r.format}].emplace_back();
+    p.step = r.step;
+    p.rank = r.rank;
+    p.scale = r.scale;
+    p.scale_current = r.scale_current;
+    p.scale_max = r.scale_max;
+    for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
+      p.statistics[i] = columns[i] < r.statistics.size() ? r.statistics[columns[i]] : std::nan("");
     }
+    p.codes_digest = r.codes_digest;
     if (++out.records % 4096 == 0 && progress) progress(out.records, total.value());
     return true;
   });
   if (!s.ok()) return s;
   if (progress) progress(out.records, total.value());
+  // Step order, one point per step: several ranks sample the same tensor, the lowest rank's stays.
+  std::vector<std::uint64_t> gaps;
+  for (auto& [key, tensor] : out.tensors) {
+    for (auto& [recipe, points] : tensor.recipes) {
+      std::stable_sort(points.begin(), points.end(), [](const RecordPoint& a, const RecordPoint& b) {
+        return a.step != b.step ? a.step < b.step : a.rank < b.rank;
+      });
+      points.erase(std::unique(points.begin(), points.end(),
+                               [](const RecordPoint& a, const RecordPoint& b) { return a.step == b.step; }),
+                   points.end());
+      points.shrink_to_fit();
+      for (std::size_t i = 1; i < points.size(); ++i) gaps.push_back(points[i].step - points[i - 1].step);
+    }
+  }
+  if (!gaps.empty()) {
+    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+    out.sampling_interval = std::max<std::uint64_t>(1, gaps[gaps.size() / 2]);
+  }
   std::map<std::pair<std::string, std::string>, std::map<std::uint64_t, std::pair<std::uint32_t, GemmOutputPoint>>> checks;
   s = history.query_gemm_outputs(run, [&](const history::GemmOutputRecord& g) {
     auto& steps = checks[{g.layer, g.accumulate}];
@@ -83,21 +107,6 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
   for (auto& [key, steps] : checks) {
     auto& points = out.gemm_outputs[key.first][key.second];
     for (auto& [step, rank_point] : steps) points.push_back(rank_point.second);
-  }
-
-  std::vector<std::uint64_t> gaps;
-  for (auto& [key, steps] : by_step) {
-    auto& points = out.tensors[key.first].recipes[key.second];
-    std::uint64_t previous = 0;
-    for (auto& [step, rank_point] : steps) {
-      if (!points.empty()) gaps.push_back(step - previous);
-      previous = step;
-      points.push_back(std::move(rank_point.second));
-    }
-  }
-  if (!gaps.empty()) {
-    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
-    out.sampling_interval = std::max<std::uint64_t>(1, gaps[gaps.size() / 2]);
   }
   return out;
 }

@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <array>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -24,11 +27,38 @@ struct RecipeKey {
   auto operator<=>(const RecipeKey&) const = default;
 };
 
+// The statistics insight reads, of the many the history keeps: a run's points hold only these, so
+// a study of 10 million records fits in memory.
+inline constexpr const char* kStudiedStatistics[] = {
+    "underflow_ratio", "overflow_ratio", "saturation_ratio",   "mse", "cosine",
+    "sqnr_db",         "amax",           "dynamic_range_log2", "block_scale_floor_ratio"};
+inline constexpr std::size_t kStudiedStatisticCount = std::size(kStudiedStatistics);
+
+// A studied statistic, named by a string literal that is checked when compiling: a name that is not
+// in kStudiedStatistics does not compile.
+struct StudiedStatistic {
+  std::size_t index;
+  const char* key;
+  consteval StudiedStatistic(const char* name) : index(find(name)), key(kStudiedStatistics[index]) {}
+
+ private:
+  static consteval std::size_t find(const char* name) {
+    for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
+      if (std::string_view(name) == kStudiedStatistics[i]) return i;
+    }
+    throw "not one of kStudiedStatistics";
+  }
+};
+
+// kStudiedStatistics' index of a statistic named at run time (the history's rows, tests).
+std::optional<std::size_t> studied_statistic_index(std::string_view key);
+
 struct RecordPoint {
   std::uint64_t step = 0;
+  std::uint32_t rank = 0;          // of the rank the point is from (the lowest that sampled the step)
   double scale = 0, scale_current = 0;
   double scale_max = 0;            // block-scaled codes: the largest block scale (scale is the smallest)
-  std::vector<double> statistics;  // in statistics() order
+  std::array<double, kStudiedStatisticCount> statistics{};  // kStudiedStatistics; NaN = not computed
   std::string codes_digest;        // see HistoryRecord
 };
 
@@ -60,12 +90,13 @@ struct RunRecords {
   std::uint64_t sampling_interval = 1;  // the median gap between sampled steps
 };
 
-// Reads every record of `run`; progress(done, total) is called as rows arrive (total from a count
+// Reads every record of `run`, streaming: each row becomes one compact point of its series (no
+// copy of the row is kept); progress(done, total) is called as rows arrive (total from a count
 // taken first). An error when the run has no records.
 Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
                                     const std::function<void(std::uint64_t, std::uint64_t)>& progress = nullptr);
 
-// The value of statistic `key` in a point (NaN when the record has none).
-double statistic(const RecordPoint& p, const char* key);
+// The value of a statistic in a point (NaN when the record has none).
+inline double statistic(const RecordPoint& p, StudiedStatistic s) { return p.statistics[s.index]; }
 
 }  // namespace fp8scope::insight

@@ -197,7 +197,7 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
   // block-scaled job's own block recipe). Delayed scaling is drawn only for per-tensor tensors.
   struct Map {
     const char* recipe;
-    const char* statistic;
+    insight::StudiedStatistic statistic;
     const char* title;
     bool block_scaled_rows;
   };
@@ -232,7 +232,7 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
   };
   for (const Map& spec : maps) {
     Heatmap map;
-    map.value_label = spec.statistic;
+    map.value_label = spec.statistic.key;
     map.cell_width = std::clamp(900 / static_cast<int>(columns), 4, 24);  // about 900 px wide
     std::set<std::string> sources, recipes;
     for (std::size_t c = 0; c < columns; ++c) map.columns.push_back(static_cast<double>(steps[c * steps.size() / columns]));
