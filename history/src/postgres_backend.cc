@@ -133,6 +133,27 @@ class CopyRows {
 
 std::string stat_column(const Statistic& s) { return std::string("stat_") + s.key; }
 
+// Every row begins with its key: time, job, run, host, rank, step.
+template <typename Row>
+void copy_key(CopyRows& c, const Row& r) {
+  c.real(r.time);
+  c.text(r.job);
+  c.text(r.run);
+  c.text(r.host);
+  c.integer(r.rank);
+  c.integer(static_cast<std::int64_t>(r.step));
+}
+
+template <typename Row>
+void read_key(const PgResult& q, Row& r) {
+  r.time = q.real(0, 0);
+  r.job = q.text(0, 1);
+  r.run = q.text(0, 2);
+  r.host = q.text(0, 3);
+  r.rank = static_cast<std::uint32_t>(q.integer(0, 4));
+  r.step = static_cast<std::uint64_t>(q.integer(0, 5));
+}
+
 // The columns of fp8scope.records in COPY and SELECT order, statistics last.
 std::string record_columns() {
   std::string c = "time, job, run, host, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
@@ -261,12 +282,7 @@ Status PostgresBackend::write(const WriteBatch& batch) {
   if (Status s = ready(write_db_); !s.ok()) return s;
   CopyRows records, outputs, scalars, marks;
   for (const HistoryRecord& r : batch.records) {
-    records.real(r.time);
-    records.text(r.job);
-    records.text(r.run);
-    records.text(r.host);
-    records.integer(r.rank);
-    records.integer(static_cast<std::int64_t>(r.step));
+    copy_key(records, r);
     records.text(r.layer);
     records.text(gemm_name(r.gemm));
     records.text(operand_name(r.operand));
@@ -286,12 +302,7 @@ Status PostgresBackend::write(const WriteBatch& batch) {
     records.end_row();
   }
   for (const GemmOutputRecord& g : batch.gemm_outputs) {
-    outputs.real(g.time);
-    outputs.text(g.job);
-    outputs.text(g.run);
-    outputs.text(g.host);
-    outputs.integer(g.rank);
-    outputs.integer(static_cast<std::int64_t>(g.step));
+    copy_key(outputs, g);
     outputs.text(g.layer);
     outputs.text(g.accumulate);
     outputs.integer(g.numel);
@@ -299,12 +310,7 @@ Status PostgresBackend::write(const WriteBatch& batch) {
     outputs.end_row();
   }
   for (const ScalarRecord& s : batch.scalars) {
-    scalars.real(s.time);
-    scalars.text(s.job);
-    scalars.text(s.run);
-    scalars.text(s.host);
-    scalars.integer(s.rank);
-    scalars.integer(static_cast<std::int64_t>(s.step));
+    copy_key(scalars, s);
     scalars.text(s.name);
     scalars.real(s.value);
     scalars.end_row();
@@ -467,12 +473,7 @@ Status PostgresBackend::query(const HistoryFilter& f, const std::function<bool(c
   return stream(sql, params, [&](const PgResult& q) {
     if (pattern.value() && !pattern.value()->search(q.text(0, 6))) return true;
     HistoryRecord r;
-    r.time = q.real(0, 0);
-    r.job = q.text(0, 1);
-    r.run = q.text(0, 2);
-    r.host = q.text(0, 3);
-    r.rank = static_cast<std::uint32_t>(q.integer(0, 4));
-    r.step = static_cast<std::uint64_t>(q.integer(0, 5));
+    read_key(q, r);
     r.layer = q.text(0, 6);
     r.gemm = gemm_from_name(q.text(0, 7)).value_or(GemmRole::kUnknown);
     r.operand = operand_from_name(q.text(0, 8)).value_or(Operand::kX);
@@ -500,12 +501,7 @@ Status PostgresBackend::query_scalars(const std::string& run, const std::string&
                     " FROM fp8scope.scalars WHERE ($1 = '' OR run = $1) AND ($2 = '' OR name = $2) ORDER BY step, rank, id",
                 {run, name}, [&](const PgResult& q) {
                   ScalarRecord s;
-                  s.time = q.real(0, 0);
-                  s.job = q.text(0, 1);
-                  s.run = q.text(0, 2);
-                  s.host = q.text(0, 3);
-                  s.rank = static_cast<std::uint32_t>(q.integer(0, 4));
-                  s.step = static_cast<std::uint64_t>(q.integer(0, 5));
+                  read_key(q, s);
                   s.name = q.text(0, 6);
                   s.value = q.real(0, 7);
                   return each(s);
@@ -518,12 +514,7 @@ Status PostgresBackend::query_gemm_outputs(const std::string& run,
                     " FROM fp8scope.gemm_outputs WHERE ($1 = '' OR run = $1) ORDER BY step, id",
                 {run}, [&](const PgResult& q) {
                   GemmOutputRecord g;
-                  g.time = q.real(0, 0);
-                  g.job = q.text(0, 1);
-                  g.run = q.text(0, 2);
-                  g.host = q.text(0, 3);
-                  g.rank = static_cast<std::uint32_t>(q.integer(0, 4));
-                  g.step = static_cast<std::uint64_t>(q.integer(0, 5));
+                  read_key(q, g);
                   g.layer = q.text(0, 6);
                   g.accumulate = q.text(0, 7);
                   g.numel = q.integer(0, 8);

@@ -101,6 +101,28 @@ Result<sqlite3*> open_db(const std::string& path, bool read_only) {
 
 std::string stat_column(const Statistic& s) { return std::string("stat_") + s.key; }
 
+// Rows are written with their key first: time, job, run, host, rank, step (parameters 1 to 6).
+template <typename Row>
+void bind_key(Statement& q, const Row& r) {
+  q.real(1, r.time);
+  q.text(2, r.job);
+  q.text(3, r.run);
+  q.text(4, r.host);
+  q.integer(5, r.rank);
+  q.integer(6, static_cast<std::int64_t>(r.step));
+}
+
+// Scalars and GEMM outputs are read with their key first (columns 0 to 5).
+template <typename Row>
+void read_key(const Statement& q, Row& r) {
+  r.time = sqlite3_column_double(q.get(), 0);
+  r.job = q.column_text(1);
+  r.run = q.column_text(2);
+  r.host = q.column_text(3);
+  r.rank = static_cast<std::uint32_t>(sqlite3_column_int64(q.get(), 4));
+  r.step = static_cast<std::uint64_t>(sqlite3_column_int64(q.get(), 5));
+}
+
 bool has_column(sqlite3* db, const char* table, const std::string& column) {
   Statement probe(db, std::string("SELECT 1 FROM pragma_table_info('") + table + "') WHERE name = '" + column + "'");
   return probe.ok() && sqlite3_step(probe.get()) == SQLITE_ROW;
@@ -292,11 +314,8 @@ Status SqliteBackend::insert_records(const std::vector<HistoryRecord>& records) 
   Statement rec(write_db_, insert + values + ")");
   if (!rec.ok()) return sql_error(write_db_, "prepare insert record");
   for (const HistoryRecord& r : records) {
-    int i = 1;
-    rec.real(i++, r.time);
-    for (const std::string* t : {&r.job, &r.run, &r.host}) rec.text(i++, *t);
-    rec.integer(i++, r.rank);
-    rec.integer(i++, static_cast<std::int64_t>(r.step));
+    bind_key(rec, r);
+    int i = 7;
     rec.text(i++, r.layer);
     rec.text(i++, gemm_name(r.gemm));
     rec.text(i++, operand_name(r.operand));
@@ -327,24 +346,14 @@ Status SqliteBackend::insert_rest(const WriteBatch& batch, std::int64_t* last_ma
   Statement mark(write_db_, "INSERT INTO stored_samples VALUES (?,?)");
   if (!sc.ok() || !out.ok() || !mark.ok()) return sql_error(write_db_, "prepare insert");
   for (const ScalarRecord& s : batch.scalars) {
-    sc.real(1, s.time);
-    sc.text(2, s.job);
-    sc.text(3, s.run);
-    sc.text(4, s.host);
-    sc.integer(5, s.rank);
-    sc.integer(6, static_cast<std::int64_t>(s.step));
+    bind_key(sc, s);
     sc.text(7, s.name);
     sc.real(8, s.value);
     if (sqlite3_step(sc.get()) != SQLITE_DONE) return sql_error(write_db_, "insert scalar");
     sqlite3_reset(sc.get());
   }
   for (const GemmOutputRecord& g : batch.gemm_outputs) {
-    out.real(1, g.time);
-    out.text(2, g.job);
-    out.text(3, g.run);
-    out.text(4, g.host);
-    out.integer(5, g.rank);
-    out.integer(6, static_cast<std::int64_t>(g.step));
+    bind_key(out, g);
     out.text(7, g.layer);
     out.text(8, g.accumulate);
     out.integer(9, g.numel);
@@ -468,23 +477,17 @@ Status SqliteBackend::query(const HistoryFilter& f, const std::function<bool(con
 Status SqliteBackend::query_scalars(const std::string& run, const std::string& name,
                                     const std::function<bool(const ScalarRecord&)>& each) const {
   std::lock_guard<std::mutex> lock(read_mu_);
-  Statement q(read_db_, std::string("SELECT time, job, run, rank, step, name, value, ") +
-                            (has_scalar_host_ ? "host" : "''") +
-                            " FROM scalars WHERE (?1 = '' OR run = ?1) AND (?2 = '' OR name = ?2) ORDER BY step, rank");
+  Statement q(read_db_, std::string("SELECT time, job, run, ") + (has_scalar_host_ ? "host" : "''") +
+                            ", rank, step, name, value FROM scalars WHERE (?1 = '' OR run = ?1) AND (?2 = '' OR name = ?2) ORDER BY step, rank");
   if (!q.ok()) return sql_error(read_db_, "query scalars");
   q.text(1, run);
   q.text(2, name);
   int rc;
   while ((rc = sqlite3_step(q.get())) == SQLITE_ROW) {
     ScalarRecord s;
-    s.time = sqlite3_column_double(q.get(), 0);
-    s.job = q.column_text(1);
-    s.run = q.column_text(2);
-    s.rank = static_cast<std::uint32_t>(sqlite3_column_int64(q.get(), 3));
-    s.step = static_cast<std::uint64_t>(sqlite3_column_int64(q.get(), 4));
-    s.name = q.column_text(5);
-    s.value = sqlite3_column_double(q.get(), 6);
-    s.host = q.column_text(7);
+    read_key(q, s);
+    s.name = q.column_text(6);
+    s.value = sqlite3_column_double(q.get(), 7);
     if (!each(s)) return Status();
   }
   return rc == SQLITE_DONE ? Status() : sql_error(read_db_, "query scalars");
@@ -502,12 +505,7 @@ Status SqliteBackend::query_gemm_outputs(const std::string& run,
   int rc;
   while ((rc = sqlite3_step(q.get())) == SQLITE_ROW) {
     GemmOutputRecord g;
-    g.time = sqlite3_column_double(q.get(), 0);
-    g.job = q.column_text(1);
-    g.run = q.column_text(2);
-    g.host = q.column_text(3);
-    g.rank = static_cast<std::uint32_t>(sqlite3_column_int64(q.get(), 4));
-    g.step = static_cast<std::uint64_t>(sqlite3_column_int64(q.get(), 5));
+    read_key(q, g);
     g.layer = q.column_text(6);
     g.accumulate = q.column_text(7);
     g.numel = sqlite3_column_int64(q.get(), 8);
