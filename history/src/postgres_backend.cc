@@ -246,6 +246,9 @@ class PostgresBackend final : public Backend {
   std::string url_, location_, writer_;
   PGconn* write_db_;
   PGconn* read_db_;
+  // A libpq connection serves one thread at a time: the writer's batches and retention, and the
+  // start-up's ticket cleanup, take turns on write_db_.
+  std::mutex write_mu_;
   mutable std::mutex read_mu_;
   std::int64_t stored_samples_done_ = 0;  // as in the SQLite backend: deleted by the next batch
 };
@@ -279,6 +282,7 @@ Status PostgresBackend::copy(PGconn* db, const std::string& table_and_columns, c
 }
 
 Status PostgresBackend::write(const WriteBatch& batch) {
+  std::lock_guard<std::mutex> lock(write_mu_);
   if (Status s = ready(write_db_); !s.ok()) return s;
   CopyRows records, outputs, scalars, marks;
   for (const HistoryRecord& r : batch.records) {
@@ -363,11 +367,13 @@ Result<std::vector<SampleTicket>> PostgresBackend::unstored(const std::vector<Sa
 }
 
 Status PostgresBackend::forget_stored_samples() {
+  std::lock_guard<std::mutex> lock(write_mu_);
   if (Status s = ready(write_db_); !s.ok()) return s;
   return command(write_db_, "DELETE FROM fp8scope.stored_samples WHERE writer = $1", {writer_});
 }
 
 Result<std::uint64_t> PostgresBackend::delete_before(double time) {
+  std::lock_guard<std::mutex> lock(write_mu_);
   if (Status s = ready(write_db_); !s.ok()) return s;
   std::uint64_t deleted = 0;
   for (const char* table : {"records", "gemm_outputs", "scalars"}) {

@@ -275,7 +275,10 @@ class SqliteBackend final : public Backend {
 
   Status write(const WriteBatch& batch) override;
   Result<std::vector<SampleTicket>> unstored(const std::vector<SampleTicket>& accepted) const override;
-  Status forget_stored_samples() override { return exec(write_db_, "DELETE FROM stored_samples"); }
+  Status forget_stored_samples() override {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    return exec(write_db_, "DELETE FROM stored_samples");
+  }
   Result<std::uint64_t> delete_before(double time) override;
 
   Status query(const HistoryFilter& filter, const std::function<bool(const HistoryRecord&)>& each) const override;
@@ -292,6 +295,8 @@ class SqliteBackend final : public Backend {
   std::string path_;
   sqlite3* write_db_;
   sqlite3* read_db_;
+  // A batch's transaction spans many calls: retention and the start-up's ticket cleanup wait for it.
+  std::mutex write_mu_;
   mutable std::mutex read_mu_;
   std::vector<bool> late_columns_;  // which of kLateRecordColumns the file has
   std::vector<bool> stat_columns_;  // which statistics it has columns for
@@ -373,6 +378,7 @@ Status SqliteBackend::insert_rest(const WriteBatch& batch, std::int64_t* last_ma
 }
 
 Status SqliteBackend::write(const WriteBatch& batch) {
+  std::lock_guard<std::mutex> lock(write_mu_);
   Status status = exec(write_db_, "BEGIN");
   if (status.ok() && stored_samples_done_ > 0) {
     status = exec(write_db_, "DELETE FROM stored_samples WHERE rowid <= " + std::to_string(stored_samples_done_));
@@ -406,6 +412,7 @@ Result<std::vector<SampleTicket>> SqliteBackend::unstored(const std::vector<Samp
 }
 
 Result<std::uint64_t> SqliteBackend::delete_before(double time) {
+  std::lock_guard<std::mutex> lock(write_mu_);
   std::uint64_t deleted = 0;
   for (const char* table : {"records", "gemm_outputs", "scalars"}) {
     Statement d(write_db_, std::string("DELETE FROM ") + table + " WHERE time < ?");
