@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "../support/daemon_fixture.h"
+#include "../support/daemon_samples.h"
 #include "../support/temp_dir.h"
 #include "fp8scope/gemm_check.h"
 #include "fp8scope/recipe.h"
@@ -61,26 +62,8 @@ v1::Hello hello(const std::string& run, std::uint32_t rank = 0) {
   return h;
 }
 
-v1::TensorHeader header(const std::string& layer, std::uint64_t step, std::int64_t rows, std::int64_t cols) {
-  v1::TensorHeader h;
-  h.set_step(step);
-  h.set_layer(layer);
-  h.set_gemm(v1::GEMM_FPROP);
-  h.set_operand(v1::OPERAND_X);
-  h.set_dtype(v1::DTYPE_F32);
-  h.add_shape(rows);
-  h.add_shape(cols);
-  return h;
-}
-
 std::span<const std::uint8_t> bytes_of(const std::vector<float>& v) {
   return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(float)};
-}
-
-ConnectionOptions to(const DaemonProcess& d) {
-  ConnectionOptions o;
-  o.endpoint = d.grpc();
-  return o;
 }
 
 std::map<std::string, std::string> recipe_labels(const std::string& layer, const std::string& recipe,
@@ -194,7 +177,7 @@ TEST_CASE("by default a 128-layer transformer fits the series budget, and histor
                                                        {v1::GEMM_DGRAD, v1::OPERAND_DY}, {v1::GEMM_DGRAD, v1::OPERAND_W},
                                                        {v1::GEMM_WGRAD, v1::OPERAND_X}, {v1::GEMM_WGRAD, v1::OPERAND_DY}};
   for (const auto& [gemm, operand] : operands) {
-    v1::TensorHeader h = header("blocks.0.mlp.fc1", 1, 16, 256);
+    v1::TensorHeader h = f32_header("blocks.0.mlp.fc1", 1, 16, 256);
     h.set_gemm(gemm);
     h.set_operand(operand);
     REQUIRE(stream.value()->send(h, bytes_of(values)).ok());
@@ -324,7 +307,7 @@ TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[da
     auto stream = SampleStream::open(to(daemon), hello("drain"));
     REQUIRE(stream.ok());
     const std::vector<float> big = activation(1024, 2048, 2.0f);  // 8 MiB each
-    for (int i = 0; i < 6; ++i) REQUIRE(stream.value()->send(header("big", static_cast<std::uint64_t>(i), 1024, 2048), bytes_of(big)).ok());
+    for (int i = 0; i < 6; ++i) REQUIRE(stream.value()->send(f32_header("big", static_cast<std::uint64_t>(i), 1024, 2048), bytes_of(big)).ok());
     auto acks = stream.value()->wait_for_acks(60.0);
     REQUIRE(acks.ok());
     for (const auto& [id, ack] : acks.value()) accepted += ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED;
@@ -347,7 +330,7 @@ TEST_CASE("bad input is refused and counted, and the daemon keeps serving and lo
   auto good = SampleStream::open(to(daemon), hello("good"));
   REQUIRE(good.ok());
   const std::vector<float> small = activation(4, 32, 3.0f);
-  REQUIRE(good.value()->send(header("kept", 1, 4, 32), bytes_of(small)).ok());
+  REQUIRE(good.value()->send(f32_header("kept", 1, 4, 32), bytes_of(small)).ok());
   REQUIRE(good.value()->wait_for_acks(30).ok());
 
   auto channel = open_channel(to(daemon)).value();
@@ -382,13 +365,13 @@ TEST_CASE("bad input is refused and counted, and the daemon keeps serving and lo
   SECTION("malformed samples: wrong size, unknown dtype, absurd shape, gaps, oversized messages") {
     auto stream = SampleStream::open(to(daemon), hello("bad"));
     REQUIRE(stream.ok());
-    v1::TensorHeader wrong = header("bad", 1, 4, 32);
+    v1::TensorHeader wrong = f32_header("bad", 1, 4, 32);
     wrong.add_shape(2);  // shape x dtype no longer matches the bytes sent
     REQUIRE(stream.value()->send(wrong, bytes_of(small)).ok());
-    v1::TensorHeader dtype = header("bad", 1, 4, 32);
+    v1::TensorHeader dtype = f32_header("bad", 1, 4, 32);
     dtype.set_dtype(static_cast<v1::DType>(42));
     REQUIRE(stream.value()->send(dtype, bytes_of(small)).ok());
-    v1::TensorHeader absurd = header("bad", 1, 4, 32);
+    v1::TensorHeader absurd = f32_header("bad", 1, 4, 32);
     absurd.set_shape(0, std::int64_t{1} << 40);
     REQUIRE(stream.value()->send(absurd, bytes_of(small)).ok());
     auto acks = stream.value()->wait_for_acks(30);
@@ -408,7 +391,7 @@ TEST_CASE("bad input is refused and counted, and the daemon keeps serving and lo
     v1::ClientMessage c;
     v1::TensorChunk* chunk = c.mutable_chunk();
     chunk->set_sample_id(1);
-    *chunk->mutable_header() = header("gap", 1, 4, 32);
+    *chunk->mutable_header() = f32_header("gap", 1, 4, 32);
     chunk->mutable_header()->set_payload_bytes(512);
     chunk->set_data(std::string(256, 'x'));
     s->Write(c);
@@ -441,7 +424,7 @@ TEST_CASE("bad input is refused and counted, and the daemon keeps serving and lo
     v1::ServerMessage reply;
     s->Read(&reply);  // Welcome: the daemon has the client
     v1::ClientMessage c;
-    *c.mutable_chunk()->mutable_header() = header("half", 1, 4, 32);
+    *c.mutable_chunk()->mutable_header() = f32_header("half", 1, 4, 32);
     c.mutable_chunk()->mutable_header()->set_payload_bytes(512);
     c.mutable_chunk()->set_sample_id(1);
     c.mutable_chunk()->set_data(std::string(256, 'x'));
@@ -477,7 +460,7 @@ TEST_CASE("bad input is refused and counted, and the daemon keeps serving and lo
     REQUIRE(stream.ok());
     const std::vector<float> tiny = activation(1, 16, 4.0f);
     for (int i = 0; i < 2000; ++i) {
-      REQUIRE(stream.value()->send(header("layer" + std::to_string(i), 1, 1, 16), bytes_of(tiny)).ok());
+      REQUIRE(stream.value()->send(f32_header("layer" + std::to_string(i), 1, 1, 16), bytes_of(tiny)).ok());
     }
     REQUIRE(stream.value()->wait_for_acks(60).ok());
     REQUIRE(eventually([&] {
@@ -513,7 +496,7 @@ TEST_CASE("32 clients at once are all served", "[daemon]") {
       }
       const std::vector<float> t = activation(8, 64, static_cast<float>(c));
       for (int step = 0; step < 4; ++step) {
-        if (!stream.value()->send(header("blocks." + std::to_string(c % 4) + ".mlp", static_cast<std::uint64_t>(step), 8, 64), bytes_of(t)).ok()) ++failures;
+        if (!stream.value()->send(f32_header("blocks." + std::to_string(c % 4) + ".mlp", static_cast<std::uint64_t>(step), 8, 64), bytes_of(t)).ok()) ++failures;
       }
       auto acks = stream.value()->wait_for_acks(60);
       if (!acks.ok()) {
@@ -634,8 +617,8 @@ TEST_CASE("a forward GEMM's X and W give its FP8 output error", "[daemon][gemm]"
   auto stream = SampleStream::open(to(daemon), hello("gemm"));
   REQUIRE(stream.ok());
   const std::vector<float> x = activation(32, 64, 5.0f), w = activation(48, 64, 6.0f);
-  v1::TensorHeader hx = header("blocks.1.mlp.fc1", 3, 32, 64);
-  v1::TensorHeader hw = header("blocks.1.mlp.fc1", 3, 48, 64);
+  v1::TensorHeader hx = f32_header("blocks.1.mlp.fc1", 3, 32, 64);
+  v1::TensorHeader hw = f32_header("blocks.1.mlp.fc1", 3, 48, 64);
   hw.set_operand(v1::OPERAND_W);
   REQUIRE(stream.value()->send(hx, bytes_of(x)).ok());
   REQUIRE(stream.value()->send(hw, bytes_of(w)).ok());

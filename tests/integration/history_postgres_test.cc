@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../support/daemon_fixture.h"
+#include "../support/daemon_samples.h"
 #include "../support/postgres_server.h"
 #include "../support/temp_dir.h"
 #include "fp8scope/recipe.h"
@@ -27,24 +28,6 @@ constexpr int kRecipes = static_cast<int>(std::size(kAllRecipeKinds));  // the d
 PostgresServer& postgres() {
   static PostgresServer server;
   return server;
-}
-
-ConnectionOptions to(const DaemonProcess& d) {
-  ConnectionOptions o;
-  o.endpoint = d.grpc();
-  return o;
-}
-
-v1::TensorHeader header(const std::string& layer, std::uint64_t step, int rows = kRows, int cols = kCols) {
-  v1::TensorHeader h;
-  h.set_step(step);
-  h.set_layer(layer);
-  h.set_gemm(v1::GEMM_FPROP);
-  h.set_operand(v1::OPERAND_X);
-  h.set_dtype(v1::DTYPE_F32);
-  h.add_shape(rows);
-  h.add_shape(cols);
-  return h;
 }
 
 std::vector<float> activation(int seed, int n = kRows * kCols) {
@@ -66,7 +49,7 @@ void stream_rank(const DaemonProcess& d, const std::string& run, std::uint32_t r
   REQUIRE(stream.ok());
   for (int step = 0; step < kSteps; ++step) {
     for (std::size_t l = 0; l < layers.size(); ++l) {
-      REQUIRE(stream.value()->send(header(layers[l], static_cast<std::uint64_t>(step)),
+      REQUIRE(stream.value()->send(f32_header(layers[l], static_cast<std::uint64_t>(step), kRows, kCols),
                                    bytes_of(activation(step * 10 + static_cast<int>(l)))).ok());
     }
     if (with_loss) REQUIRE(stream.value()->send_scalar(static_cast<std::uint64_t>(step), "loss", 3.0 - 0.01 * step).ok());
@@ -215,7 +198,7 @@ TEST_CASE("killed right after its last ACCEPTED ack, a daemon writing to Postgre
     // 1 MiB samples: analysis falls behind the acks, so the kill finds some queued and unstored.
     const std::vector<float> big = activation(1, 512 * 512);
     for (int step = 0; step < kSamples; ++step) {
-      REQUIRE(stream.value()->send(header("blocks.0.mlp", static_cast<std::uint64_t>(step), 512, 512), bytes_of(big)).ok());
+      REQUIRE(stream.value()->send(f32_header("blocks.0.mlp", static_cast<std::uint64_t>(step), 512, 512), bytes_of(big)).ok());
     }
     auto acks = stream.value()->wait_for_acks(120);
     REQUIRE(acks.ok());
@@ -253,7 +236,7 @@ TEST_CASE("a PostgreSQL that goes away mid-run: the daemon keeps analyzing and e
   REQUIRE(stream.ok());
   auto send_steps = [&](int from, int to_step) {
     for (int step = from; step < to_step; ++step) {
-      REQUIRE(stream.value()->send(header("blocks.0.mlp", static_cast<std::uint64_t>(step)), bytes_of(activation(step))).ok());
+      REQUIRE(stream.value()->send(f32_header("blocks.0.mlp", static_cast<std::uint64_t>(step), kRows, kCols), bytes_of(activation(step))).ok());
     }
     REQUIRE(stream.value()->wait_for_acks(60).ok());
   };

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "../support/daemon_fixture.h"
+#include "../support/daemon_samples.h"
 #include "../support/temp_dir.h"
 #include "fp8scope/recipe.h"
 #include "fp8scope/sample_stream.h"
@@ -40,24 +41,8 @@ v1::Hello hello(const std::string& run) {
   return h;
 }
 
-ConnectionOptions to(const DaemonProcess& d) {
-  ConnectionOptions o;
-  o.endpoint = d.grpc();
-  return o;
-}
-
 // One f32 sample of 4x8 elements with this layer and step.
-v1::TensorHeader header(const std::string& layer, std::uint64_t step) {
-  v1::TensorHeader h;
-  h.set_step(step);
-  h.set_layer(layer);
-  h.set_gemm(v1::GEMM_FPROP);
-  h.set_operand(v1::OPERAND_X);
-  h.set_dtype(v1::DTYPE_F32);
-  h.add_shape(4);
-  h.add_shape(8);
-  return h;
-}
+v1::TensorHeader header(const std::string& layer, std::uint64_t step) { return f32_header(layer, step, 4, 8); }
 const std::vector<float> kValues(32, 0.75f);
 std::span<const std::uint8_t> payload() {
   return {reinterpret_cast<const std::uint8_t*>(kValues.data()), kValues.size() * sizeof(float)};
