@@ -155,7 +155,9 @@ void HistoryStore::expire_old_rows() {
 void HistoryStore::writer_loop() {
   auto backoff = std::chrono::milliseconds(0);
   for (;;) {
-    std::vector<Item> items;
+    // Taken from the queue straight into the batch's typed rows: one copy of a batch in memory.
+    WriteBatch batch;
+    std::size_t taken = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (backoff.count() > 0) {
@@ -166,26 +168,22 @@ void HistoryStore::writer_loop() {
       }
       flush_requested_ = false;
       if (pending_.empty() && stopping_) return;
-      while (!pending_.empty() && items.size() < kBatchItems) {
-        items.push_back(std::move(pending_.front()));
+      for (; !pending_.empty() && taken < kBatchItems; ++taken) {
+        std::visit(
+            [&](auto& v) {
+              using T = std::decay_t<decltype(v)>;
+              if constexpr (std::is_same_v<T, HistoryRecord>) batch.records.push_back(std::move(v));
+              if constexpr (std::is_same_v<T, GemmOutputRecord>) batch.gemm_outputs.push_back(std::move(v));
+              if constexpr (std::is_same_v<T, ScalarRecord>) batch.scalars.push_back(std::move(v));
+              if constexpr (std::is_same_v<T, SampleTicket>) batch.stored_samples.push_back(v);
+            },
+            pending_.front());
         pending_.pop_front();
       }
-      writing_ = items.size();
+      writing_ = taken;
     }
     if (backoff.count() == 0) expire_old_rows();
-    if (items.empty()) continue;
-    WriteBatch batch;
-    for (Item& item : items) {
-      std::visit(
-          [&](auto& v) {
-            using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, HistoryRecord>) batch.records.push_back(std::move(v));
-            if constexpr (std::is_same_v<T, GemmOutputRecord>) batch.gemm_outputs.push_back(std::move(v));
-            if constexpr (std::is_same_v<T, ScalarRecord>) batch.scalars.push_back(std::move(v));
-            if constexpr (std::is_same_v<T, SampleTicket>) batch.stored_samples.push_back(v);
-          },
-          item);
-    }
+    if (taken == 0) continue;
     std::unique_lock<std::mutex> committing(commit_mu_);
     const Status s = backend_->write(batch);
     {
@@ -199,7 +197,7 @@ void HistoryStore::writer_loop() {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = 0;
     if (s.ok()) {
-      written_ += items.size();
+      written_ += taken;
       if (!last_error_.empty()) {
         spdlog::warn("history: writes to {} resumed; {} attempts had failed, the last with: {}", backend_->location(),
                      failed_writes_, last_error_);
@@ -210,7 +208,7 @@ void HistoryStore::writer_loop() {
       // Kept, in order, for the next attempt: 0.1 s, doubling to 10 s. Told once per failure streak.
       if (last_error_.empty()) {
         spdlog::error("history: cannot write {}: {}; {} records kept in memory and retried", backend_->location(),
-                      s.message(), items.size() + pending_.size());
+                      s.message(), taken + pending_.size());
       }
       last_error_ = s.message();
       ++failed_writes_;
