@@ -7,11 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "fp8scope/history/history_store.h"
 #include "fp8scope/layer_pattern.h"
 #include "fp8scope/recipe.h"
-#include "fp8scope/remote_history.h"
-#include "fp8scope/scale_layout.h"
 #include "fp8scope/statistics_table.h"
 #include "fp8scope/wire.h"
 
@@ -258,19 +255,9 @@ namespace {
 
 // The reader `history` uses: --history's store, else the daemon's Admin API. An error line on err.
 std::unique_ptr<history::HistoryReader> history_reader(const AdminOptions& o, std::ostream& err) {
-  if (!o.history.empty()) {
-    auto local = history::open_history_reader(o.history);
-    if (!local.ok()) err << "fp8scope history: " << local.message() << "\n";
-    return local.ok() ? std::move(local).value() : nullptr;
-  }
-  Result<ConnectionOptions> conn = resolve(o.connection);
-  if (!conn.ok()) {
-    err << "fp8scope: " << conn.message() << "\n";
-    return nullptr;
-  }
-  auto remote = RemoteHistoryReader::connect(conn.value(), o.connection.timeout_seconds);
-  if (!remote.ok()) err << "fp8scope: " << remote.message() << "\n";
-  return remote.ok() ? std::move(remote).value() : nullptr;
+  auto reader = open_history_source(o.history, o.connection);
+  if (!reader.ok()) err << (o.history.empty() ? "fp8scope: " : "fp8scope history: ") << reader.message() << "\n";
+  return reader.ok() ? std::move(reader).value() : nullptr;
 }
 
 void print_history_header(const AdminOptions& o, std::ostream& out) {

@@ -4,12 +4,19 @@
 #include <fstream>
 #include <sstream>
 
+#include "fp8scope/history/history_store.h"
+#include "fp8scope/remote_history.h"
+
 namespace fp8scope::cli {
 
 void add_connection_flags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--endpoint", f.options.endpoint, "fp8scoped address: unix:///path.sock or HOST:PORT")
       ->envname("FP8SCOPE_ENDPOINT")
       ->capture_default_str();
+  add_credential_flags(cmd, f);
+}
+
+void add_credential_flags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--token-file", f.token_file, "File with the daemon's bearer token")->envname("FP8SCOPE_TOKEN_FILE");
   cmd->add_option("--tls-ca", f.options.tls_ca, "PEM CA: connect with TLS and trust this CA")->envname("FP8SCOPE_TLS_CA");
   cmd->add_option("--tls-cert", f.options.tls_cert, "PEM client certificate (mutual TLS)")->envname("FP8SCOPE_TLS_CERT");
@@ -44,6 +51,16 @@ std::unique_ptr<grpc::ClientContext> call_context(const ConnectionOptions& optio
                         std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000)));
   context->set_wait_for_ready(false);
   return context;
+}
+
+Result<std::unique_ptr<history::HistoryReader>> open_history_source(const std::string& location,
+                                                                   const ConnectionFlags& daemon) {
+  if (!location.empty()) return history::open_history_reader(location);
+  Result<ConnectionOptions> options = resolve(daemon);
+  if (!options.ok()) return options.status();
+  auto remote = RemoteHistoryReader::connect(options.value(), daemon.timeout_seconds);
+  if (!remote.ok()) return remote.status();
+  return std::unique_ptr<history::HistoryReader>(std::move(remote).value());
 }
 
 Result<std::unique_ptr<v1::Admin::Stub>> admin_stub(const ConnectionOptions& options) {

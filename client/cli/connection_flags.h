@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fp8scope/daemon_channel.h"
+#include "fp8scope/history/history_reader.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 
 namespace fp8scope::cli {
@@ -21,6 +22,8 @@ struct ConnectionFlags {
 };
 
 void add_connection_flags(CLI::App* cmd, ConnectionFlags& flags);
+// The same without --endpoint (TLS, token, timeout), for a command that names the daemon its own way.
+void add_credential_flags(CLI::App* cmd, ConnectionFlags& flags);
 
 // Resolves the token file into options.token; an error line names the file.
 Result<ConnectionOptions> resolve(const ConnectionFlags& flags);
@@ -29,5 +32,10 @@ Result<ConnectionOptions> resolve(const ConnectionFlags& flags);
 std::unique_ptr<grpc::ClientContext> call_context(const ConnectionOptions& options, double timeout_seconds);
 
 Result<std::unique_ptr<v1::Admin::Stub>> admin_stub(const ConnectionOptions& options);
+
+// The history a command reads: `location` (a SQLite file or data dir, or a PostgreSQL URL) when
+// given, else the daemon's Admin API as `daemon` names it.
+Result<std::unique_ptr<history::HistoryReader>> open_history_source(const std::string& location,
+                                                                   const ConnectionFlags& daemon);
 
 }  // namespace fp8scope::cli

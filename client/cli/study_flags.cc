@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include "fp8scope/history/history_store.h"
-#include "fp8scope/remote_history.h"
 
 namespace fp8scope::cli {
 
@@ -24,13 +22,7 @@ void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
                   "Read the history through this fp8scoped's Admin API instead (unix:///path.sock or HOST:PORT)")
       ->excludes(data_dir)
       ->excludes(history);
-  cmd->add_option("--token-file", f.connection.token_file, "File with the daemon's bearer token")->envname("FP8SCOPE_TOKEN_FILE");
-  cmd->add_option("--tls-ca", f.connection.options.tls_ca, "PEM CA: connect with TLS and trust this CA")->envname("FP8SCOPE_TLS_CA");
-  cmd->add_option("--tls-cert", f.connection.options.tls_cert, "PEM client certificate (mutual TLS)")->envname("FP8SCOPE_TLS_CERT");
-  cmd->add_option("--tls-key", f.connection.options.tls_key, "PEM key of --tls-cert")->envname("FP8SCOPE_TLS_KEY");
-  cmd->add_option("--timeout", f.connection.timeout_seconds, "Seconds to wait for the daemon to connect and answer")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_credential_flags(cmd, f.connection);
   cmd->add_option("--name", f.options.loss_name, "The scalar that is the loss")->capture_default_str();
   cmd->add_option("--window", f.options.spikes.window, "Steps of the trailing window a spike is measured against")
       ->capture_default_str()
@@ -42,21 +34,9 @@ void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
 }
 
 std::unique_ptr<history::HistoryReader> open_history(const StudyFlags& f, const char* command, std::ostream& err) {
-  Result<std::unique_ptr<history::HistoryReader>> reader = Status::error("");
-  if (!f.endpoint.empty()) {
-    ConnectionFlags connection = f.connection;
-    connection.options.endpoint = f.endpoint;
-    Result<ConnectionOptions> options = resolve(connection);
-    if (!options.ok()) {
-      reader = options.status();
-    } else if (auto remote = RemoteHistoryReader::connect(options.value(), f.connection.timeout_seconds); remote.ok()) {
-      reader = std::unique_ptr<history::HistoryReader>(std::move(remote).value());
-    } else {
-      reader = remote.status();
-    }
-  } else {
-    reader = history::open_history_reader(f.history.empty() ? f.data_dir : f.history);
-  }
+  ConnectionFlags daemon = f.connection;
+  daemon.options.endpoint = f.endpoint;
+  auto reader = open_history_source(f.endpoint.empty() ? (f.history.empty() ? f.data_dir : f.history) : "", daemon);
   if (!reader.ok()) {
     err << "fp8scope " << command << ": " << reader.message() << "\n";
     return nullptr;
