@@ -134,6 +134,26 @@ Result<std::uint64_t> RemoteHistoryReader::count(const history::HistoryFilter& f
   return n.records();
 }
 
+namespace {
+
+// Every row of a server stream of batches, converted, to `each`; a stop cancels the call.
+template <typename Batch, typename Convert, typename Each>
+grpc::Status read_rows(grpc::ClientContext& ctx, grpc::ClientReader<Batch>& reader, Convert convert, const Each& each) {
+  Batch batch;
+  while (reader.Read(&batch)) {
+    for (const auto& row : batch.rows()) {
+      if (!each(convert(row))) {
+        ctx.TryCancel();
+        reader.Finish();
+        return grpc::Status::OK;
+      }
+    }
+  }
+  return reader.Finish();
+}
+
+}  // namespace
+
 Status RemoteHistoryReader::query_scalars(const std::string& run, const std::string& name,
                                           const std::function<bool(const history::ScalarRecord&)>& each) const {
   v1::ScalarQuery q;
@@ -141,17 +161,12 @@ Status RemoteHistoryReader::query_scalars(const std::string& run, const std::str
   q.set_name(name);
   auto ctx = context();
   auto reader = stub_->QueryScalars(ctx.get(), q);
-  v1::ScalarBatch batch;
-  while (reader->Read(&batch)) {
-    for (const v1::ScalarRow& r : batch.rows()) {
-      if (!each({r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.name(), r.value()})) {
-        ctx->TryCancel();
-        reader->Finish();
-        return Status();
-      }
-    }
-  }
-  const grpc::Status s = reader->Finish();
+  const grpc::Status s = read_rows(
+      *ctx, *reader,
+      [](const v1::ScalarRow& r) {
+        return history::ScalarRecord{r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.name(), r.value()};
+      },
+      each);
   return s.ok() ? Status() : error(s);
 }
 
@@ -161,18 +176,14 @@ Status RemoteHistoryReader::query_gemm_outputs(const std::string& run,
   q.set_run(run);
   auto ctx = context();
   auto reader = stub_->QueryGemmOutputs(ctx.get(), q);
-  v1::GemmOutputBatch batch;
-  while (reader->Read(&batch)) {
-    for (const v1::GemmOutputRow& r : batch.rows()) {
-      if (!each({r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.layer(), r.accumulate(), r.numel(),
-                 r.scale_x(), r.scale_w(), r.mse(), r.cosine(), r.max_rel_error()})) {
-        ctx->TryCancel();
-        reader->Finish();
-        return Status();
-      }
-    }
-  }
-  const grpc::Status s = reader->Finish();
+  const grpc::Status s = read_rows(
+      *ctx, *reader,
+      [](const v1::GemmOutputRow& r) {
+        return history::GemmOutputRecord{r.time(),  r.job(),        r.run(),     r.host(),    r.rank(),
+                                         r.step(),  r.layer(),      r.accumulate(), r.numel(), r.scale_x(),
+                                         r.scale_w(), r.mse(),      r.cosine(),  r.max_rel_error()};
+      },
+      each);
   return s.ok() ? Status() : error(s);
 }
 
