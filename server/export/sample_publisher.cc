@@ -34,7 +34,10 @@ SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, his
       last_step_(metric("fp8scope_last_step")),
       scale_(metric("fp8scope_scale")),
       scale_current_(metric("fp8scope_scale_current")),
-      log2_ratio_(metric("fp8scope_log2_magnitude_ratio")) {
+      log2_ratio_(metric("fp8scope_log2_magnitude_ratio")),
+      gemm_mse_(metric("fp8scope_gemm_output_mse")),
+      gemm_cosine_(metric("fp8scope_gemm_output_cosine_similarity")),
+      gemm_max_rel_error_(metric("fp8scope_gemm_output_max_rel_error")) {
   for (const Statistic& st : statistics()) {
     const MetricDef* m = find_metric(std::string("fp8scope_") + st.metric_name());
     if (m == nullptr) continue;  // counts of one sample (numel, nan, inf) are no metric
@@ -158,6 +161,32 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     series_.set(scale_current_, labels, rank, current);
   }
   tensors_.update(summary);
+}
+
+void SamplePublisher::publish_gemm_check(const GemmPair& p, const std::vector<GemmCheckResult>& results) {
+  const double time = now_seconds();
+  for (const GemmCheckResult& r : results) {
+    const prometheus::Labels labels{{"job", p.client->job}, {"layer", p.layer}, {"accumulate", r.accumulate}};
+    series_.set(gemm_mse_, labels, p.client->rank, r.mse);
+    series_.set(gemm_cosine_, labels, p.client->rank, r.cosine);
+    series_.set(gemm_max_rel_error_, labels, p.client->rank, r.max_rel_error);
+    history::GemmOutputRecord rec;
+    rec.time = time;
+    rec.job = p.client->job;
+    rec.run = p.client->run;
+    rec.host = p.client->host;
+    rec.rank = p.client->rank;
+    rec.step = p.step;
+    rec.layer = p.layer;
+    rec.accumulate = r.accumulate;
+    rec.numel = static_cast<std::int64_t>(r.rows * r.n);
+    rec.scale_x = r.scale_x;
+    rec.scale_w = r.scale_w;
+    rec.mse = r.mse;
+    rec.cosine = r.cosine;
+    rec.max_rel_error = r.max_rel_error;
+    history_.add(std::move(rec));
+  }
 }
 
 }  // namespace fp8scope::server

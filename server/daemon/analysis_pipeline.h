@@ -1,21 +1,21 @@
 // The analysis workers: each takes samples from its FIFO of the ingest queue, analyzes them
 // (sample_analysis.h: the policy's what-if recipes, or what a job's own codes show) and publishes
 // the result (sample_publisher.h: metrics, the tensor table, the history). When both operands of a
-// forward GEMM arrive for a step, the GEMM's FP8 output is compared with its high-precision output.
+// forward GEMM arrive for a step, the GEMM's FP8 output is compared with its high-precision output
+// (gemm_checker.h) and published too.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "byte_budget.h"
 #include "fp8scope/gpu_gemm_check.h"
 #include "fp8scope/stats_engine.h"
+#include "gemm_checker.h"
 #include "gemm_pairing.h"
 #include "health_metrics.h"
 #include "fp8scope/history/history_store.h"
@@ -58,13 +58,13 @@ class AnalysisPipeline {
 
  private:
   void worker(int shard);
-  void check_gemm(const GemmPair& pair);
+  void drop(const Sample& s, const std::string& why);
 
   PipelineDeps d_;
   SampleAnalyzer analyzer_;
   SamplePublisher publisher_;
   GemmPairing gemm_pairs_;
-  std::mutex gemm_mu_;  // one GEMM check at a time
+  GemmChecker gemm_checker_;
   std::vector<std::thread> workers_;
   std::atomic<bool> abandon_{false};
   std::atomic<std::uint64_t> abandoned_{0};

@@ -1,12 +1,14 @@
 // Where an analyzed sample goes: its Prometheus series (the statistics of the tensor and of each
 // recipe, scales, the log2-magnitude histogram under current scaling), the live tensor table
-// behind `fp8scope tensors`, and one history record per recipe. Metric definitions are looked up
-// once, not per value.
+// behind `fp8scope tensors`, and one history record per recipe; a GEMM check's figures and its
+// record. Metric definitions are looked up once, not per value.
 #pragma once
 
 #include <vector>
 
+#include "fp8scope/gemm_check.h"
 #include "fp8scope/history/history_store.h"
+#include "gemm_pairing.h"
 #include "metrics_table.h"
 #include "sample.h"
 #include "sample_analysis.h"
@@ -27,6 +29,7 @@ class SamplePublisher {
   SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history, MetricExport exported);
 
   void publish(const Sample& s, const SampleAnalysis& a);
+  void publish_gemm_check(const GemmPair& pair, const std::vector<GemmCheckResult>& results);
 
  private:
   struct StatisticMetric {
@@ -46,6 +49,9 @@ class SamplePublisher {
   const MetricDef& scale_;
   const MetricDef& scale_current_;
   const MetricDef& log2_ratio_;
+  const MetricDef& gemm_mse_;
+  const MetricDef& gemm_cosine_;
+  const MetricDef& gemm_max_rel_error_;
 };
 
 // The scale "current scaling" would choose for this amax in a format: fmax / amax for FP8; for
