@@ -1,6 +1,4 @@
-// The CUDA engine: copies a sample to its device buffer, runs pass 1 (moments, block amaxes),
-// derives the scales with the shared rules, runs pass 2 (every spec's cast in one read), and merges
-// the per-block partial results on the host in block order.
+// The CUDA engine: the shared two-pass driver (two_pass_driver.h) over CUDA kernels on one device.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -10,6 +8,7 @@
 
 #include "fp8scope/cuda_engine.h"
 #include "fp8scope/scale_rules.h"
+#include "fp8scope/two_pass_driver.h"
 #include "stats_kernels.cuh"
 
 namespace fp8scope {
@@ -49,7 +48,105 @@ class DeviceBuffer {
   std::size_t size_ = 0;
 };
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// The CUDA engine's passes (two_pass_driver.h): the sample is copied to the device once; pass 1
+// computes per-CUDA-block moments and every block spec's amax table (all block specs are tabled),
+// the scales come from block_scales_kernel, and pass 2 casts every spec in one read. Partial
+// results are merged on the host in block order.
+class CudaPasses final : public TwoPassBackend {
+ public:
+  CudaPasses(cudaStream_t stream, int max_grid, DeviceBuffer& input, DeviceBuffer& tables, DeviceBuffer& partial,
+             std::uint64_t* budget_left)
+      : stream_(stream), max_grid_(max_grid), input_(input), tables_(tables), partial_(partial),
+        budget_left_(budget_left) {}
+
+  Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) override {
+    const std::size_t bytes = static_cast<std::size_t>(
+        tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)));
+    grid_ = static_cast<int>(std::min<std::int64_t>(max_grid_, ceil_div(t.numel(), cuda::kThreads)));
+    const std::size_t partial_bytes = std::max(
+        sizeof(TensorMoments) * grid_, sizeof(QuantStats) * grid_ * std::max<std::size_t>(plan.specs.size(), 1));
+    if (Status s = input_.reserve(bytes, budget_left_); !s.ok()) return s;
+    if (Status s = tables_.reserve(std::max<std::size_t>(plan.table_floats, 1) * sizeof(float), budget_left_); !s.ok()) {
+      return s;
+    }
+    if (Status s = partial_.reserve(partial_bytes, budget_left_); !s.ok()) return s;
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(input_.as<void>(), t.data, bytes, cudaMemcpyHostToDevice, stream_), "copy to device");
+
+    cuda::moments_kernel<<<grid_, cuda::kThreads, 0, stream_>>>(input_.as<void>(), t.dtype, t.scale_inv, t.numel(),
+                                                                partial_.as<TensorMoments>());
+    std::vector<TensorMoments> partial(static_cast<std::size_t>(grid_));
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(partial.data(), partial_.as<void>(), sizeof(TensorMoments) * grid_,
+                                      cudaMemcpyDeviceToHost, stream_),
+                      "copy moments");
+    for (const SpecPlan& p : plan.specs) {
+      if (!p.tabled) continue;
+      cuda::block_amax_kernel<<<static_cast<unsigned>(p.block_count), cuda::kThreads, 0, stream_>>>(
+          input_.as<void>(), t.dtype, t.scale_inv, t.rows, t.cols, p.spec.block_rows, p.spec.block_cols,
+          p.blocks_per_row, tables_.as<float>() + p.amax_at());
+    }
+    FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 1");
+    for (const TensorMoments& m : partial) merge(*moments, m);
+    return Status();
+  }
+
+  Status block_scales(const AnalysisPlan& plan) override {
+    for (const SpecPlan& p : plan.specs) {
+      if (!p.tabled) continue;
+      float* table = tables_.as<float>();
+      cuda::block_scales_kernel<<<static_cast<unsigned>(ceil_div(p.block_count, cuda::kThreads)), cuda::kThreads, 0,
+                                  stream_>>>(p.rule, table + p.amax_at(), p.block_count, table + p.scale_at(),
+                                             table + p.scale_inv_at());
+    }
+    return Status();
+  }
+
+  Status second_pass(const TensorView& t, const AnalysisPlan& plan, std::vector<QuantStats>* quant) override {
+    cuda::SpecTable table;
+    table.count = static_cast<int>(plan.specs.size());
+    for (std::size_t k = 0; k < plan.specs.size(); ++k) {
+      const SpecPlan& p = plan.specs[k];
+      cuda::SpecScales& sp = table.spec[k];
+      sp.spec = p.spec;
+      sp.tensor_scale = p.tensor_scale.scale;
+      sp.tensor_scale_inv = p.tensor_scale.scale_inv;
+      if (!p.tabled) continue;
+      sp.scale = tables_.as<float>() + p.scale_at();
+      sp.scale_inv = tables_.as<float>() + p.scale_inv_at();
+      sp.blocks_per_row = p.blocks_per_row;
+    }
+    cuda::quantize_kernel<<<grid_, cuda::kThreads, 0, stream_>>>(input_.as<void>(), t.dtype, t.scale_inv, t.rows,
+                                                                 t.cols, table, partial_.as<QuantStats>());
+    std::vector<QuantStats> partial(static_cast<std::size_t>(grid_) * plan.specs.size());
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(partial.data(), partial_.as<void>(), sizeof(QuantStats) * partial.size(),
+                                      cudaMemcpyDeviceToHost, stream_),
+                      "copy quantization results");
+    host_tables_.resize(plan.table_floats);
+    if (!host_tables_.empty()) {
+      FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(host_tables_.data(), tables_.as<void>(), host_tables_.size() * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_),
+                        "copy block scales");
+    }
+    FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 2");
+    FP8SCOPE_CUDA_TRY(cudaGetLastError(), "kernel launch");
+    for (std::size_t k = 0; k < plan.specs.size(); ++k) {
+      for (int b = 0; b < grid_; ++b) merge((*quant)[k], partial[static_cast<std::size_t>(b) * plan.specs.size() + k]);
+    }
+    return Status();
+  }
+
+  Result<std::span<const float>> table_scales(const AnalysisPlan& plan, std::size_t k) override {
+    const SpecPlan& p = plan.specs[k];
+    return std::span<const float>(host_tables_.data() + p.scale_at(), static_cast<std::size_t>(p.block_count));
+  }
+
+ private:
+  cudaStream_t stream_;
+  int max_grid_;
+  int grid_ = 0;
+  DeviceBuffer &input_, &tables_, &partial_;
+  std::uint64_t* budget_left_;
+  std::vector<float> host_tables_;
+};
 
 class CudaEngine final : public StatsEngine {
  public:
@@ -71,108 +168,10 @@ class CudaEngine final : public StatsEngine {
   const char* name() const override { return name_.c_str(); }
 
   Status analyze(const TensorView& t, std::span<const QuantSpec> specs, TensorAnalysis* out) override {
-    if (Status s = check_analysis_request(t, specs); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);  // one sample at a time on this device
     FP8SCOPE_CUDA_TRY(cudaSetDevice(device_), "cudaSetDevice");
-    const std::size_t bytes = static_cast<std::size_t>(
-        tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)));
-    const int grid = static_cast<int>(std::min<std::int64_t>(blocks_, ceil_div(t.numel(), cuda::kThreads)));
-
-    // Block amaxes and scales need room per spec: one float per block, twice.
-    std::size_t block_floats = 0;
-    std::vector<std::int64_t> blocks_per_row(specs.size()), blocks(specs.size()), offset(specs.size());
-    for (std::size_t k = 0; k < specs.size(); ++k) {
-      if (!specs[k].per_block()) continue;
-      blocks_per_row[k] = ceil_div(t.cols, specs[k].block_cols);
-      blocks[k] = ceil_div(t.rows, specs[k].block_rows) * blocks_per_row[k];
-      offset[k] = static_cast<std::int64_t>(block_floats);
-      block_floats += static_cast<std::size_t>(blocks[k]) * 3;  // amax, scale, scale_inv
-    }
-    const std::size_t partial_bytes =
-        std::max(sizeof(TensorMoments) * grid, sizeof(QuantStats) * grid * std::max<std::size_t>(specs.size(), 1));
-    if (Status s = input_.reserve(bytes, &budget_left_); !s.ok()) return s;
-    if (Status s = scales_.reserve(std::max<std::size_t>(block_floats, 1) * sizeof(float), &budget_left_); !s.ok()) return s;
-    if (Status s = partial_.reserve(partial_bytes, &budget_left_); !s.ok()) return s;
-
-    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(input_.as<void>(), t.data, bytes, cudaMemcpyHostToDevice, stream_), "copy to device");
-
-    // Pass 1: moments and block amaxes.
-    cuda::moments_kernel<<<grid, cuda::kThreads, 0, stream_>>>(input_.as<void>(), t.dtype, t.scale_inv, t.numel(),
-                                                               partial_.as<TensorMoments>());
-    std::vector<TensorMoments> moments(static_cast<std::size_t>(grid));
-    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(moments.data(), partial_.as<void>(), sizeof(TensorMoments) * grid,
-                                      cudaMemcpyDeviceToHost, stream_),
-                      "copy moments");
-    cuda::SpecTable table;
-    table.count = static_cast<int>(specs.size());
-    for (std::size_t k = 0; k < specs.size(); ++k) {
-      cuda::SpecScales& sp = table.spec[k];
-      sp.spec = specs[k];
-      if (!specs[k].per_block()) continue;
-      float* amax = scales_.as<float>() + offset[k];
-      sp.scale = amax + blocks[k];
-      sp.scale_inv = amax + 2 * blocks[k];
-      sp.blocks_per_row = blocks_per_row[k];
-      cuda::block_amax_kernel<<<static_cast<unsigned>(blocks[k]), cuda::kThreads, 0, stream_>>>(
-          input_.as<void>(), t.dtype, t.scale_inv, t.rows, t.cols, specs[k].block_rows, specs[k].block_cols,
-          blocks_per_row[k], amax);
-    }
-    FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 1");
-    out->moments = TensorMoments{};
-    for (const TensorMoments& m : moments) merge(out->moments, m);
-    out->te_amax = te_amax(out->moments.amax, out->moments.inf > 0);
-
-    // Scales, by the rules the CPU engine applies (NVFP4's need the tensor's amax).
-    for (std::size_t k = 0; k < specs.size(); ++k) {
-      cuda::SpecScales& sp = table.spec[k];
-      const BlockRule rule = block_rule_for(specs[k], out->te_amax);
-      if (specs[k].per_block()) {
-        cuda::block_scales_kernel<<<static_cast<unsigned>(ceil_div(blocks[k], cuda::kThreads)), cuda::kThreads, 0,
-                                    stream_>>>(rule, scales_.as<float>() + offset[k], blocks[k],
-                                               const_cast<float*>(sp.scale), const_cast<float*>(sp.scale_inv));
-        continue;
-      }
-      const ScalePair p = specs[k].rule == ScaleRule::kTensorFixed
-                              ? ScalePair{specs[k].fixed_scale, 1.0f / specs[k].fixed_scale}
-                              : current_block_scale(rule, out->te_amax);
-      sp.tensor_scale = p.scale;
-      sp.tensor_scale_inv = p.scale_inv;
-    }
-
-    // Pass 2.
-    out->quant.assign(specs.size(), QuantStats{});
-    if (!specs.empty()) {
-      cuda::quantize_kernel<<<grid, cuda::kThreads, 0, stream_>>>(input_.as<void>(), t.dtype, t.scale_inv, t.rows,
-                                                                  t.cols, table, partial_.as<QuantStats>());
-      std::vector<QuantStats> partial(static_cast<std::size_t>(grid) * specs.size());
-      FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(partial.data(), partial_.as<void>(), sizeof(QuantStats) * partial.size(),
-                                        cudaMemcpyDeviceToHost, stream_),
-                        "copy quantization results");
-      std::vector<float> block_scales(block_floats);
-      if (block_floats > 0) {
-        FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(block_scales.data(), scales_.as<void>(), block_floats * sizeof(float),
-                                          cudaMemcpyDeviceToHost, stream_),
-                          "copy block scales");
-      }
-      FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 2");
-      for (std::size_t k = 0; k < specs.size(); ++k) {
-        QuantStats& q = out->quant[k];
-        for (int b = 0; b < grid; ++b) merge(q, partial[static_cast<std::size_t>(b) * specs.size() + k]);
-        if (!specs[k].per_block()) {
-          q.scale_min = q.scale_max = table.spec[k].tensor_scale;
-          continue;
-        }
-        q.scale_min = kFloatMax;
-        q.scale_max = 0.0f;
-        const float* s = block_scales.data() + offset[k] + blocks[k];
-        for (std::int64_t b = 0; b < blocks[k]; ++b) {
-          q.scale_min = std::min(q.scale_min, s[b]);
-          q.scale_max = std::max(q.scale_max, s[b]);
-        }
-      }
-    }
-    FP8SCOPE_CUDA_TRY(cudaGetLastError(), "kernel launch");
-    return Status();
+    CudaPasses passes(stream_, blocks_, input_, tables_, partial_, &budget_left_);
+    return run_two_passes(passes, RowBlocks::kTabled, t, specs, out);
   }
 
  private:
@@ -182,7 +181,7 @@ class CudaEngine final : public StatsEngine {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::mutex mu_;
-  DeviceBuffer input_, scales_, partial_;
+  DeviceBuffer input_, tables_, partial_;
 };
 
 Result<std::unique_ptr<StatsEngine>> create_engine(int device, std::uint64_t budget) {
