@@ -1,7 +1,9 @@
-// Ingest throughput: 16 MiB BF16 tensors pushed through the Stream RPC to an in-process fp8scoped on
-// loopback, against a raw TCP loopback copy of the same bytes in the same run (target >= 0.5 of
-// raw; counter "x_raw_tcp"). Then analysis latency under load: p50/p99 from the daemon's own
-// fp8scope_analysis_seconds histogram while it analyzes a stream of samples.
+// Ingest throughput: 16 MiB BF16 tensors pushed through the Stream RPC to an in-process fp8scoped,
+// over loopback TCP against a raw TCP loopback copy of the same bytes (target >= 0.5 of raw;
+// counter "x_raw_tcp"), and over a unix socket (the shipper beside the daemon) against one
+// single-threaded memcpy of the same bytes (target >= 0.8; counter "x_memcpy", also given for a
+// bare unix socket pair, the bound of any socket transport), all in the same run. Then analysis latency under load: p50/p99 from the daemon's own fp8scope_analysis_seconds
+// histogram while it analyzes a stream of samples.
 #include <arpa/inet.h>
 #include <benchmark/benchmark.h>
 #include <netinet/in.h>
@@ -33,6 +35,7 @@ namespace {
 
 constexpr std::size_t kTensorBytes = 16u << 20;
 double g_raw_seconds = 0.0;
+double g_memcpy_seconds = 0.0;
 
 const std::vector<std::uint8_t>& tensor() {
   static const std::vector<std::uint8_t> t = [] {
@@ -95,7 +98,19 @@ v1::TensorHeader header(std::uint64_t step) {
   return h;
 }
 
-// The baseline: the same bytes over a plain loopback TCP connection into a reader that discards them.
+// The same-host baseline: one copy of the bytes by one thread.
+void BM_Memcpy(benchmark::State& state) {
+  const auto& t = tensor();
+  std::vector<std::uint8_t> dst(t.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), t.data(), t.size());
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
+}
+
+// The network baseline: the same bytes over a plain loopback TCP connection into a reader that discards them.
 void BM_RawTcpLoopback(benchmark::State& state) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -125,6 +140,30 @@ void BM_RawTcpLoopback(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
 }
 
+// What any socket costs beside one memcpy: the same bytes through a bare unix socket pair into a
+// reader that discards them (a copy into the kernel and one out), no gRPC.
+void BM_RawUnixSocket(benchmark::State& state) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+    state.SkipWithError("socketpair failed");
+    return;
+  }
+  std::thread reader([fd = fds[1]] {
+    std::vector<char> buf(1 << 20);
+    while (read(fd, buf.data(), buf.size()) > 0) {
+    }
+    close(fd);
+  });
+  const auto& t = tensor();
+  for (auto _ : state) {
+    std::size_t sent = 0;
+    while (sent < t.size()) sent += static_cast<std::size_t>(write(fds[0], t.data() + sent, t.size() - sent));
+  }
+  close(fds[0]);
+  reader.join();
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
+}
+
 // The daemon's real ingest path (gRPC server, IngestService, reassembly, budget, queue) with a
 // consumer that releases samples instead of analyzing them, so the figure is the ingest path's own
 // and not the CPU the analysis takes on the same two cores.
@@ -144,16 +183,17 @@ struct IngestOnly {
   std::unique_ptr<grpc::Server> server;
   std::thread consumer;
   std::string address;
-  IngestOnly() {
+  explicit IngestOnly(bool unix_socket) {
     grpc::ServerBuilder b;
     int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    address = unix_socket ? "unix://" + dir + ".sock" : "127.0.0.1:0";
+    b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
     b.RegisterService(&service);
     b.SetMaxReceiveMessageSize(static_cast<int>(wire::kDaemonChunkBytes + (64 << 10)));
     b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // as fp8scoped does
     b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(wire::kDaemonChunkBytes));
     server = b.BuildAndStart();
-    address = "127.0.0.1:" + std::to_string(port);
+    if (!unix_socket) address = "127.0.0.1:" + std::to_string(port);
     consumer = std::thread([this] {
       while (auto s = queue.pop(0)) {
         s->lease.reset();
@@ -167,11 +207,13 @@ struct IngestOnly {
     consumer.join();
     history.reset();
     std::filesystem::remove_all(dir);
+    std::filesystem::remove(dir + ".sock");
   }
 };
 
+// range(0): 0 over loopback TCP, 1 over a unix socket.
 void BM_IngestStream(benchmark::State& state) {
-  IngestOnly d;
+  IngestOnly d(state.range(0) == 1);
   ConnectionOptions o;
   o.endpoint = d.address;
   auto stream = SampleStream::open(o, hello());
@@ -257,9 +299,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (Run& r : out) {
       if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
       const double seconds = r.GetAdjustedRealTime() / 1e9;
-      if (r.benchmark_name().rfind("BM_RawTcpLoopback", 0) == 0) g_raw_seconds = seconds;
-      // Throughput ratio: raw time / ingest time (1.0 = as fast as a plain socket).
-      if (r.benchmark_name().rfind("BM_IngestStream", 0) == 0 && g_raw_seconds > 0) r.counters["x_raw_tcp"] = g_raw_seconds / seconds;
+      const std::string name = r.benchmark_name();
+      if (name.rfind("BM_RawTcpLoopback", 0) == 0) g_raw_seconds = seconds;
+      if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
+      // Throughput ratios: baseline time / ingest time (1.0 = as fast as the baseline).
+      if (name.rfind("BM_IngestStream/transport:0", 0) == 0 && g_raw_seconds > 0) r.counters["x_raw_tcp"] = g_raw_seconds / seconds;
+      if ((name.rfind("BM_IngestStream/transport:1", 0) == 0 || name.rfind("BM_RawUnixSocket", 0) == 0) &&
+          g_memcpy_seconds > 0) {
+        r.counters["x_memcpy"] = g_memcpy_seconds / seconds;
+      }
     }
     ConsoleReporter::ReportRuns(out);
   }
@@ -267,8 +315,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
+BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawTcpLoopback)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_IngestStream)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RawUnixSocket)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IngestStream)->UseRealTime()->Unit(benchmark::kMillisecond)->DenseRange(0, 1)->ArgName("transport");
 BENCHMARK(BM_AnalysisLatencyUnderLoad)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(4);
 
 int main(int argc, char** argv) {

@@ -1,8 +1,11 @@
-// Statistics throughput on a BF16 tensor (256 MiB by default) for each recipe alone and for all
-// seven, against memcpy of the same bytes in the same run. Targets: one recipe <= 3x memcpy;
-// nvfp4 <= 1.5x mxfp8 (issue 14 sets the engine's other speed targets). The ratios are printed as
-// counters: "x_memcpy", "x_one_recipe" (all seven against tensor_current alone) and "x_mxfp8"
-// (the FP4 recipes against mxfp8). recipe:N is RecipeKind N (1 tensor_current, 2 tensor_delayed,
+// Statistics throughput on a BF16 tensor (256 MiB by default) for each recipe alone, for the five
+// FP8 recipes in one call and for all seven, against a streaming read-and-reduce of the same
+// buffer by the same number of threads in the same run (BM_ReadReduce: the least any engine must
+// do, and steadier on a shared machine than memcpy, whose write stream varies most). Targets: one
+// recipe <= 2x the read, the five FP8 recipes <= 4x; nvfp4 <= 1.5x mxfp8. Run with
+// --benchmark_repetitions=N: the ratios then use the medians. Counters: "x_read", "x_memcpy",
+// "x_one_recipe" (several recipes against tensor_current alone) and "x_mxfp8" (the FP4 recipes
+// against mxfp8). recipe:N is RecipeKind N (1 tensor_current, 2 tensor_delayed,
 // 3 mxfp8, 4 block_1x128, 5 block_128x128, 6 nvfp4, 7 mxfp4). BM_WeightCodeDigest is the extra
 // pass the daemon makes over each sampled weight for the inference check (one thread, no target;
 // "x_one_recipe" puts it beside tensor_current's statistics). BM_Observed* decode a job's own codes
@@ -11,11 +14,13 @@
 //   stats_engine_bench [--fp8scope_mib=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fp8scope/code_digest.h"
@@ -27,6 +32,7 @@ using namespace fp8scope;
 namespace {
 
 std::size_t g_mib = 256;
+double g_read_seconds = 0.0;
 double g_memcpy_seconds = 0.0;
 double g_one_recipe_seconds = 0.0;
 double g_mxfp8_seconds = 0.0;
@@ -61,6 +67,28 @@ TensorView view() {
   return TensorView{t.data(), DType::kBF16, static_cast<std::int64_t>(t.size()) / cols, cols, 1.0f};
 }
 
+// Every element read once and folded into a sum, by as many threads as the CPU engine starts,
+// each over its own contiguous share.
+void BM_ReadReduce(benchmark::State& state) {
+  const auto& t = tensor();
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::uint64_t> sums(threads);
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (unsigned k = 0; k < threads; ++k) {
+      pool.emplace_back([&, k] {
+        const std::size_t first = t.size() * k / threads, last = t.size() * (k + 1) / threads;
+        std::uint64_t sum = 0;
+        for (std::size_t i = first; i < last; ++i) sum += t[i];
+        sums[k] = sum;
+      });
+    }
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size() * 2));
+}
+
 void BM_Memcpy(benchmark::State& state) {
   const auto& t = tensor();
   std::vector<std::uint16_t> dst(t.size());
@@ -91,6 +119,10 @@ void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds) 
 }
 
 void BM_OneRecipe(benchmark::State& state) { run_recipes(state, {static_cast<RecipeKind>(state.range(0))}); }
+void BM_FiveFp8Recipes(benchmark::State& state) {
+  run_recipes(state, {RecipeKind::kTensorCurrent, RecipeKind::kTensorDelayed, RecipeKind::kMxfp8,
+                      RecipeKind::kBlock1x128, RecipeKind::kBlock128x128});
+}
 void BM_AllRecipes(benchmark::State& state) {
   run_recipes(state, std::vector<RecipeKind>(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds)));
 }
@@ -136,14 +168,18 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
       const double seconds = r.GetAdjustedRealTime() / 1e9;  // default unit: ns
       const std::string name = r.benchmark_name();
+      if (name.rfind("BM_ReadReduce", 0) == 0) g_read_seconds = seconds;
       if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
       if (name.rfind("BM_OneRecipe/recipe:1", 0) == 0) g_one_recipe_seconds = seconds;  // tensor_current
       if (name.rfind("BM_OneRecipe/recipe:3", 0) == 0) g_mxfp8_seconds = seconds;
       if (g_mxfp8_seconds > 0 && (name.rfind("BM_OneRecipe/recipe:6", 0) == 0 || name.rfind("BM_OneRecipe/recipe:7", 0) == 0)) {
         r.counters["x_mxfp8"] = seconds / g_mxfp8_seconds;
       }
-      if (g_memcpy_seconds > 0 && name.rfind("BM_Memcpy", 0) != 0) r.counters["x_memcpy"] = seconds / g_memcpy_seconds;
-      if (g_one_recipe_seconds > 0 && (name.rfind("BM_AllRecipes", 0) == 0 || name.rfind("BM_WeightCodeDigest", 0) == 0)) {
+      const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
+      if (g_read_seconds > 0 && !baseline) r.counters["x_read"] = seconds / g_read_seconds;
+      if (g_memcpy_seconds > 0 && !baseline) r.counters["x_memcpy"] = seconds / g_memcpy_seconds;
+      if (g_one_recipe_seconds > 0 && (name.rfind("BM_AllRecipes", 0) == 0 || name.rfind("BM_FiveFp8Recipes", 0) == 0 ||
+                                       name.rfind("BM_WeightCodeDigest", 0) == 0)) {
         r.counters["x_one_recipe"] = seconds / g_one_recipe_seconds;
       }
     }
@@ -153,8 +189,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
+BENCHMARK(BM_ReadReduce)->UseRealTime();
 BENCHMARK(BM_Memcpy)->UseRealTime();
 BENCHMARK(BM_OneRecipe)->UseRealTime()->DenseRange(1, 7)->ArgName("recipe");
+BENCHMARK(BM_FiveFp8Recipes)->UseRealTime();
 BENCHMARK(BM_AllRecipes)->UseRealTime();
 BENCHMARK(BM_WeightCodeDigest)->UseRealTime();
 BENCHMARK(BM_ObservedMxfp8)->UseRealTime();
