@@ -15,6 +15,7 @@
 #include <map>
 #include <thread>
 
+#include "cpu_list.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 
 extern char** environ;
@@ -139,6 +140,10 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
   cmd->add_option("--data-dir", o.data_dir, "History directory of a daemon --start-daemon starts")->capture_default_str();
   cmd->add_option("--daemon-metrics", o.daemon_metrics, "Metrics address of a daemon --start-daemon starts")
       ->capture_default_str();
+  cmd->add_option("--shipper-cpus", o.shipper_cpus,
+                  "Cores the shipper runs on, as taskset writes them (e.g. 7 or 6-7): keep it off the training "
+                  "process's cores")
+      ->envname("FP8SCOPE_SHIPPER_CPUS");
   cmd->add_option("command", o.command, "The command and its arguments, after --")->required();
   return cmd;
 }
@@ -151,6 +156,10 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
   }
   if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
     err << "fp8scope run: " << check.message() << "\n";
+    return kUsage;
+  }
+  if (Result<std::vector<int>> cpus = shipper::parse_cpu_list(o.shipper_cpus); !o.shipper_cpus.empty() && !cpus.ok()) {
+    err << "fp8scope run: --shipper-cpus: " << cpus.message() << "\n";
     return kUsage;
   }
   const fs::path here = executable_dir();
@@ -205,6 +214,7 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
   env["FP8SCOPE_ENDPOINT"] = connection.value().endpoint;
   env["FP8SCOPE_JOB"] = job;
   env["FP8SCOPE_RUN"] = run;
+  if (!o.shipper_cpus.empty()) env["FP8SCOPE_SHIPPER_CPUS"] = o.shipper_cpus;
   if (!o.connection.token_file.empty()) env["FP8SCOPE_TOKEN_FILE"] = fs::absolute(o.connection.token_file).string();
   if (!connection.value().tls_ca.empty()) env["FP8SCOPE_TLS_CA"] = connection.value().tls_ca;
   if (!connection.value().tls_cert.empty()) env["FP8SCOPE_TLS_CERT"] = connection.value().tls_cert;

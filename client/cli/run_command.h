@@ -22,6 +22,7 @@ struct RunOptions {
   bool start_daemon = false;
   std::string data_dir = "fp8scope-data";
   std::string daemon_metrics = "127.0.0.1:9767";
+  std::string shipper_cpus;  // FP8SCOPE_SHIPPER_CPUS for the shipper the hook starts
   std::vector<std::string> command;
 };
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cpu_list.h"
 #include "shipper.h"
 
 int main() {
@@ -37,6 +38,13 @@ int main() {
   if (!config.ok()) {
     std::fprintf(stderr, "fp8scope-shipper: %s\n", config.message().c_str());
     return 2;
+  }
+  // Before any thread starts: they inherit the affinity.
+  if (!config.value().cpus.empty()) {
+    if (Status pinned = shipper::run_on_cpus(config.value().cpus); !pinned.ok()) {
+      std::fprintf(stderr, "fp8scope-shipper: FP8SCOPE_SHIPPER_CPUS: %s\n", pinned.message().c_str());
+      return 2;
+    }
   }
   shipper::Shipper s(std::move(config).value(), static_cast<shm::Header*>(base));
   return s.run();

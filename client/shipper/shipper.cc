@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cpu_list.h"
 #include "fp8scope/sampling_rule.h"
 #include "fp8scope/wire.h"
 
@@ -88,6 +89,11 @@ Result<ShipperConfig> config_from_environment() {
   const char* run = first_env({"FP8SCOPE_RUN"});
   c.hello = make_hello(job_name, run != nullptr ? run : job_name + "-" + std::to_string(c.parent), rank.value(),
                        std::max(world.value(), rank.value() + 1), static_cast<std::uint32_t>(c.parent));
+  if (const char* cpus = first_env({"FP8SCOPE_SHIPPER_CPUS"}); cpus != nullptr && *cpus != '\0') {
+    Result<std::vector<int>> list = parse_cpu_list(cpus);
+    if (!list.ok()) return Status::error("FP8SCOPE_SHIPPER_CPUS: " + list.message());
+    c.cpus = std::move(list).value();
+  }
   return c;
 }
 

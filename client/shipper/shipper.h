@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/shm_ring.h"
@@ -23,11 +24,13 @@ struct ShipperConfig {
   ConnectionOptions connection;
   v1::Hello hello;
   pid_t parent = 0;
+  std::vector<int> cpus;  // the cores the shipper runs on; empty: those of the training process
 };
 
 // From the environment the hook passed on: FP8SCOPE_ENDPOINT, FP8SCOPE_TOKEN_FILE, FP8SCOPE_TLS_CA /
 // _CERT / _KEY, FP8SCOPE_JOB, FP8SCOPE_RUN, FP8SCOPE_RANK (else RANK, OMPI_COMM_WORLD_RANK,
-// SLURM_PROCID), FP8SCOPE_WORLD_SIZE (else WORLD_SIZE, ...), FP8SCOPE_PARENT_PID.
+// SLURM_PROCID), FP8SCOPE_WORLD_SIZE (else WORLD_SIZE, ...), FP8SCOPE_PARENT_PID,
+// FP8SCOPE_SHIPPER_CPUS.
 Result<ShipperConfig> config_from_environment();
 
 // A ring record as the wire's TensorHeader; an error for a record the daemon would refuse anyway.
