@@ -4,6 +4,7 @@
 // unchanged; every layer, GEMM and operand reaches the daemon with the statistics `fp8scope
 // analyze` gives for the same tensors; and when the daemon or the shipper dies, or there is no
 // daemon at all, training finishes the same and the lost samples are counted.
+#include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
 
@@ -379,6 +380,44 @@ TEST_CASE("the shipper killed mid-run: same losses, a new shipper takes over, dr
   CHECK(lines_of(dir.file("losses")) == lines_of(dir.file("reference")));
   CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_total") > before + kSamplesPerStep; }));
   CHECK(eventually([&] { return counter(daemon, "fp8scope_samples_dropped_total", {{"reason", "client_ring_full"}}) > 0; }));
+}
+
+// The cores a process may run on, as /proc lists them ("0-1", "1").
+std::string cpus_allowed(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+  }
+  return "";
+}
+
+TEST_CASE("the shipper the hook starts runs on the cores --shipper-cpus names, not the trainer's", "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) last = cpu;
+  }
+  REQUIRE(last >= 0);
+  ChildProcess run(under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "pinned", "--shipper-cpus",
+                               std::to_string(last)},
+                              {"--steps", "40", "--step-sleep-ms", "50"}),
+                   child_env(), dir.file("run.log"));
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_total") >= kSamplesPerStep; }));
+  std::vector<int> trainers = children_of(run.pid());
+  REQUIRE(trainers.size() == 1);
+  std::vector<int> shippers = children_of(trainers[0]);
+  REQUIRE(shippers.size() == 1);
+  CHECK(cpus_allowed(shippers[0]) == std::to_string(last));
+  if (CPU_COUNT(&mine) > 1) CHECK(cpus_allowed(trainers[0]) != std::to_string(last));  // the trainer keeps its cores
+  REQUIRE(run.wait(120.0) == 0);
+
+  const ProcessResult refused = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--shipper-cpus", "3-1"}, {"--steps", "1"}), child_env(), 60.0);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("--shipper-cpus: expected a CPU list such as 3, 0,2 or 4-7") != std::string::npos);
 }
 
 TEST_CASE("with no daemon at all the job runs the same, and says what it dropped", "[hook]") {
