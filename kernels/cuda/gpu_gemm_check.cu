@@ -60,41 +60,19 @@ __global__ void convert_kernel(const void* data, DType dtype, float scale_inv, s
   }
 }
 
-struct ErrorPartial {
-  double squared_error, dot, ref_squares, test_squares, max_abs_error, max_abs_ref;
-  unsigned long long count;
-};
-
-__global__ void error_kernel(const float* reference, const float* test, std::int64_t n, ErrorPartial* partial) {
-  __shared__ ErrorPartial shared[kThreads];
-  ErrorPartial p{};
+// Each thread adds its outputs into GemmErrorSums; the block merges them pairwise (a fixed tree).
+__global__ void error_kernel(const float* reference, const float* test, std::int64_t n, GemmErrorSums* partial) {
+  __shared__ GemmErrorSums shared[kThreads];
+  GemmErrorSums p;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const double r = reference[i], t = test[i];
-    if (!isfinite(r) || !isfinite(t)) continue;
-    const double d = t - r;
-    p.squared_error += d * d;
-    p.dot += r * t;
-    p.ref_squares += r * r;
-    p.test_squares += t * t;
-    p.max_abs_error = fmax(p.max_abs_error, fabs(d));
-    p.max_abs_ref = fmax(p.max_abs_ref, fabs(r));
-    ++p.count;
+    if (isfinite(r) && isfinite(t)) p.add(r, t);
   }
   shared[threadIdx.x] = p;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      ErrorPartial& a = shared[threadIdx.x];
-      const ErrorPartial& b = shared[threadIdx.x + stride];
-      a.squared_error += b.squared_error;
-      a.dot += b.dot;
-      a.ref_squares += b.ref_squares;
-      a.test_squares += b.test_squares;
-      a.max_abs_error = fmax(a.max_abs_error, b.max_abs_error);
-      a.max_abs_ref = fmax(a.max_abs_ref, b.max_abs_ref);
-      a.count += b.count;
-    }
+    if (threadIdx.x < stride) shared[threadIdx.x].merge(shared[threadIdx.x + stride]);
     __syncthreads();
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
@@ -141,7 +119,7 @@ class CublasLtGemmCheck final : public GpuGemmCheck {
     FP8SCOPE_CUDA_CHECK(cudaMalloc(&scalars.p, 4 * sizeof(float)), "cudaMalloc");
     FP8SCOPE_CUDA_CHECK(cudaMalloc(&y_ref.p, m * n * sizeof(float)), "cudaMalloc");
     FP8SCOPE_CUDA_CHECK(cudaMalloc(&y_fp8.p, m * n * sizeof(float)), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&partial.p, 1024 * sizeof(ErrorPartial)), "cudaMalloc");
+    FP8SCOPE_CUDA_CHECK(cudaMalloc(&partial.p, 1024 * sizeof(GemmErrorSums)), "cudaMalloc");
     FP8SCOPE_CUDA_CHECK(cudaMalloc(&workspace.p, workspace_bytes), "cudaMalloc");
     float* amax = static_cast<float*>(scalars.p);  // [amax_x, amax_w, scale_inv_x, scale_inv_w]
     FP8SCOPE_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4 * sizeof(float), stream_), "memset");
@@ -197,24 +175,16 @@ class CublasLtGemmCheck final : public GpuGemmCheck {
     for (bool fast : {true, false}) {
       if (Status s = matmul(CUDA_R_8F_E4M3, f8_w.p, f8_x.p, y_fp8.p, true, fast); !s.ok()) return s;
       error_kernel<<<1024, kThreads, 0, stream_>>>(static_cast<float*>(y_ref.p), static_cast<float*>(y_fp8.p), m * n,
-                                                   static_cast<ErrorPartial*>(partial.p));
-      std::vector<ErrorPartial> parts(1024);
-      FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(parts.data(), partial.p, parts.size() * sizeof(ErrorPartial),
+                                                   static_cast<GemmErrorSums*>(partial.p));
+      std::vector<GemmErrorSums> parts(1024);
+      FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(parts.data(), partial.p, parts.size() * sizeof(GemmErrorSums),
                                           cudaMemcpyDeviceToHost, stream_),
                           "copy errors");
       FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(host_scalars, scalars.p, sizeof host_scalars, cudaMemcpyDeviceToHost, stream_),
                           "copy scales");
       FP8SCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_), "gemm check");
       GemmErrorSums sums;
-      for (const ErrorPartial& p : parts) {
-        sums.squared_error += p.squared_error;
-        sums.dot += p.dot;
-        sums.ref_squares += p.ref_squares;
-        sums.test_squares += p.test_squares;
-        sums.max_abs_error = std::max(sums.max_abs_error, p.max_abs_error);
-        sums.max_abs_ref = std::max(sums.max_abs_ref, p.max_abs_ref);
-        sums.count += static_cast<std::int64_t>(p.count);
-      }
+      for (const GemmErrorSums& p : parts) sums.merge(p);
       GemmCheckResult r;
       r.accumulate = fast ? "fast" : "precise";
       r.rows = m;

@@ -45,17 +45,6 @@ CastOperand prepare(const TensorView& t, std::int64_t rows, CastFormat format) {
 
 }  // namespace
 
-void GemmErrorSums::add(double reference, double test) {
-  const double d = test - reference;
-  squared_error += d * d;
-  dot += reference * test;
-  ref_squares += reference * reference;
-  test_squares += test * test;
-  max_abs_error = std::max(max_abs_error, std::fabs(d));
-  max_abs_ref = std::max(max_abs_ref, std::fabs(reference));
-  ++count;
-}
-
 void GemmErrorSums::finish(GemmCheckResult* out) const {
   out->mse = count ? squared_error / static_cast<double>(count) : std::nan("");
   const double norms = std::sqrt(ref_squares) * std::sqrt(test_squares);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fp8scope/float_formats.h"
+#include "fp8scope/host_device.h"
 #include "fp8scope/stats_engine.h"
 #include "fp8scope/status.h"
 
@@ -23,13 +24,33 @@ struct GemmCheckResult {
   float scale_x = 1, scale_w = 1;
 };
 
-// Sums of an output comparison, mergeable across row blocks.
+// Sums of an output comparison, mergeable across row blocks, CPU threads and CUDA blocks: the CPU
+// emulation and the GPU check's error kernel add and merge through these same functions.
 struct GemmErrorSums {
   double squared_error = 0, dot = 0, ref_squares = 0, test_squares = 0;
   double max_abs_error = 0, max_abs_ref = 0;
   std::int64_t count = 0;
 
-  void add(double reference, double test);
+  FP8SCOPE_HD void add(double reference, double test) {
+    const double d = test - reference;
+    squared_error += d * d;
+    dot += reference * test;
+    ref_squares += reference * reference;
+    test_squares += test * test;
+    const double abs_d = d < 0 ? -d : d, abs_ref = reference < 0 ? -reference : reference;
+    max_abs_error = abs_d > max_abs_error ? abs_d : max_abs_error;
+    max_abs_ref = abs_ref > max_abs_ref ? abs_ref : max_abs_ref;
+    ++count;
+  }
+  FP8SCOPE_HD void merge(const GemmErrorSums& o) {
+    squared_error += o.squared_error;
+    dot += o.dot;
+    ref_squares += o.ref_squares;
+    test_squares += o.test_squares;
+    max_abs_error = o.max_abs_error > max_abs_error ? o.max_abs_error : max_abs_error;
+    max_abs_ref = o.max_abs_ref > max_abs_ref ? o.max_abs_ref : max_abs_ref;
+    count += o.count;
+  }
   void finish(GemmCheckResult* out) const;
 };
 
