@@ -1,13 +1,16 @@
 // Ingest throughput: 16 MiB BF16 tensors pushed through the Stream RPC to an in-process fp8scoped,
 // over loopback TCP against a raw TCP loopback copy of the same bytes (target >= 0.5 of raw;
-// counter "x_raw_tcp"), and over a unix socket (the shipper beside the daemon) against one
-// single-threaded memcpy of the same bytes (target >= 0.8; counter "x_memcpy", also given for a
-// bare unix socket pair, the bound of any socket transport), all in the same run. Then analysis latency under load: p50/p99 from the daemon's own fp8scope_analysis_seconds
-// histogram while it analyzes a stream of samples.
+// counter "x_raw_tcp"); and, for a shipper beside the daemon, against one single-threaded memcpy
+// of the same bytes (counter "x_memcpy"): over a unix socket, with the payload in shared memory the
+// daemon copies out of (target >= 0.8), and a bare unix socket pair (the bound of any socket
+// transport), all in the same run. Then analysis latency under load: p50/p99 from the daemon's
+// own fp8scope_analysis_seconds histogram while it analyzes a stream of samples.
 #include <arpa/inet.h>
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <prometheus/text_serializer.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@
 #include "ingest_queue.h"
 #include "ingest_service.h"
 #include "policy_store.h"
+#include "shared_regions.h"
 #include "fp8scope/sample_stream.h"
 #include "fp8scope/wire.h"
 
@@ -177,18 +181,22 @@ struct IngestOnly {
   std::unique_ptr<history::HistoryStore> history = std::move(history::HistoryStore::open(dir, {})).value();
   std::unique_ptr<server::AckJournal> journal = std::move(server::AckJournal::open(dir + "/accepted.journal")).value();
   server::AccessCheck access{""};
-  server::IngestService service{server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
-                                                   server::AssemblerLimits{1ull << 30, wire::kDaemonChunkBytes},
-                                                   256ull << 20, "bench", std::chrono::seconds(30)}};
+  std::unique_ptr<server::SharedRegions> regions;
+  std::unique_ptr<server::IngestService> service;
   std::unique_ptr<grpc::Server> server;
   std::thread consumer;
   std::string address;
-  explicit IngestOnly(bool unix_socket) {
+  IngestOnly(bool unix_socket, bool shared_memory) {
+    if (shared_memory) regions = std::move(server::SharedRegions::open(dir + ".shm", server::RegionId{})).value();
+    service = std::make_unique<server::IngestService>(
+        server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
+                           server::AssemblerLimits{1ull << 30, wire::kDaemonChunkBytes}, 256ull << 20, "bench",
+                           std::chrono::seconds(30), regions.get()});
     grpc::ServerBuilder b;
     int port = 0;
     address = unix_socket ? "unix://" + dir + ".sock" : "127.0.0.1:0";
     b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&service);
+    b.RegisterService(service.get());
     b.SetMaxReceiveMessageSize(static_cast<int>(wire::kDaemonChunkBytes + (64 << 10)));
     b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // as fp8scoped does
     b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(wire::kDaemonChunkBytes));
@@ -211,9 +219,28 @@ struct IngestOnly {
   }
 };
 
-// range(0): 0 over loopback TCP, 1 over a unix socket.
+// The tensor in a sealed memfd, as the hook's ring holds a sample: what a shipper shares.
+struct SealedCopy {
+  int fd = memfd_create("bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void* base = MAP_FAILED;
+  SealedCopy() {
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(kTensorBytes)) != 0) return;
+    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+    base = mmap(nullptr, kTensorBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base != MAP_FAILED) std::memcpy(base, tensor().data(), kTensorBytes);
+  }
+  ~SealedCopy() {
+    if (base != MAP_FAILED) munmap(base, kTensorBytes);
+    if (fd >= 0) close(fd);
+  }
+  std::span<const std::uint8_t> bytes() const { return {static_cast<const std::uint8_t*>(base), kTensorBytes}; }
+};
+
+// range(0): 0 over loopback TCP, 1 over a unix socket, 2 over a unix socket with the payload
+// in shared memory the daemon copies out of.
 void BM_IngestStream(benchmark::State& state) {
-  IngestOnly d(state.range(0) == 1);
+  const bool shared = state.range(0) == 2;
+  IngestOnly d(state.range(0) >= 1, shared);
   ConnectionOptions o;
   o.endpoint = d.address;
   auto stream = SampleStream::open(o, hello());
@@ -221,9 +248,22 @@ void BM_IngestStream(benchmark::State& state) {
     state.SkipWithError(stream.message().c_str());
     return;
   }
+  SealedCopy copy;
+  std::span<const std::uint8_t> payload = tensor();
+  if (shared) {
+    if (copy.base == MAP_FAILED) {
+      state.SkipWithError("memfd failed");
+      return;
+    }
+    if (Status s = stream.value()->share_memory(copy.fd, copy.base, kTensorBytes); !s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+    payload = copy.bytes();
+  }
   std::uint64_t step = 0;
   for (auto _ : state) {
-    if (!stream.value()->send(header(step++), tensor()).ok()) state.SkipWithError("send failed");
+    if (!stream.value()->send(header(step++), payload).ok()) state.SkipWithError("send failed");
   }
   if (!stream.value()->wait_for_acks(600).ok()) state.SkipWithError("acks missing");
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kTensorBytes));
@@ -304,7 +344,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
       // Throughput ratios: baseline time / ingest time (1.0 = as fast as the baseline).
       if (name.rfind("BM_IngestStream/transport:0", 0) == 0 && g_raw_seconds > 0) r.counters["x_raw_tcp"] = g_raw_seconds / seconds;
-      if ((name.rfind("BM_IngestStream/transport:1", 0) == 0 || name.rfind("BM_RawUnixSocket", 0) == 0) &&
+      if ((name.rfind("BM_IngestStream/transport:1", 0) == 0 || name.rfind("BM_IngestStream/transport:2", 0) == 0 ||
+           name.rfind("BM_RawUnixSocket", 0) == 0) &&
           g_memcpy_seconds > 0) {
         r.counters["x_memcpy"] = g_memcpy_seconds / seconds;
       }
@@ -318,7 +359,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawTcpLoopback)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawUnixSocket)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_IngestStream)->UseRealTime()->Unit(benchmark::kMillisecond)->DenseRange(0, 1)->ArgName("transport");
+BENCHMARK(BM_IngestStream)->UseRealTime()->Unit(benchmark::kMillisecond)->DenseRange(0, 2)->ArgName("transport");
 BENCHMARK(BM_AnalysisLatencyUnderLoad)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(4);
 
 int main(int argc, char** argv) {

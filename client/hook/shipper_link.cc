@@ -1,6 +1,7 @@
 #include "shipper_link.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -56,11 +57,15 @@ std::string find_shipper() {
 
 ShipperLink::ShipperLink(std::uint64_t ring_bytes, std::string shipper_path) : shipper_path_(std::move(shipper_path)) {
   bytes_ = shm::data_offset() + ring_bytes;
-  fd_ = memfd_create("fp8scope-ring", MFD_CLOEXEC);
+  fd_ = memfd_create("fp8scope-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0 || ftruncate(fd_, static_cast<off_t>(bytes_)) != 0) {
     std::fprintf(stderr, "fp8scope hook: cannot create the shared ring (%s); sampling is off\n", std::strerror(errno));
     return;
   }
+  // Its size fixed for good: a daemon on this host may then map it and copy samples straight out
+  // of it (a segment that could shrink under a reader would fault it). Unsealed, the shipper
+  // streams the bytes instead.
+  (void)fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   // Populated now, once, for writing: otherwise the first pass through the ring takes a page fault
   // every few records on the training thread. MAP_POPULATE alone maps a shared mapping's pages
   // read-only (the first write still faults); MADV_POPULATE_WRITE (Linux 5.14) maps them writable,

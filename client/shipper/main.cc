@@ -46,6 +46,8 @@ int main() {
       return 2;
     }
   }
+  config.value().ring_fd = fd;
+  config.value().ring_bytes = bytes;
   shipper::Shipper s(std::move(config).value(), static_cast<shm::Header*>(base));
   return s.run();
 }

@@ -145,6 +145,7 @@ void Shipper::connect() {
   outage_reported_ = false;
   std::memset(reported_this_stream_, 0, sizeof reported_this_stream_);
   segment_->shipper_connected.store(1, std::memory_order_relaxed);
+  share_ring();
   while (stream_ && !scalars_waiting_.empty()) {
     const v1::ScalarEvent& e = scalars_waiting_.front();
     if (!stream_->send_scalar(e.step(), e.name(), e.value()).ok()) {
@@ -156,9 +157,27 @@ void Shipper::connect() {
   report_counters();
 }
 
+// Samples then travel by reference into the ring, when the daemon is on this host and offers it:
+// the daemon copies each out of the ring once instead of receiving it through the socket.
+void Shipper::share_ring() {
+  if (config_.ring_fd < 0 || stream_->welcome().shared_memory_socket().empty()) return;
+  const Status shared = stream_->share_memory(config_.ring_fd, segment_, config_.ring_bytes);
+  if (!shared.ok() && !share_refusal_reported_) {
+    std::fprintf(stderr, "fp8scope-shipper: streaming samples instead of sharing memory with fp8scoped: %s\n",
+                 shared.message().c_str());
+    share_refusal_reported_ = true;
+  }
+}
+
+void Shipper::release_held() {
+  for (const auto& [id, record] : held_) reader_.release(record);
+  held_.clear();
+}
+
 void Shipper::disconnect(const std::string& why) {
   if (!stream_) return;
   collect_acks();
+  release_held();  // their fate is unknown, as for any sample in flight when a stream breaks
   for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) reported_[i] += reported_this_stream_[i];
   std::memset(reported_this_stream_, 0, sizeof reported_this_stream_);
   stream_.reset();
@@ -169,38 +188,42 @@ void Shipper::disconnect(const std::string& why) {
   next_connect_ = std::chrono::steady_clock::now() + backoff_;
 }
 
-void Shipper::handle(const shm::RecordHeader& r) {
+bool Shipper::handle(const shm::RecordHeader& r) {
   switch (r.kind) {
     case shm::RecordKind::kSample: {
       if (!stream_) {
         shm::count_drop(segment_, shm::kDaemonUnreachable);
-        return;
+        return false;
       }
       Result<v1::TensorHeader> header = tensor_header(r);
       if (!header.ok()) {
         shm::count_drop(segment_, shm::kUnsupportedLayout);
-        return;
+        return false;
       }
       if (!stream_->reads(header.value())) {  // FP4 or a scale tensor for a protocol 1 daemon
         shm::count_drop(segment_, shm::kDaemonTooOld);
-        return;
+        return false;
       }
-      const auto* payload = reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r));
-      if (!stream_->send(std::move(header).value(), {payload, r.payload_bytes}).ok()) {
+      const std::span<const std::uint8_t> payload(
+          reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r)), r.payload_bytes);
+      const bool by_reference = stream_->shares(payload);
+      Result<std::uint64_t> sent = stream_->send(std::move(header).value(), payload);
+      if (!sent.ok()) {
         shm::count_drop(segment_, shm::kDaemonUnreachable);
         disconnect("the stream broke");
-        return;
+        return false;
       }
       segment_->samples_sent.fetch_add(1, std::memory_order_relaxed);
       segment_->bytes_sent.fetch_add(r.payload_bytes, std::memory_order_relaxed);
-      return;
+      if (by_reference) held_[sent.value()] = &r;
+      return by_reference;
     }
     case shm::RecordKind::kStep:
       if (stream_ && !stream_->send_step(r.step).ok()) disconnect("the stream broke");
-      return;
+      return false;
     case shm::RecordKind::kScalar: {
       const std::string name(r.name, strnlen(r.name, sizeof r.name));
-      if (stream_ && stream_->send_scalar(r.step, name, r.value).ok()) return;
+      if (stream_ && stream_->send_scalar(r.step, name, r.value).ok()) return false;
       if (stream_) disconnect("the stream broke");
       if (scalars_waiting_.size() >= kMaxWaitingScalars) {
         scalars_waiting_.pop_front();
@@ -211,16 +234,21 @@ void Shipper::handle(const shm::RecordHeader& r) {
       e.set_name(name);
       e.set_value(r.value);
       scalars_waiting_.push_back(std::move(e));
-      return;
+      return false;
     }
-    case shm::RecordKind::kPadding: return;
+    case shm::RecordKind::kPadding: return false;
   }
+  return false;
 }
 
 void Shipper::collect_acks() {
   if (!stream_) return;
   for (const auto& [id, ack] : stream_->take_acks()) {
     if (ack.outcome() != v1::SAMPLE_OUTCOME_ACCEPTED) shm::count_drop(segment_, shm::kDaemonRefused);
+    if (const auto held = held_.find(id); held != held_.end()) {  // copied out: the hook may reuse it
+      reader_.release(held->second);
+      held_.erase(held);
+    }
   }
 }
 
@@ -278,8 +306,7 @@ int Shipper::run() {
         shm::count_drop(segment_, shm::kRingFull);
         continue;
       }
-      handle(*r);
-      reader_.release(r);
+      if (!handle(*r)) reader_.release(r);
       busy = true;
     }
     collect_acks();
@@ -294,6 +321,7 @@ int Shipper::run() {
   if (stream_) {
     (void)stream_->wait_for_acks(kFinalAckSeconds);
     collect_acks();
+    release_held();
     report_counters();
     if (stream_) (void)stream_->close();
   }

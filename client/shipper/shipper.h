@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct ShipperConfig {
   v1::Hello hello;
   pid_t parent = 0;
   std::vector<int> cpus;  // the cores the shipper runs on; empty: those of the training process
+  int ring_fd = -1;       // the ring's memfd, offered to a daemon on this host when the hook sealed it
+  std::size_t ring_bytes = 0;
 };
 
 // From the environment the hook passed on: FP8SCOPE_ENDPOINT, FP8SCOPE_TOKEN_FILE, FP8SCOPE_TLS_CA /
@@ -46,8 +49,11 @@ class Shipper {
  private:
   void connect();
   void disconnect(const std::string& why);
-  void handle(const shm::RecordHeader& record);
+  void share_ring();
+  // Sends a record; true when it went by reference and stays held until the daemon's ack.
+  bool handle(const shm::RecordHeader& record);
   void collect_acks();
+  void release_held();
   void report_counters();
   void print_summary() const;
 
@@ -55,6 +61,8 @@ class Shipper {
   shm::Header* segment_;
   shm::RingReader reader_;
   std::unique_ptr<SampleStream> stream_;
+  std::map<std::uint64_t, const shm::RecordHeader*> held_;  // by sample id: read by the daemon, not yet acked
+  bool share_refusal_reported_ = false;
   std::chrono::steady_clock::time_point next_connect_{};
   std::chrono::milliseconds backoff_{250};
   bool outage_reported_ = false;

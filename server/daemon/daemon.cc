@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -28,6 +29,7 @@
 #include "metrics_table.h"
 #include "policy_store.h"
 #include "server_security.h"
+#include "shared_regions.h"
 #include "tensor_series.h"
 #include "tensor_table.h"
 
@@ -88,6 +90,28 @@ Status write_ready_file(const std::string& path, const std::string& grpc, const 
   return Status();
 }
 
+// The socket where clients on this host register shared memory (--shared-memory-socket): none
+// when off; with auto, the data dir's, or none (said once) when it cannot be made there.
+Result<std::unique_ptr<SharedRegions>> open_shared_regions(const DaemonConfig& c) {
+  if (c.shared_memory_socket == "off") return std::unique_ptr<SharedRegions>();
+  const bool automatic = c.shared_memory_socket == "auto";
+  const std::string path = automatic
+                               ? (std::filesystem::absolute(c.data_dir) / "shared-memory.sock").lexically_normal().string()
+                               : std::filesystem::absolute(c.shared_memory_socket).lexically_normal().string();
+  RegionId instance;
+  std::random_device device;
+  for (std::uint8_t& b : instance) b = static_cast<std::uint8_t>(device());
+  Result<std::unique_ptr<SharedRegions>> regions = SharedRegions::open(path, instance);
+  if (regions.ok()) {
+    spdlog::info("clients on this host may share memory at {}", path);
+    return regions;
+  }
+  if (!automatic) return Status::error("--shared-memory-socket: " + regions.message());
+  spdlog::warn("{}; clients stream their samples instead (--shared-memory-socket PATH puts it elsewhere)",
+               regions.message());
+  return std::unique_ptr<SharedRegions>();
+}
+
 }  // namespace
 
 struct Daemon::Impl {
@@ -109,6 +133,7 @@ struct Daemon::Impl {
   std::unique_ptr<history::HistoryStore> history;
   std::unique_ptr<TensorTable> tensors;
   std::unique_ptr<AnalysisPipeline> pipeline;
+  std::unique_ptr<SharedRegions> shared_regions;  // outlives the streams that read its regions
   std::unique_ptr<IngestService> ingest;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<grpc::Server> server;
@@ -219,12 +244,16 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
                                                                 d->gemm.get(), c.max_tensors,
                                                                 MetricExport{metric_recipe_kinds(c.metric_recipes).value(),
                                                                              c.log2_histogram_metrics}});
+  Result<std::unique_ptr<SharedRegions>> regions = open_shared_regions(c);
+  if (!regions.ok()) return regions.status();
+  d->shared_regions = std::move(regions).value();
   d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
                                                          d->history.get(), d->journal.get(), &d->access,
                                                          AssemblerLimits{c.max_sample_bytes, wire::kDaemonChunkBytes},
                                                          c.max_inflight_bytes, kDaemonVersion,
                                                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                             std::chrono::duration<double>(c.stall_timeout_seconds))});
+                                                             std::chrono::duration<double>(c.stall_timeout_seconds)),
+                                                         d->shared_regions.get()});
   d->admin = std::make_unique<AdminService>(AdminDeps{&d->policy, d->tensors.get(), d->history.get(), d->health.get(),
                                                       d->series.get(), d->budget.get(), d->journal.get(), &d->access,
                                                       kDaemonVersion,

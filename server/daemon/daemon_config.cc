@@ -71,6 +71,9 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags win over it, it wins over FP8SCOPE_*)");
   add(app, "listen", c.listen, "gRPC address: unix:///path.sock or HOST:PORT (port 0 picks a free port)");
   add(app, "metrics", c.metrics, "Prometheus /metrics and /health address, HOST:PORT");
+  add(app, "shared-memory-socket", c.shared_memory_socket,
+      "Where shippers on this host register their shared memory, so samples are copied once instead of streamed: "
+      "auto (shared-memory.sock in --data-dir), off, or a socket path");
   add(app, "data-dir", c.data_dir, "Directory of the journal of accepted samples and, by default, the SQLite history");
   add(app, "history", c.history,
       "Where history goes: a SQLite file, or postgresql://user@host:port/database for one database a whole job's "

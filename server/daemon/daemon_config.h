@@ -17,6 +17,9 @@ inline constexpr const char* kDaemonVersion = FP8SCOPE_VERSION;
 struct DaemonConfig {
   std::string listen = "127.0.0.1:7767";      // gRPC: unix:///path.sock or HOST:PORT (port 0 = pick one)
   std::string metrics = "127.0.0.1:9767";     // Prometheus /metrics and /health: HOST:PORT
+  // Where clients on this host register shared memory: auto (the data dir's shared-memory.sock,
+  // or none if it cannot be made), off, or a path.
+  std::string shared_memory_socket = "auto";
   std::string data_dir = "fp8scope-data";     // the journal of accepted samples, and the SQLite history
   // Where the history goes: "" = the data dir's history.sqlite; a SQLite file; postgresql://...
   std::string history;

@@ -18,6 +18,7 @@ HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version
       analyzed_(family(prometheus::BuildCounter(), "fp8scope_samples_analyzed_total", r).Add({})),
       dropped_family_(family(prometheus::BuildCounter(), "fp8scope_samples_dropped_total", r)),
       bytes_(family(prometheus::BuildCounter(), "fp8scope_received_bytes_total", r).Add({})),
+      shared_bytes_(family(prometheus::BuildCounter(), "fp8scope_shared_memory_bytes_total", r).Add({})),
       queue_bytes_(family(prometheus::BuildGauge(), "fp8scope_queue_bytes", r).Add({})),
       // Analysis latency from 100 us to ~100 s.
       analysis_seconds_(family(prometheus::BuildHistogram(), "fp8scope_analysis_seconds", r)
@@ -52,6 +53,7 @@ void HealthMetrics::sample_analyzed(double seconds) {
 }
 
 void HealthMetrics::bytes_received(std::uint64_t bytes) { bytes_.Increment(static_cast<double>(bytes)); }
+void HealthMetrics::shared_memory_bytes(std::uint64_t bytes) { shared_bytes_.Increment(static_cast<double>(bytes)); }
 void HealthMetrics::set_queue_bytes(std::uint64_t bytes) { queue_bytes_.Set(static_cast<double>(bytes)); }
 void HealthMetrics::client_connected() { clients_.Increment(); }
 void HealthMetrics::client_disconnected() { clients_.Decrement(); }

@@ -28,6 +28,7 @@ class HealthMetrics {
   void sample_dropped(const std::string& reason, std::uint64_t count = 1);
   void sample_analyzed(double seconds);
   void bytes_received(std::uint64_t bytes);
+  void shared_memory_bytes(std::uint64_t bytes);  // of those, copied from clients' shared memory
   void set_queue_bytes(std::uint64_t bytes);
   void client_connected();
   void client_disconnected();
@@ -57,6 +58,7 @@ class HealthMetrics {
   prometheus::Counter& analyzed_;
   prometheus::Family<prometheus::Counter>& dropped_family_;
   prometheus::Counter& bytes_;
+  prometheus::Counter& shared_bytes_;
   prometheus::Gauge& queue_bytes_;
   prometheus::Histogram& analysis_seconds_;
   prometheus::Gauge& clients_;

@@ -51,6 +51,9 @@ std::vector<MetricDef> build() {
           "step mark or scalar; client side: client_ and one of the hook's reasons, client_other for any other).",
           "samples", {"reason"});
   counter("fp8scope_received_bytes_total", "Payload bytes received.", "bytes", {});
+  counter("fp8scope_shared_memory_bytes_total",
+          "Of the payload bytes received, those copied out of clients' shared memory on this host instead of "
+          "streamed.", "bytes", {});
   gauge("fp8scope_queue_bytes", "Payload bytes waiting for analysis.", "bytes", {});
   gauge("fp8scope_queue_budget_bytes", "Memory budget for payloads waiting for analysis.", "bytes", {});
   t.push_back({"fp8scope_analysis_seconds", MetricKind::kHistogram,

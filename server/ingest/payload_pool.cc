@@ -28,7 +28,9 @@ void* PayloadPool::allocate(std::size_t bytes) {
   const std::size_t size = mapping_size(bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = cached_.find(size); it != cached_.end()) {
+    // The most recently freed of this size: its pages are the likeliest still in cache.
+    if (const auto [first, last] = cached_.equal_range(size); first != last) {
+      const auto it = std::prev(last);
       void* p = it->second;
       cached_.erase(it);
       reused_.insert(p);

@@ -15,17 +15,22 @@ AssemblerEvent SampleAssembler::refuse(AssemblerEvent::Kind kind, std::string re
 }
 
 std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk) {
+  const auto* data = reinterpret_cast<const std::uint8_t*>(chunk.data().data());
+  return add(chunk, ChunkBytes{{data, chunk.data().size()}, false, std::nullopt});
+}
+
+std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk, const ChunkBytes& bytes) {
   std::vector<AssemblerEvent> events;
   if (current_ && chunk.sample_id() != current_id_ && !(skipping_ && *skipping_ == chunk.sample_id())) {
     events.push_back(refuse(AssemblerEvent::Kind::kRejected, "gap",
                             "sample " + std::to_string(current_id_) + " was interrupted by sample " +
                                 std::to_string(chunk.sample_id()) + " after " + std::to_string(received_) + " bytes"));
   }
-  if (std::optional<AssemblerEvent> e = add_one(chunk)) events.push_back(std::move(*e));
+  if (std::optional<AssemblerEvent> e = add_one(chunk, bytes)) events.push_back(std::move(*e));
   return events;
 }
 
-std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& chunk) {
+std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& chunk, const ChunkBytes& in) {
   const std::uint64_t id = chunk.sample_id();
   if (skipping_ && *skipping_ == id) return std::nullopt;
   if (!current_) {
@@ -56,28 +61,29 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
     current_->payload.resize(bytes);
     received_ = 0;
   }
-  if (chunk.data().size() > limits_.max_chunk_bytes) {
+  if (in.unreadable) return refuse(AssemblerEvent::Kind::kRejected, in.unreadable->reason, in.unreadable->message);
+  const std::uint64_t size = in.bytes.size();
+  if (!in.shared && size > limits_.max_chunk_bytes) {
     return refuse(AssemblerEvent::Kind::kRejected, "chunk_too_large",
-                  "chunk of " + std::to_string(chunk.data().size()) + " bytes exceeds " +
-                      std::to_string(limits_.max_chunk_bytes));
+                  "chunk of " + std::to_string(size) + " bytes exceeds " + std::to_string(limits_.max_chunk_bytes));
   }
   if (chunk.offset() != received_) {
     return refuse(AssemblerEvent::Kind::kRejected, "gap",
                   "sample " + std::to_string(id) + ": expected a chunk at offset " + std::to_string(received_) +
                       ", got " + std::to_string(chunk.offset()));
   }
-  if (chunk.data().size() > current_->payload.size() - received_) {
+  if (size > current_->payload.size() - received_) {
     return refuse(AssemblerEvent::Kind::kRejected, "size_mismatch",
                   "sample " + std::to_string(id) + ": chunks carry more than payload_bytes " +
                       std::to_string(current_->payload.size()));
   }
-  if (!current_->lease.grow(chunk.data().size())) {
+  if (!current_->lease.grow(size)) {
     return refuse(AssemblerEvent::Kind::kDropped, "queue_full",
                   "the daemon's queue memory budget is full (" + std::to_string(budget_->used()) + " of " +
                       std::to_string(budget_->capacity()) + " bytes)");
   }
-  std::memcpy(current_->payload.data() + received_, chunk.data().data(), chunk.data().size());
-  received_ += chunk.data().size();
+  if (size > 0) std::memcpy(current_->payload.data() + received_, in.bytes.data(), size);
+  received_ += size;
   if (!chunk.last()) return std::nullopt;
   if (received_ != current_->payload.size()) {
     return refuse(AssemblerEvent::Kind::kRejected, "size_mismatch",

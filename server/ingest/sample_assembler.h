@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@ namespace fp8scope::server {
 struct AssemblerLimits {
   std::uint64_t max_sample_bytes = 512ull << 20;
   std::uint64_t max_chunk_bytes = 4ull << 20;
+};
+
+// A chunk's bytes: those it carries, or a range of a client's shared memory it names instead (not
+// bound by max_chunk_bytes: no message carries them), or why that range cannot be read.
+struct ChunkBytes {
+  std::span<const std::uint8_t> bytes;
+  bool shared = false;
+  std::optional<Refusal> unreadable;
 };
 
 struct AssemblerEvent {
@@ -38,12 +47,14 @@ class SampleAssembler {
   // Feeds one chunk; returns what it settled: nothing, or the sample it completed or refused. A
   // chunk that starts a new sample while another is unfinished settles both (two events).
   std::vector<AssemblerEvent> add(const v1::TensorChunk& chunk);
+  // The same, with the chunk's bytes found elsewhere (shared memory).
+  std::vector<AssemblerEvent> add(const v1::TensorChunk& chunk, const ChunkBytes& bytes);
 
   // The stream ended: drops a sample still being received, returning its id.
   std::optional<std::uint64_t> abandon();
 
  private:
-  std::optional<AssemblerEvent> add_one(const v1::TensorChunk& chunk);
+  std::optional<AssemblerEvent> add_one(const v1::TensorChunk& chunk, const ChunkBytes& bytes);
   AssemblerEvent refuse(AssemblerEvent::Kind kind, std::string reason, std::string message);
 
   std::shared_ptr<const ClientInfo> client_;

@@ -176,6 +176,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     w->set_max_chunk_bytes(deps_.limits.max_chunk_bytes);
     w->set_max_inflight_bytes(deps_.max_inflight_bytes);
     w->set_max_sample_bytes(deps_.limits.max_sample_bytes);
+    if (deps_.shared_regions != nullptr) {
+      w->set_shared_memory_socket(deps_.shared_regions->path());
+      const RegionId& instance = deps_.shared_regions->instance();
+      w->set_instance_id(std::string(reinterpret_cast<const char*>(instance.data()), instance.size()));
+    }
     send(welcome);
     // The current policy now, and every change later; the listener is removed in OnDone.
     policy_subscription_ = deps_.policy->subscribe(info->job, [this](const v1::Policy& p) {
@@ -189,12 +194,30 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     return grpc::Status::OK;
   }
 
+  // The bytes a chunk names in the client's shared memory, mapped for as long as `view` lives.
+  ChunkBytes shared_bytes(const v1::TensorChunk& chunk, std::optional<SharedRegions::View>& view) const {
+    const auto unreadable = [](std::string message) {
+      return ChunkBytes{{}, true, Refusal{"bad_region", "a chunk " + std::move(message)}};
+    };
+    if (!chunk.data().empty()) return unreadable("carries bytes and names shared memory too");
+    if (deps_.shared_regions == nullptr) return unreadable("names shared memory, and this daemon offers none");
+    Result<SharedRegions::View> v =
+        deps_.shared_regions->view(chunk.shared_region(), chunk.shared_offset(), chunk.shared_bytes());
+    if (!v.ok()) return unreadable(v.message());
+    view = std::move(v).value();
+    return ChunkBytes{view->bytes, true, std::nullopt};
+  }
+
   void on_chunk(const v1::TensorChunk& chunk) {
-    deps_.health->bytes_received(chunk.data().size());
+    std::optional<SharedRegions::View> view;
+    const bool shared = !chunk.shared_region().empty();
+    const ChunkBytes bytes = shared ? shared_bytes(chunk, view) : ChunkBytes{};
+    deps_.health->bytes_received(shared ? bytes.bytes.size() : chunk.data().size());
+    if (shared && !bytes.unreadable) deps_.health->shared_memory_bytes(bytes.bytes.size());
     std::vector<AssemblerEvent> events;
     {
       std::lock_guard<std::mutex> lock(assembly_mu_);
-      events = assembler_->add(chunk);
+      events = shared ? assembler_->add(chunk, bytes) : assembler_->add(chunk);
       last_chunk_ = std::chrono::steady_clock::now();
     }
     for (AssemblerEvent& e : events) {

@@ -20,6 +20,7 @@
 #include "ingest_queue.h"
 #include "policy_store.h"
 #include "sample_assembler.h"
+#include "shared_regions.h"
 
 namespace fp8scope::server {
 
@@ -35,6 +36,7 @@ struct IngestDeps {
   std::uint64_t max_inflight_bytes;
   std::string daemon_version;
   std::chrono::steady_clock::duration stall_timeout;  // a partial sample without a new chunk this long is dropped
+  const SharedRegions* shared_regions = nullptr;  // offered in the Welcome when set
 };
 
 class StreamReactor;

@@ -263,7 +263,14 @@ TEST_CASE("advise and report judge an NVFP4 job by the NVFP4 what-ifs of its BF1
 
 TEST_CASE("every layer, GEMM and operand reaches the daemon with the statistics analyze gives", "[hook]") {
   TempDir dir;
-  DaemonProcess daemon(dir.file("data"));
+  std::vector<std::string> daemon_args;
+  bool shared = true;
+  SECTION("copied by the daemon out of the hook's ring (shared memory, the default on one host)") {}
+  SECTION("streamed through the socket (--shared-memory-socket off)") {
+    daemon_args = {"--shared-memory-socket", "off"};
+    shared = false;
+  }
+  DaemonProcess daemon(dir.file("data"), daemon_args);
   std::filesystem::create_directories(dir.file("dump"));
   const ProcessResult run = run_process(
       under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--job", "stats", "--run", "bf16-1"},
@@ -272,6 +279,10 @@ TEST_CASE("every layer, GEMM and operand reaches the daemon with the statistics 
   REQUIRE(run.exit_code == 0);
   CHECK(run.err.find("job stats, run bf16-1") != std::string::npos);
   REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 2 * kSamplesPerStep; }));
+  const double received = counter(daemon, "fp8scope_received_bytes_total");
+  CHECK(received > 0);
+  CHECK(counter(daemon, "fp8scope_shared_memory_bytes_total") == (shared ? received : 0.0));
+  CHECK(run.err.find("streaming samples instead") == std::string::npos);
   const std::map<std::string, std::vector<std::string>> operands = {
       {"fprop", {"x", "w"}}, {"dgrad", {"w", "dy"}}, {"wgrad", {"x", "dy"}}};
   const std::string metrics = http_get(daemon.metrics(), "/metrics");

@@ -6,13 +6,20 @@
 // stops arriving and a peer that stops answering, 32 clients at full rate and 500 idle ones. Each
 // case ends with the daemon still serving and what it had accepted stored or counted. Malformed
 // samples, chunk order and oversized messages are in daemon_test; TLS and tokens in security_test.
+#include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <fstream>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -25,6 +32,7 @@
 #include "../support/temp_dir.h"
 #include "fp8scope/recipe.h"
 #include "fp8scope/sample_stream.h"
+#include "fp8scope/shared_region_client.h"
 #include "fp8scope/wire.h"
 
 using namespace fp8scope;
@@ -281,6 +289,132 @@ TEST_CASE("drop reasons a client reports are a closed set: invented ones count a
   // client_ring_full, client_other, and the daemon's own client_gone_mid_sample (always exported).
   CHECK(series_count(metrics, "fp8scope_samples_dropped_total", "reason=\"client_") == 3);
   CHECK(metrics.find("made_up_") == std::string::npos);
+}
+
+// A memfd holding `bytes`, sealed against shrinking and growing unless told not to be.
+int memfd_with(std::span<const std::uint8_t> bytes, bool sealed) {
+  const int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  if (sealed) REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  return fd;
+}
+
+v1::ClientMessage shared_chunk(std::uint64_t id, const std::string& region, std::uint64_t offset, std::uint64_t bytes) {
+  v1::ClientMessage m;
+  v1::TensorChunk* c = m.mutable_chunk();
+  c->set_sample_id(id);
+  *c->mutable_header() = header("shared", id);
+  c->mutable_header()->set_payload_bytes(bytes);
+  c->set_shared_region(region);
+  c->set_shared_offset(offset);
+  c->set_shared_bytes(bytes);
+  c->set_last(true);
+  return m;
+}
+
+v1::Ack next_ack(RawStream& s) {
+  for (int i = 0; i < 10; ++i) {
+    const std::optional<v1::ServerMessage> m = s.read();
+    REQUIRE(m);
+    if (m->has_ack()) return m->ack();
+  }
+  FAIL("no ack");
+  return {};
+}
+
+TEST_CASE("shared memory: only sealed memfds are taken, and a chunk naming bytes outside one is rejected and counted",
+          "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto channel = open_channel(to(daemon)).value();
+  RawStream s(channel);
+  REQUIRE(s.write(hello_message("shared")));
+  const std::optional<v1::ServerMessage> welcome = s.read();
+  REQUIRE(welcome);
+  REQUIRE(s.read());  // the policy
+  const std::string socket = welcome->welcome().shared_memory_socket();
+  const std::string instance = welcome->welcome().instance_id();
+  REQUIRE(socket == (std::filesystem::path(dir.file("data")) / "shared-memory.sock").string());
+  REQUIRE(instance.size() == 16);
+
+  // What may not be mapped is refused, with the reason.
+  const int unsealed = memfd_with(payload(), false);
+  auto refused = SharedRegionClient::register_memfd(socket, instance, unsealed);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.message(), Catch::Contains("sealed against shrinking"));
+  close(unsealed);
+  { std::ofstream(dir.file("plain")) << "not shared memory"; }
+  const int plain = open(dir.file("plain").c_str(), O_RDONLY | O_CLOEXEC);
+  refused = SharedRegionClient::register_memfd(socket, instance, plain);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.message(), Catch::Contains("the daemon refused the region: expected a memfd"));
+  close(plain);
+  const int sealed = memfd_with(payload(), true);
+  refused = SharedRegionClient::register_memfd(socket, std::string(16, 'x'), sealed);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.message(), Catch::Contains("belongs to another daemon"));
+
+  std::optional<SharedRegionClient> region;
+  {
+    auto registered = SharedRegionClient::register_memfd(socket, instance, sealed);
+    REQUIRE(registered.ok());
+    region.emplace(std::move(registered).value());
+  }
+  close(sealed);  // the daemon's mapping keeps it
+  const std::string id = region->region_id();
+  const std::uint64_t n = payload().size();
+
+  REQUIRE(s.write(shared_chunk(1, id, 0, n)));
+  CHECK(next_ack(s).outcome() == v1::SAMPLE_OUTCOME_ACCEPTED);
+  for (const auto& [sample, bad] : std::vector<std::pair<std::uint64_t, v1::ClientMessage>>{
+           {2, shared_chunk(2, id, 1, n)},                       // one byte past its end
+           {3, shared_chunk(3, id, ~0ull - 2, n)},               // an offset that wraps
+           {4, shared_chunk(4, std::string(16, '\0'), 0, n)},    // a region nobody registered
+           {5, [&] {                                             // bytes and a reference at once
+              v1::ClientMessage m = shared_chunk(5, id, 0, n);
+              m.mutable_chunk()->set_data("x");
+              return m;
+            }()}}) {
+    INFO(sample);
+    REQUIRE(s.write(bad));
+    const v1::Ack ack = next_ack(s);
+    CHECK(ack.sample_id() == sample);
+    CHECK(ack.outcome() == v1::SAMPLE_OUTCOME_REJECTED);
+    CHECK(ack.reason() == "bad_region");
+  }
+  REQUIRE(s.write(shared_chunk(6, id, 0, n)));  // the stream goes on
+  CHECK(next_ack(s).outcome() == v1::SAMPLE_OUTCOME_ACCEPTED);
+
+  region.reset();  // the client leaves: its region goes with its registration (once the daemon sees it go)
+  std::uint64_t next = 7, accepted = 2, rejected = 4;
+  REQUIRE(eventually([&] {
+    REQUIRE(s.write(shared_chunk(next++, id, 0, n)));
+    const bool gone = next_ack(s).outcome() == v1::SAMPLE_OUTCOME_REJECTED;
+    ++(gone ? rejected : accepted);
+    return gone;
+  }));
+  CHECK(s.finish().ok());
+  REQUIRE(eventually([&] {
+    return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_analyzed_total", {}) ==
+           double(accepted);
+  }));
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  CHECK(metric_value(metrics, "fp8scope_samples_dropped_total", {{"reason", "bad_region"}}) == double(rejected));
+  CHECK(metric_value(metrics, "fp8scope_shared_memory_bytes_total", {}) == double(accepted * n));
+
+  // A connection that registers nothing is closed within seconds.
+  const int idle = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
+  REQUIRE(connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const timeval limit{20, 0};
+  setsockopt(idle, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  char byte;
+  CHECK(recv(idle, &byte, 1, 0) == 0);
+  close(idle);
+  CHECK(daemon_serves(daemon));
 }
 
 TEST_CASE("every accepted step round-trips through history, and a step history cannot hold is refused", "[hostile]") {

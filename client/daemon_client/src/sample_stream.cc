@@ -126,6 +126,26 @@ bool SampleStream::reads(const v1::TensorHeader& header) const {
   return wire::required_protocol(header) <= std::max(welcome_.protocol_version(), wire::kOldestProtocolVersion);
 }
 
+Status SampleStream::share_memory(int memfd, const void* base, std::size_t bytes) {
+  if (welcome_.shared_memory_socket().empty()) {
+    return Status::error("fp8scoped at " + options_.endpoint + " offers no shared memory");
+  }
+  Result<SharedRegionClient> region =
+      SharedRegionClient::register_memfd(welcome_.shared_memory_socket(), welcome_.instance_id(), memfd);
+  if (!region.ok()) return region.status();
+  std::lock_guard<std::mutex> lock(write_mu_);  // the caller shares before it sends
+  shared_ = std::move(region).value();
+  shared_base_ = static_cast<const std::uint8_t*>(base);
+  shared_bytes_ = bytes;
+  return Status();
+}
+
+bool SampleStream::shares(std::span<const std::uint8_t> payload) const {
+  if (!shared_ || payload.empty()) return false;
+  const auto at = reinterpret_cast<std::uintptr_t>(payload.data()), base = reinterpret_cast<std::uintptr_t>(shared_base_);
+  return at >= base && at - base <= shared_bytes_ && payload.size() <= shared_bytes_ - (at - base);
+}
+
 Result<std::uint64_t> SampleStream::send(v1::TensorHeader header, std::span<const std::uint8_t> payload) {
   if (!reads(header)) {
     return Status::error("fp8scoped at " + options_.endpoint + " reads protocol " +
@@ -143,6 +163,18 @@ Result<std::uint64_t> SampleStream::send(v1::TensorHeader header, std::span<cons
     inflight_bytes_ += payload.size();
   }
   header.set_payload_bytes(payload.size());
+  if (shares(payload)) {
+    v1::ClientMessage m;
+    v1::TensorChunk* c = m.mutable_chunk();
+    c->set_sample_id(id);
+    *c->mutable_header() = std::move(header);
+    c->set_shared_region(shared_->region_id());
+    c->set_shared_offset(static_cast<std::uint64_t>(payload.data() - shared_base_));
+    c->set_shared_bytes(payload.size());
+    c->set_last(true);
+    if (Status s = write(m); !s.ok()) return s;
+    return id;
+  }
   const std::size_t chunk = std::max<std::uint64_t>(welcome_.max_chunk_bytes(), 1);
   std::size_t offset = 0;
   do {

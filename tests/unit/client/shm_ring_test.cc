@@ -91,6 +91,32 @@ TEST_CASE("a full ring refuses until the reader frees space, and wraps with padd
   CHECK_FALSE(w.reserve(round_up(16 * 1024)));
 }
 
+TEST_CASE("a record held past later ones keeps its bytes until released, and the tail moves in ring order",
+          "[shm]") {
+  Segment s(8 * 1024);
+  RingWriter w(s.header());
+  RingReader r(s.header());
+  // Records of 1536 bytes: five fit.
+  for (std::uint64_t step = 0; step < 5; ++step) REQUIRE(write_sample(w, step, 1536 - sizeof(RecordHeader), 1));
+  const RecordHeader* held = nullptr;
+  REQUIRE(r.next(&held) == RingReader::Next::kRecord);  // sent by reference: released on the daemon's ack
+  const RecordHeader* rec = nullptr;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(r.next(&rec) == RingReader::Next::kRecord);
+    r.release(rec);
+  }
+  CHECK(r.held() == 1);
+  CHECK(s.header()->tail.load() == 0);  // nothing is free while the first record is held
+  CHECK_FALSE(write_sample(w, 9, 1536 - sizeof(RecordHeader), 9));
+  CHECK(held->step == 0);
+  r.release(held);
+  CHECK(r.held() == 0);
+  CHECK(s.header()->tail.load() == 5 * 1536);
+  REQUIRE(write_sample(w, 9, 1536 - sizeof(RecordHeader), 9));
+  REQUIRE(r.next(&rec) == RingReader::Next::kRecord);
+  CHECK(rec->step == 9);
+}
+
 TEST_CASE("a corrupt record is skipped, never read past", "[shm]") {
   Segment s(16 * 1024);
   RingWriter w(s.header());

@@ -161,3 +161,32 @@ TEST_CASE("a stream that ends mid-sample gives the bytes back", "[assembler]") {
   CHECK(f.budget.used() == 0);
   CHECK(!f.assembler.abandon());
 }
+
+TEST_CASE("bytes found in shared memory complete a sample in one chunk past the chunk limit, and an unreadable "
+          "range refuses it",
+          "[assembler]") {
+  Fixture f;  // chunks of at most 1024 bytes
+  const v1::TensorHeader h = header(16, 64);  // 4096 bytes
+  std::vector<std::uint8_t> shared(4096);
+  for (std::size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<std::uint8_t>(i * 7);
+  v1::TensorChunk reference = chunk(1, 0, 0, true, &h);
+  auto events = f.assembler.add(reference, ChunkBytes{shared, true, std::nullopt});
+  REQUIRE(events.size() == 1);
+  REQUIRE(events[0].kind == AssemblerEvent::Kind::kComplete);
+  CHECK(std::equal(shared.begin(), shared.end(), events[0].sample->payload.begin()));
+  CHECK(f.budget.used() == 4096);
+  events[0].sample->lease.reset();
+
+  // The same bytes carried in the chunk itself are bound by the limit.
+  v1::TensorChunk carried = chunk(2, 0, 0, true, &h);
+  events = f.assembler.add(carried, ChunkBytes{shared, false, std::nullopt});
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].refusal.reason == "chunk_too_large");
+
+  v1::TensorChunk unreadable = chunk(3, 0, 0, true, &h);
+  events = f.assembler.add(unreadable, ChunkBytes{{}, true, Refusal{"bad_region", "a chunk names bytes past its region"}});
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == AssemblerEvent::Kind::kRejected);
+  CHECK(events[0].refusal.reason == "bad_region");
+  CHECK(f.budget.used() == 0);
+}

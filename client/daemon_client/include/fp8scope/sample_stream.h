@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "fp8scope/daemon_channel.h"
+#include "fp8scope/shared_region_client.h"
 #include "fp8scope/status.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 
@@ -41,8 +42,18 @@ class SampleStream {
   // what it does not, and the stream stays usable.
   bool reads(const v1::TensorHeader& header) const;
 
-  // Sends one sample (chunks of at most welcome().max_chunk_bytes), waiting while more than the
-  // window is unacknowledged. Returns its sample id; an error if the stream broke.
+  // Shares memory with a daemon on this host (Welcome.shared_memory_socket): `bytes` at `base`,
+  // the mapping of the sealed memfd `memfd` from its offset 0. From then on a sample whose payload
+  // lies inside it travels as a reference the daemon copies out before it acknowledges the sample,
+  // so the caller keeps those bytes unchanged until the sample's ack. Called once, before the
+  // samples it should carry. An error says why not (no offer, another host, a refusal); samples
+  // are then streamed as before.
+  Status share_memory(int memfd, const void* base, std::size_t bytes);
+  bool shares(std::span<const std::uint8_t> payload) const;
+
+  // Sends one sample (chunks of at most welcome().max_chunk_bytes, or one reference into shared
+  // memory), waiting while more than the window is unacknowledged. Returns its sample id; an error
+  // if the stream broke.
   Result<std::uint64_t> send(v1::TensorHeader header, std::span<const std::uint8_t> payload);
   Status send_step(std::uint64_t step);
   Status send_scalar(std::uint64_t step, const std::string& name, double value);
@@ -81,6 +92,9 @@ class SampleStream {
   std::map<std::uint64_t, std::uint64_t> inflight_;  // sample id -> bytes
   std::map<std::uint64_t, v1::Ack> acks_;
   std::mutex write_mu_;
+  std::optional<SharedRegionClient> shared_;
+  const std::uint8_t* shared_base_ = nullptr;
+  std::size_t shared_bytes_ = 0;
 };
 
 }  // namespace fp8scope

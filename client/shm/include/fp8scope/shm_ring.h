@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <optional>
 
@@ -162,52 +163,95 @@ class RingWriter {
 };
 
 // The consumer's side: the next complete record, checked, or nothing. A record that fails the
-// checks means the segment is corrupt: the reader skips everything published and says so.
+// checks means the segment is corrupt: the reader skips everything published and says so. The
+// reader keeps its own position; the ring's tail (what the hook may overwrite) moves only past
+// records released, in ring order, so a record sent to the daemon by reference stays intact until
+// the daemon has copied it, while later records are read meanwhile.
 class RingReader {
  public:
-  explicit RingReader(Header* h) : h_(h) {}
+  explicit RingReader(Header* h) : h_(h), read_(h->tail.load(std::memory_order_relaxed)) {}
 
   enum class Next { kRecord, kEmpty, kCorrupt };
 
   Next next(const RecordHeader** out) {
     const std::uint64_t size = h_->data_bytes;
     for (;;) {
-      const std::uint64_t tail = h_->tail.load(std::memory_order_relaxed);
       const std::uint64_t head = h_->head.load(std::memory_order_acquire);
-      if (tail == head) return Next::kEmpty;
-      const std::uint64_t to_end = size - tail % size;
-      const auto* r = reinterpret_cast<const RecordHeader*>(data(h_) + tail % size);
-      const bool sane = head - tail <= size && r->magic == kMagic && r->record_bytes % kAlign == 0 &&
-                        r->record_bytes != 0 && r->record_bytes <= to_end && r->record_bytes <= head - tail;
-      if (!sane) {
-        h_->tail.store(head, std::memory_order_release);
-        return Next::kCorrupt;
-      }
+      if (read_ == head) return Next::kEmpty;
+      const std::uint64_t to_end = size - read_ % size;
+      const auto* r = reinterpret_cast<const RecordHeader*>(data(h_) + read_ % size);
+      const bool sane = head - read_ <= size && r->magic == kMagic && r->record_bytes % kAlign == 0 &&
+                        r->record_bytes != 0 && r->record_bytes <= to_end && r->record_bytes <= head - read_;
+      if (!sane) return corrupt(head);
+      const std::uint64_t bytes = r->record_bytes;
       if (r->kind == RecordKind::kPadding) {
-        h_->tail.store(tail + r->record_bytes, std::memory_order_release);
+        taken_.push_back({read_, bytes, true});
+        read_ += bytes;
+        release_done();
         continue;
       }
       const bool fits = r->kind != RecordKind::kSample ||
-                        (r->payload_bytes <= r->record_bytes - sizeof(RecordHeader) && r->ndim >= 1 && r->ndim <= 4 &&
+                        (r->payload_bytes <= bytes - sizeof(RecordHeader) && r->ndim >= 1 && r->ndim <= 4 &&
                          r->scale_bytes <= r->payload_bytes);
-      if (!fits) {
-        h_->tail.store(head, std::memory_order_release);
-        return Next::kCorrupt;
-      }
+      if (!fits) return corrupt(head);
+      taken_.push_back({read_, bytes, false});
+      read_ += bytes;
       *out = r;
       return Next::kRecord;
     }
   }
 
-  // Frees the record next() returned.
+  // Frees a record next() returned; the hook may reuse its bytes once every record before it is
+  // freed too.
   void release(const RecordHeader* r) {
-    h_->tail.store(h_->tail.load(std::memory_order_relaxed) + r->record_bytes, std::memory_order_release);
+    const std::uint64_t offset = static_cast<std::uint64_t>(reinterpret_cast<const std::byte*>(r) - data(h_));
+    for (Taken& t : taken_) {
+      if (!t.released && t.position % h_->data_bytes == offset) {
+        t.released = true;
+        break;
+      }
+    }
+    release_done();
+  }
+
+  // Records returned and not yet released.
+  std::size_t held() const {
+    std::size_t n = 0;
+    for (const Taken& t : taken_) n += t.released ? 0 : 1;
+    return n;
   }
 
   static const std::byte* payload(const RecordHeader* r) { return reinterpret_cast<const std::byte*>(r + 1); }
 
  private:
+  struct Taken {
+    std::uint64_t position, bytes;
+    bool released;
+  };
+
+  // Advances the tail past the released records at the front.
+  void release_done() {
+    std::uint64_t tail = h_->tail.load(std::memory_order_relaxed);
+    bool moved = false;
+    while (!taken_.empty() && taken_.front().released) {
+      tail = taken_.front().position + taken_.front().bytes;
+      taken_.pop_front();
+      moved = true;
+    }
+    if (moved) h_->tail.store(tail, std::memory_order_release);
+  }
+
+  // Skips everything published; records still held are given up (the hook may overwrite them).
+  Next corrupt(std::uint64_t head) {
+    taken_.clear();
+    read_ = head;
+    h_->tail.store(head, std::memory_order_release);
+    return Next::kCorrupt;
+  }
+
   Header* h_;
+  std::uint64_t read_;
+  std::deque<Taken> taken_;  // in ring order
 };
 
 // Policy exchange through the seqlock.
