@@ -174,6 +174,68 @@ class CudaEngine final : public StatsEngine {
     return run_two_passes(passes, RowBlocks::kTabled, t, specs, out);
   }
 
+  // The codes and their block scales go to the device; the block scale statistics are finished on
+  // the host from the blocks' amax and amin (observed_analysis.h, as the CPU does).
+  Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) override {
+    Result<BlockScaleGrid> scales = observed_scales(t);
+    if (!scales.ok()) return scales.status();
+    const BlockScaleGrid& g = scales.value();
+    std::lock_guard<std::mutex> lock(mu_);
+    FP8SCOPE_CUDA_TRY(cudaSetDevice(device_), "cudaSetDevice");
+    const std::int64_t n = t.shape.rows * t.shape.cols;
+    const std::size_t code_bytes = static_cast<std::size_t>(
+        tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.shape.rows), static_cast<std::uint64_t>(t.shape.cols)));
+    const std::size_t count = g.scale_inv.size();
+    const int grid = static_cast<int>(std::min<std::int64_t>(blocks_, ceil_div(n, cuda::kThreads)));
+    if (Status s = input_.reserve(code_bytes, &budget_left_); !s.ok()) return s;
+    if (Status s = tables_.reserve(3 * count * sizeof(float), &budget_left_); !s.ok()) return s;
+    if (Status s = partial_.reserve((sizeof(TensorMoments) + sizeof(unsigned long long)) * grid, &budget_left_); !s.ok()) {
+      return s;
+    }
+    float* scale_inv = tables_.as<float>();
+    auto* amax_bits = reinterpret_cast<unsigned int*>(scale_inv + count);
+    unsigned int* amin_bits = amax_bits + count;
+    auto* moments = partial_.as<TensorMoments>();
+    auto* saturated = reinterpret_cast<unsigned long long*>(moments + grid);
+    const std::vector<unsigned int> no_amin(count, float_bits(kFloatMax));
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(input_.as<void>(), t.codes, code_bytes, cudaMemcpyHostToDevice, stream_), "copy codes");
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(scale_inv, g.scale_inv.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream_),
+                      "copy scales");
+    FP8SCOPE_CUDA_TRY(cudaMemsetAsync(amax_bits, 0, count * sizeof(unsigned int), stream_), "clear block amax");
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(amin_bits, no_amin.data(), count * sizeof(unsigned int), cudaMemcpyHostToDevice,
+                                      stream_),
+                      "clear block amin");
+    cuda::observed_kernel<<<grid, cuda::kThreads, 0, stream_>>>(input_.as<void>(), t.dtype, t.shape.rows, t.shape.cols,
+                                                                observed_blocks(t, g), scale_inv, moments, saturated,
+                                                                amax_bits, amin_bits);
+    std::vector<TensorMoments> partial(static_cast<std::size_t>(grid));
+    std::vector<unsigned long long> at_max(static_cast<std::size_t>(grid));
+    std::vector<unsigned int> amax(count), amin(count);
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(partial.data(), moments, sizeof(TensorMoments) * grid, cudaMemcpyDeviceToHost, stream_),
+                      "copy moments");
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(at_max.data(), saturated, sizeof(unsigned long long) * grid, cudaMemcpyDeviceToHost,
+                                      stream_),
+                      "copy saturation");
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(amax.data(), amax_bits, count * sizeof(unsigned int), cudaMemcpyDeviceToHost, stream_),
+                      "copy block amax");
+    FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(amin.data(), amin_bits, count * sizeof(unsigned int), cudaMemcpyDeviceToHost, stream_),
+                      "copy block amin");
+    FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "observed codes");
+    FP8SCOPE_CUDA_TRY(cudaGetLastError(), "kernel launch");
+    TensorMoments m;
+    std::uint64_t total_at_max = 0;
+    for (int b = 0; b < grid; ++b) {
+      merge(m, partial[static_cast<std::size_t>(b)]);
+      total_at_max += at_max[static_cast<std::size_t>(b)];
+    }
+    std::vector<float> block_amax(count), block_amin(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      block_amax[k] = bits_float(amax[k]);
+      block_amin[k] = bits_float(amin[k]);
+    }
+    return finish_observed(g, m, total_at_max, block_amax, block_amin);
+  }
+
  private:
   int device_;
   std::uint64_t budget_left_;

@@ -22,37 +22,81 @@ __device__ void block_merge(T& item, T* shared) {
 
 }  // namespace
 
-__global__ void moments_kernel(const void* data, DType dtype, float scale_inv, std::int64_t n, TensorMoments* partial) {
-  __shared__ TensorMoments shared[kThreads];
-  TensorMoments m;
-  double mean = 0.0;  // Welford per thread; sum = mean * finite at the end
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = load_element(data, static_cast<std::size_t>(i), dtype, scale_inv);
-    ++m.numel;
-    if (x != x) {
-      ++m.nan;
-      continue;
-    }
-    const float a = fabsf(x);
-    if (!finite(x)) {
-      ++m.inf;
-      continue;
-    }
-    ++m.finite;
-    if (a != 0.0f) {
-      ++m.nonzero;
-      m.amin = min_f(m.amin, a);
-    }
-    m.amax = max_f(m.amax, a);
-    const double d = static_cast<double>(x) - mean;
-    mean += d / static_cast<double>(m.finite);
-    m.m2 += d * (static_cast<double>(x) - mean);
-    m.sum_squares += static_cast<double>(x) * x;
+namespace {
+
+// One element into a thread's moments: counts, amax/amin, and the running mean and m2 by Welford
+// (sum = mean * finite at the end, welford_finish).
+__device__ __forceinline__ void welford_add(TensorMoments& m, double& mean, float x) {
+  ++m.numel;
+  if (x != x) {
+    ++m.nan;
+    return;
   }
+  const float a = fabsf(x);
+  if (!finite(x)) {
+    ++m.inf;
+    return;
+  }
+  ++m.finite;
+  if (a != 0.0f) {
+    ++m.nonzero;
+    m.amin = min_f(m.amin, a);
+  }
+  m.amax = max_f(m.amax, a);
+  const double d = static_cast<double>(x) - mean;
+  mean += d / static_cast<double>(m.finite);
+  m.m2 += d * (static_cast<double>(x) - mean);
+  m.sum_squares += static_cast<double>(x) * x;
+}
+
+// The block's moments into partial[blockIdx.x].
+__device__ void welford_finish(TensorMoments& m, double mean, TensorMoments* shared, TensorMoments* partial) {
   m.sum = mean * static_cast<double>(m.finite);
   block_merge(m, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+}  // namespace
+
+__global__ void moments_kernel(const void* data, DType dtype, float scale_inv, std::int64_t n, TensorMoments* partial) {
+  __shared__ TensorMoments shared[kThreads];
+  TensorMoments m;
+  double mean = 0.0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    welford_add(m, mean, load_element(data, static_cast<std::size_t>(i), dtype, scale_inv));
+  }
+  welford_finish(m, mean, shared, partial);
+}
+
+__global__ void observed_kernel(const void* codes, DType dtype, std::int64_t rows, std::int64_t cols,
+                                ObservedBlocks blocks, const float* block_scale_inv, TensorMoments* partial,
+                                unsigned long long* saturated, unsigned int* block_amax_bits,
+                                unsigned int* block_amin_bits) {
+  __shared__ TensorMoments shared[kThreads];
+  __shared__ unsigned long long shared_saturated;
+  if (threadIdx.x == 0) shared_saturated = 0;
+  __syncthreads();
+  TensorMoments m;
+  double mean = 0.0;
+  unsigned long long at_max = 0;
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::uint8_t code = code_of(codes, i, dtype);
+    at_max += code_at_max(dtype, code) ? 1 : 0;
+    const std::int64_t b = blocks.index(i / cols, i % cols);
+    const float v = small_element_value(dtype, code, block_scale_inv[b]);
+    welford_add(m, mean, v);
+    const float a = fabsf(v);
+    if (finite(a) && a != 0.0f) {  // nonnegative floats order as their bits
+      atomicMax(&block_amax_bits[b], float_bits(a));
+      atomicMin(&block_amin_bits[b], float_bits(a));
+    }
+  }
+  atomicAdd(&shared_saturated, at_max);
+  welford_finish(m, mean, shared, partial);
+  if (threadIdx.x == 0) saturated[blockIdx.x] = shared_saturated;
 }
 
 __global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,

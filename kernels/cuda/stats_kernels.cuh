@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fp8scope/dtype.h"
+#include "fp8scope/observed_analysis.h"
 #include "fp8scope/quantize_element.h"
 #include "fp8scope/scale_rules.h"
 #include "fp8scope/stats.h"
@@ -33,6 +34,15 @@ struct SpecTable {
 
 // Pass 1: moments per CUDA block (Welford per thread, Chan's merge across threads).
 __global__ void moments_kernel(const void* data, DType dtype, float scale_inv, std::int64_t n, TensorMoments* partial);
+
+// A job's own codes (observed_analysis.h), dequantized with the block scale each element's block
+// reads: moments per CUDA block (as moments_kernel), the codes at ±max per CUDA block, and each
+// scale block's largest and smallest nonzero |value| as float bits (amax starts at 0, amin at
+// FLT_MAX's bits).
+__global__ void observed_kernel(const void* codes, DType dtype, std::int64_t rows, std::int64_t cols,
+                                ObservedBlocks blocks, const float* block_scale_inv, TensorMoments* partial,
+                                unsigned long long* saturated, unsigned int* block_amax_bits,
+                                unsigned int* block_amin_bits);
 
 // The TE amax of each block of a spec: rows_per_block x cols_per_block elements, blocks laid out
 // row-major (blocks_per_row across). One CUDA block per data block.

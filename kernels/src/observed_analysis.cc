@@ -32,11 +32,6 @@ const CodeFormat& code_format_for(DType d) {
   return d == DType::kE5M2 ? e5m2 : (d == DType::kE2M1 ? e2m1 : e4m3);
 }
 
-std::uint8_t code_at(DType d, const void* codes, std::int64_t i) {
-  return d == DType::kE2M1 ? fp4_code(codes, static_cast<std::size_t>(i))
-                           : static_cast<const std::uint8_t*>(codes)[i];
-}
-
 // Moments of a few thousand floats, two passes (the mean first), merged into the whole by Chan.
 void add_segment_moments(const float* x, std::int64_t n, TensorMoments& into) {
   TensorMoments m;
@@ -109,57 +104,29 @@ Status check(const ObservedTensor& t) {
 
 }  // namespace
 
-Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) {
+Result<BlockScaleGrid> observed_scales(const ObservedTensor& t) {
   if (Status s = check(t); !s.ok()) return s;
-  Result<BlockScaleGrid> grid = Status();
   if (t.layout == ScaleLayout::kTensorScalar) {
     std::uint8_t bytes[4];
     std::memcpy(bytes, &t.scale_inv, 4);
-    grid = untile_scales(t.layout, t.shape, bytes, 1.0f);
-  } else {
-    grid = t.compact_scales ? compact_scales(t.layout, t.shape, t.scales, t.scale_inv)
-                            : untile_scales(t.layout, t.shape, t.scales, t.scale_inv);
+    return untile_scales(t.layout, t.shape, bytes, 1.0f);
   }
-  if (!grid.ok()) return grid.status();
-  const BlockScaleGrid& g = grid.value();
-  const CodeFormat& format = code_format_for(t.dtype);
+  return t.compact_scales ? compact_scales(t.layout, t.shape, t.scales, t.scale_inv)
+                          : untile_scales(t.layout, t.shape, t.scales, t.scale_inv);
+}
 
+ObservedBlocks observed_blocks(const ObservedTensor& t, const BlockScaleGrid& g) {
+  return ObservedBlocks{g.block_mn, g.block_k, g.k_blocks, t.shape.k_is_outer};
+}
+
+ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& moments, std::uint64_t saturated,
+                                 std::span<const float> block_amax, std::span<const float> block_amin) {
   ObservedAnalysis out;
-  const std::size_t blocks = g.scale_inv.size();
-  std::vector<float> block_amax(blocks, 0.0f), block_amin(blocks, kFloatMax);
-  std::vector<float> x(static_cast<std::size_t>(std::min(kSegment, t.shape.cols)));
-  // Along a stored row, runs of this many columns share one scale.
-  const std::int64_t run = t.shape.k_is_outer ? g.block_mn : g.block_k;
-  for (std::int64_t r = 0; r < t.shape.rows; ++r) {
-    std::size_t b = 0;
-    float scale_inv = 0.0f;
-    std::int64_t next_run = 0;
-    for (std::int64_t c0 = 0; c0 < t.shape.cols; c0 += kSegment) {
-      const std::int64_t n = std::min(kSegment, t.shape.cols - c0);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t c = c0 + i;
-        if (c == next_run) {
-          b = t.shape.k_is_outer ? g.index(c, r) : g.index(r, c);
-          scale_inv = g.scale_inv[b];
-          next_run = c + run;
-        }
-        const std::uint8_t code = code_at(t.dtype, t.codes, r * t.shape.cols + c);
-        out.stats.saturated += (code & format.magnitude_mask) == format.max_code;
-        const float v = mul_rn(format.value[code], scale_inv);
-        x[static_cast<std::size_t>(i)] = v;
-        const float a = std::fabs(v);
-        if (is_finite(a) && a != 0.0f) {
-          block_amax[b] = max_f(block_amax[b], a);
-          block_amin[b] = min_f(block_amin[b], a);
-        }
-      }
-      add_segment_moments(x.data(), n, out.moments);
-    }
-  }
-  out.te_amax = te_amax(out.moments.amax, out.moments.inf > 0);
-
+  out.moments = moments;
+  out.te_amax = te_amax(moments.amax, moments.inf > 0);
   QuantStats& q = out.stats;
-  for (std::size_t k = 0; k < blocks; ++k) {
+  q.saturated = saturated;
+  for (std::size_t k = 0; k < block_amax.size(); ++k) {
     if (block_amax[k] == 0.0f) continue;  // a block of zeros says nothing about its scale
     ++q.scale_blocks;
     const Extremes e = extremes(g.info->encoding, g.codes[k], g.scale_inv[k]);
@@ -174,6 +141,49 @@ Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) {
   }
   if (q.scale_blocks == 0) q.scale_min = q.scale_max = 1.0f / g.scale_inv[0];
   return out;
+}
+
+Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) {
+  Result<BlockScaleGrid> grid = observed_scales(t);
+  if (!grid.ok()) return grid.status();
+  const BlockScaleGrid& g = grid.value();
+  const ObservedBlocks blocks = observed_blocks(t, g);
+  const CodeFormat& format = code_format_for(t.dtype);
+
+  TensorMoments moments;
+  std::uint64_t saturated = 0;
+  const std::size_t count = g.scale_inv.size();
+  std::vector<float> block_amax(count, 0.0f), block_amin(count, kFloatMax);
+  std::vector<float> x(static_cast<std::size_t>(std::min(kSegment, t.shape.cols)));
+  // Along a stored row, runs of this many columns share one scale.
+  const std::int64_t run = t.shape.k_is_outer ? g.block_mn : g.block_k;
+  for (std::int64_t r = 0; r < t.shape.rows; ++r) {
+    std::size_t b = 0;
+    float scale_inv = 0.0f;
+    std::int64_t next_run = 0;
+    for (std::int64_t c0 = 0; c0 < t.shape.cols; c0 += kSegment) {
+      const std::int64_t n = std::min(kSegment, t.shape.cols - c0);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t c = c0 + i;
+        if (c == next_run) {
+          b = static_cast<std::size_t>(blocks.index(r, c));
+          scale_inv = g.scale_inv[b];
+          next_run = c + run;
+        }
+        const std::uint8_t code = code_of(t.codes, r * t.shape.cols + c, t.dtype);
+        saturated += (code & format.magnitude_mask) == format.max_code;
+        const float v = mul_rn(format.value[code], scale_inv);
+        x[static_cast<std::size_t>(i)] = v;
+        const float a = std::fabs(v);
+        if (is_finite(a) && a != 0.0f) {
+          block_amax[b] = max_f(block_amax[b], a);
+          block_amin[b] = min_f(block_amin[b], a);
+        }
+      }
+      add_segment_moments(x.data(), n, moments);
+    }
+  }
+  return finish_observed(g, moments, saturated, block_amax, block_amin);
 }
 
 }  // namespace fp8scope

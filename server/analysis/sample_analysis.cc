@@ -95,7 +95,7 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   const float per_tensor = s.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv()
                                                                         : s.header.global_scale_inv();
   t.scale_inv = per_tensor > 0.0f ? per_tensor : 1.0f;  // 0: not given
-  Result<ObservedAnalysis> analyzed = analyze_observed(t);
+  Result<ObservedAnalysis> analyzed = engine_.analyze_observed(t);
   if (!analyzed.ok()) return analyzed.status();
   SampleAnalysis a;
   a.moments = analyzed.value().moments;

@@ -8,6 +8,8 @@
 #include <span>
 
 #include "fp8scope/dtype.h"
+#include "fp8scope/float_formats.h"
+#include "fp8scope/host_device.h"
 #include "fp8scope/scale_layout.h"
 #include "fp8scope/stats.h"
 #include "fp8scope/status.h"
@@ -32,7 +34,38 @@ struct ObservedAnalysis {
   QuantStats stats;
 };
 
-// An error when the codes, the layout or the size of the scale tensor do not fit together.
+// An error when the codes, the layout or the size of the scale tensor do not fit together. The CPU
+// version; StatsEngine::analyze_observed runs it where the engine's device is.
 Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t);
+
+// What every engine's version shares.
+// Element i of the codes (FP4: two a byte, the first in the low nibble).
+FP8SCOPE_HD std::uint8_t code_of(const void* codes, std::int64_t i, DType d) {
+  return d == DType::kE2M1 ? fp4_code(codes, static_cast<std::size_t>(i)) : static_cast<const std::uint8_t*>(codes)[i];
+}
+// Whether a code is ±max of its format (saturated).
+FP8SCOPE_HD bool code_at_max(DType d, std::uint8_t code) {
+  switch (d) {
+    case DType::kE5M2: return (code & FormatConstants<kE5M2>::kMagnitudeMask) == FormatConstants<kE5M2>::kMaxCode;
+    case DType::kE2M1: return (code & FormatConstants<kE2M1>::kMagnitudeMask) == FormatConstants<kE2M1>::kMaxCode;
+    default: return (code & FormatConstants<kE4M3>::kMagnitudeMask) == FormatConstants<kE4M3>::kMaxCode;
+  }
+}
+// Which block scale element (row, col) of the stored tensor reads (BlockScaleGrid::index).
+struct ObservedBlocks {
+  std::int64_t block_mn = 1, block_k = 1, k_blocks = 1;
+  bool k_is_outer = false;
+  FP8SCOPE_HD std::int64_t index(std::int64_t row, std::int64_t col) const {
+    const std::int64_t mn = k_is_outer ? col : row, k = k_is_outer ? row : col;
+    return (mn / block_mn) * k_blocks + k / block_k;
+  }
+};
+// Checks the request and reads its scales (a per-tensor scale_inv becomes a grid of one block).
+Result<BlockScaleGrid> observed_scales(const ObservedTensor& t);
+ObservedBlocks observed_blocks(const ObservedTensor& t, const BlockScaleGrid& g);
+// The result once the tensor is read: its moments, the codes at ±max, and every block's largest
+// and smallest nonzero |value| (0 and FLT_MAX for a block of zeros) give the scale statistics.
+ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& moments, std::uint64_t saturated,
+                                 std::span<const float> block_amax, std::span<const float> block_amin);
 
 }  // namespace fp8scope

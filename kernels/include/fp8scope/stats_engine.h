@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fp8scope/dtype.h"
+#include "fp8scope/observed_analysis.h"
 #include "fp8scope/recipe.h"
 #include "fp8scope/scale_rules.h"
 #include "fp8scope/stats.h"
@@ -76,6 +77,11 @@ class StatsEngine {
   virtual const char* name() const = 0;
   // Reads the tensor (twice: amax first, then the casts of every spec) and fills *out.
   virtual Status analyze(const TensorView& tensor, std::span<const QuantSpec> specs, TensorAnalysis* out) = 0;
+  // What a job's own codes show (observed_analysis.h), computed where this engine computes; the
+  // CPU's unless an engine has its own.
+  virtual Result<ObservedAnalysis> analyze_observed(const ObservedTensor& tensor) {
+    return fp8scope::analyze_observed(tensor);
+  }
 };
 
 // Checks shared by the engines: a readable, nonempty tensor and specs they can run.

@@ -184,3 +184,24 @@ TEST_CASE("observed analysis refuses what does not fit", "[observed]") {
   t.scales = std::span<const std::uint8_t>(codes, 4);
   CHECK(analyze_observed(t).message() == "vec32_ue8m0 scales of a 1 x 4 (M/N x K) operand: expected 512 bytes, got 4");
 }
+
+TEST_CASE("the shared element helpers: every code's saturation and place, as the engines read them", "[observed]") {
+  for (DType d : {DType::kE4M3, DType::kE5M2, DType::kE2M1}) {
+    const float max = format_max(code_format(d));
+    const int codes = d == DType::kE2M1 ? 16 : 256;
+    for (int c = 0; c < codes; ++c) {
+      INFO(dtype_name(d) << " code " << c);
+      const float v = small_element_value(d, static_cast<std::uint32_t>(c), 1.0f);
+      CHECK(code_at_max(d, static_cast<std::uint8_t>(c)) == (std::fabs(v) == max));
+    }
+  }
+  const std::uint8_t packed[] = {0x21, 0x43};  // FP4: the first element in the low nibble
+  CHECK(code_of(packed, 0, DType::kE2M1) == 1);
+  CHECK(code_of(packed, 1, DType::kE2M1) == 2);
+  CHECK(code_of(packed, 3, DType::kE2M1) == 4);
+  CHECK(code_of(packed, 1, DType::kE4M3) == 0x43);
+  // A 1x32 block along K: K along the columns, or along the rows when it is the outer dimension.
+  const ObservedBlocks along_cols{1, 32, 4, false}, along_rows{1, 32, 4, true};
+  CHECK(along_cols.index(2, 65) == 2 * 4 + 2);
+  CHECK(along_rows.index(65, 2) == 2 * 4 + 2);
+}
