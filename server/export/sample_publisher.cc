@@ -18,6 +18,18 @@ double now_seconds() {
 
 const MetricDef& metric(const char* name) { return *find_metric(name); }
 
+// The fields that place any history record of a client's sample: when, whose, which step and layer.
+template <class Record>
+void set_place(Record& rec, double time, const ClientInfo& client, std::uint64_t step, const std::string& layer) {
+  rec.time = time;
+  rec.job = client.job;
+  rec.run = client.run;
+  rec.host = client.host;
+  rec.rank = client.rank;
+  rec.step = step;
+  rec.layer = layer;
+}
+
 }  // namespace
 
 double current_scale_for(CastFormat format, float te_amax) {
@@ -56,13 +68,7 @@ bool SamplePublisher::exported(const RecipeOutcome& o) const {
 history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                                       double scale_current) const {
   history::HistoryRecord rec;
-  rec.time = time;
-  rec.job = s.client->job;
-  rec.run = s.client->run;
-  rec.host = s.client->host;
-  rec.rank = s.client->rank;
-  rec.step = s.header.step();
-  rec.layer = s.header.layer();
+  set_place(rec, time, *s.client, s.header.step(), s.header.layer());
   rec.gemm = wire::from_wire(s.header.gemm()).value_or(GemmRole::kUnknown);
   rec.operand = wire::from_wire(s.header.operand()).value_or(Operand::kX);
   rec.dtype = dtype_name(s.dtype);
@@ -171,13 +177,7 @@ void SamplePublisher::publish_gemm_check(const GemmPair& p, const std::vector<Ge
     series_.set(gemm_cosine_, labels, p.client->rank, r.cosine);
     series_.set(gemm_max_rel_error_, labels, p.client->rank, r.max_rel_error);
     history::GemmOutputRecord rec;
-    rec.time = time;
-    rec.job = p.client->job;
-    rec.run = p.client->run;
-    rec.host = p.client->host;
-    rec.rank = p.client->rank;
-    rec.step = p.step;
-    rec.layer = p.layer;
+    set_place(rec, time, *p.client, p.step, p.layer);
     rec.accumulate = r.accumulate;
     rec.numel = static_cast<std::int64_t>(r.rows * r.n);
     rec.scale_x = r.scale_x;
