@@ -59,16 +59,17 @@ bool desc_attribute(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, cublasLtMa
 }
 
 // One operand from its layout; nothing plus the reason when it cannot be copied as a tensor.
+// `rows` and `cols` come in already read (A's, by read_matmul_shape) or 0 to be read here.
 std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayout_t layout, const void* data,
-                                       shm::DropReason& reason) {
+                                       std::uint64_t rows, std::uint64_t cols, shm::DropReason& reason) {
   std::uint32_t type = 0;
   std::int32_t order = CUBLASLT_ORDER_COL, batch_count = 1;
   std::uint32_t batch_mode = 0;
-  std::uint64_t rows = 0, cols = 0;
   std::int64_t ld = 0, stride = 0;
+  const bool known = rows != 0 && cols != 0;
   if (layout == nullptr || data == nullptr || !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_TYPE, type) ||
-      !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_ROWS, rows) ||
-      !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_COLS, cols) ||
+      (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_ROWS, rows)) ||
+      (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_COLS, cols)) ||
       !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_LD, ld)) {
     reason = shm::kUnsupportedLayout;
     return std::nullopt;
@@ -198,9 +199,9 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
     r.reason = shm::kUnsupportedLayout;
     return r;
   }
-  std::optional<OperandView> a = read_layout(lt, Adesc, A, r.reason);
+  std::optional<OperandView> a = read_layout(lt, Adesc, A, shape.a_rows, shape.a_cols, r.reason);
   if (!a || !read_scales(lt, desc, true, shape, *a, r.reason)) return r;
-  std::optional<OperandView> b = read_layout(lt, Bdesc, B, r.reason);
+  std::optional<OperandView> b = read_layout(lt, Bdesc, B, 0, 0, r.reason);
   if (!b || !read_scales(lt, desc, false, shape, *b, r.reason)) return r;
   GemmCall call;
   call.source = "cublasLtMatmul";
