@@ -9,8 +9,9 @@
 // 3 mxfp8, 4 block_1x128, 5 block_128x128, 6 nvfp4, 7 mxfp4). BM_WeightCodeDigest is the extra
 // pass the daemon makes over each sampled weight for the inference check (one thread, no target;
 // "x_one_recipe" puts it beside tensor_current's statistics). BM_Observed* decode a job's own codes
-// with their block scales (MXFP8: E4M3 with E8M0 1x32 scales; NVFP4: E2M1 with UE4M3 1x16 scales),
-// as the daemon does for every block-scaled sample ("x_memcpy" against the BF16 tensor's copy).
+// with their block scales (MXFP8: E4M3 with E8M0 1x32 scales; NVFP4: E2M1 with UE4M3 1x16 scales)
+// through the CPU engine, as the daemon does for every block-scaled sample ("x_read" and
+// "x_memcpy" against the BF16 tensor's).
 //   stats_engine_bench [--fp8scope_mib=N] [google benchmark flags]
 #include <benchmark/benchmark.h>
 
@@ -142,8 +143,9 @@ void observed(benchmark::State& state, DType dtype, ScaleLayout layout) {
   o.shape = shape;
   o.layout = layout;
   o.scales = scales;
+  auto engine = make_cpu_engine();
   for (auto _ : state) {
-    Result<ObservedAnalysis> a = analyze_observed(o);
+    Result<ObservedAnalysis> a = engine->analyze_observed(o);
     if (!a.ok()) state.SkipWithError(a.message().c_str());
     benchmark::DoNotOptimize(a);
   }

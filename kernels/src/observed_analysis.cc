@@ -143,47 +143,73 @@ ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& m
   return out;
 }
 
+std::int64_t observed_row_unit(const ObservedTensor& t, const BlockScaleGrid& g) {
+  return t.shape.k_is_outer ? g.block_k : g.block_mn;
+}
+
+namespace {
+
+// Columns [lo, hi) of one stored row, which share the scale of block b: values into x, codes at
+// ±max counted, the block's nonzero |value| range widened. No branch per element: the code width
+// is a template parameter and the range update a select.
+template <bool kFp4>
+std::uint64_t observe_run(const ObservedTensor& t, const CodeFormat& format, std::int64_t row, std::int64_t lo,
+                          std::int64_t hi, float scale_inv, float* x, float& amax, float& amin) {
+  const auto* bytes = static_cast<const std::uint8_t*>(t.codes);
+  const std::int64_t base = row * t.shape.cols;
+  std::uint64_t saturated = 0;
+  float hi_abs = amax, lo_abs = amin;
+  for (std::int64_t c = lo; c < hi; ++c) {
+    const std::int64_t i = base + c;
+    const std::uint8_t code = kFp4 ? static_cast<std::uint8_t>((bytes[i >> 1] >> ((i & 1) * 4)) & 0xF) : bytes[i];
+    saturated += (code & format.magnitude_mask) == format.max_code;
+    const float v = mul_rn(format.value[code], scale_inv);
+    x[c - lo] = v;
+    const float a = std::fabs(v);
+    const bool counts = is_finite(a) && a != 0.0f;
+    hi_abs = counts ? max_f(hi_abs, a) : hi_abs;
+    lo_abs = counts ? min_f(lo_abs, a) : lo_abs;
+  }
+  amax = hi_abs;
+  amin = lo_abs;
+  return saturated;
+}
+
+}  // namespace
+
+ObservedRows observe_rows(const ObservedTensor& t, const BlockScaleGrid& g, std::int64_t row_begin,
+                          std::int64_t row_end, float* block_amax, float* block_amin) {
+  const ObservedBlocks blocks = observed_blocks(t, g);
+  const CodeFormat& format = code_format_for(t.dtype);
+  const bool fp4 = t.dtype == DType::kE2M1;
+  ObservedRows out;
+  std::vector<float> x(static_cast<std::size_t>(std::min(kSegment, t.shape.cols)));
+  // Along a stored row, runs of this many columns share one scale.
+  const std::int64_t run = t.shape.k_is_outer ? g.block_mn : g.block_k;
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    for (std::int64_t c0 = 0; c0 < t.shape.cols; c0 += kSegment) {
+      const std::int64_t end = std::min(c0 + kSegment, t.shape.cols);
+      for (std::int64_t lo = c0; lo < end;) {
+        const std::int64_t hi = std::min(end, (lo / run + 1) * run);
+        const std::size_t b = static_cast<std::size_t>(blocks.index(r, lo));
+        float* xs = x.data() + (lo - c0);
+        out.saturated += fp4 ? observe_run<true>(t, format, r, lo, hi, g.scale_inv[b], xs, block_amax[b], block_amin[b])
+                             : observe_run<false>(t, format, r, lo, hi, g.scale_inv[b], xs, block_amax[b], block_amin[b]);
+        lo = hi;
+      }
+      add_segment_moments(x.data(), end - c0, out.moments);
+    }
+  }
+  return out;
+}
+
 Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) {
   Result<BlockScaleGrid> grid = observed_scales(t);
   if (!grid.ok()) return grid.status();
   const BlockScaleGrid& g = grid.value();
-  const ObservedBlocks blocks = observed_blocks(t, g);
-  const CodeFormat& format = code_format_for(t.dtype);
-
-  TensorMoments moments;
-  std::uint64_t saturated = 0;
-  const std::size_t count = g.scale_inv.size();
-  std::vector<float> block_amax(count, 0.0f), block_amin(count, kFloatMax);
-  std::vector<float> x(static_cast<std::size_t>(std::min(kSegment, t.shape.cols)));
-  // Along a stored row, runs of this many columns share one scale.
-  const std::int64_t run = t.shape.k_is_outer ? g.block_mn : g.block_k;
-  for (std::int64_t r = 0; r < t.shape.rows; ++r) {
-    std::size_t b = 0;
-    float scale_inv = 0.0f;
-    std::int64_t next_run = 0;
-    for (std::int64_t c0 = 0; c0 < t.shape.cols; c0 += kSegment) {
-      const std::int64_t n = std::min(kSegment, t.shape.cols - c0);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t c = c0 + i;
-        if (c == next_run) {
-          b = static_cast<std::size_t>(blocks.index(r, c));
-          scale_inv = g.scale_inv[b];
-          next_run = c + run;
-        }
-        const std::uint8_t code = code_of(t.codes, r * t.shape.cols + c, t.dtype);
-        saturated += (code & format.magnitude_mask) == format.max_code;
-        const float v = mul_rn(format.value[code], scale_inv);
-        x[static_cast<std::size_t>(i)] = v;
-        const float a = std::fabs(v);
-        if (is_finite(a) && a != 0.0f) {
-          block_amax[b] = max_f(block_amax[b], a);
-          block_amin[b] = min_f(block_amin[b], a);
-        }
-      }
-      add_segment_moments(x.data(), n, moments);
-    }
-  }
-  return finish_observed(g, moments, saturated, block_amax, block_amin);
+  std::vector<float> block_amax(g.scale_inv.size(), 0.0f), block_amin(g.scale_inv.size(), kFloatMax);
+  const ObservedRows all = observe_rows(t, g, 0, t.shape.rows, block_amax.data(), block_amin.data());
+  return finish_observed(g, all.moments, all.saturated, block_amax, block_amin);
 }
 
 }  // namespace fp8scope

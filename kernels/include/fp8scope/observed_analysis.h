@@ -63,6 +63,17 @@ struct ObservedBlocks {
 // Checks the request and reads its scales (a per-tensor scale_inv becomes a grid of one block).
 Result<BlockScaleGrid> observed_scales(const ObservedTensor& t);
 ObservedBlocks observed_blocks(const ObservedTensor& t, const BlockScaleGrid& g);
+// One range of stored rows read: the moments of its values and its codes at ±max, with each
+// block's largest and smallest nonzero |value| folded into block_amax/block_amin (indexed as the
+// grid; ranges read at once need blocks of their own, or ranges of whole row units).
+struct ObservedRows {
+  TensorMoments moments;
+  std::uint64_t saturated = 0;
+};
+ObservedRows observe_rows(const ObservedTensor& t, const BlockScaleGrid& g, std::int64_t row_begin,
+                          std::int64_t row_end, float* block_amax, float* block_amin);
+// Stored rows that no block shares with the rows around them: the block's extent along the rows.
+std::int64_t observed_row_unit(const ObservedTensor& t, const BlockScaleGrid& g);
 // The result once the tensor is read: its moments, the codes at ±max, and every block's largest
 // and smallest nonzero |value| (0 and FLT_MAX for a block of zeros) give the scale statistics.
 ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& moments, std::uint64_t saturated,

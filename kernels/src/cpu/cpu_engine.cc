@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "code_histogram.h"
+#include "fp8scope/observed_analysis.h"
 #include "fp8scope/scale_rules.h"
 #include "fp8scope/two_pass_driver.h"
 #include "segment_kernels.h"
@@ -238,6 +239,48 @@ class CpuEngine final : public StatsEngine {
   Status analyze(const TensorView& t, std::span<const QuantSpec> specs, TensorAnalysis* out) override {
     CpuPasses passes(pool_, kernels_, use_value_counts(t, specs));
     return run_two_passes(passes, RowBlocks::kInPass2, t, specs, out);
+  }
+
+  // Ranges of stored rows on every thread. Ranges of whole row units share no scale block, so
+  // they fold their block amaxes into one table; a tensor of fewer units than tasks (one
+  // per-tensor scale, say) gives each task blocks of its own, merged after. Partial results merge
+  // in range order: the result depends on the thread count only.
+  Result<ObservedAnalysis> analyze_observed(const ObservedTensor& t) override {
+    Result<BlockScaleGrid> scales = observed_scales(t);
+    if (!scales.ok()) return scales.status();
+    const BlockScaleGrid& g = scales.value();
+    const std::int64_t rows = t.shape.rows, numel = rows * t.shape.cols;
+    const std::int64_t unit = observed_row_unit(t, g), units = ceil_div(rows, unit);
+    const std::size_t count = g.scale_inv.size();
+    std::int64_t tasks = numel < kSerialBelowElements ? 1 : std::min<std::int64_t>((pool_.workers() + 1) * kTasksPerThread, rows);
+    const bool own_blocks = units < tasks;
+    if (own_blocks) tasks = std::min<std::int64_t>(tasks, pool_.workers() + 1);
+    const std::size_t tables = own_blocks ? static_cast<std::size_t>(tasks) : 1;
+    std::vector<float> block_amax(count * tables, 0.0f), block_amin(count * tables, kFloatMax);
+    std::vector<ObservedRows> partial(static_cast<std::size_t>(tasks));
+    pool_.run(static_cast<int>(tasks), [&](int task) {
+      // Own blocks: plain row ranges. Shared table: ranges of whole units.
+      const std::int64_t step = own_blocks ? 1 : unit, pieces = own_blocks ? rows : units;
+      const std::int64_t first = std::min(rows, pieces * task / tasks * step);
+      const std::int64_t last = std::min(rows, pieces * (task + 1) / tasks * step);
+      const std::size_t table = own_blocks ? static_cast<std::size_t>(task) * count : 0;
+      partial[static_cast<std::size_t>(task)] =
+          observe_rows(t, g, first, last, block_amax.data() + table, block_amin.data() + table);
+    });
+    TensorMoments moments;
+    std::uint64_t saturated = 0;
+    for (const ObservedRows& p : partial) {
+      merge(moments, p.moments);
+      saturated += p.saturated;
+    }
+    for (std::size_t k = 1; k < tables; ++k) {
+      for (std::size_t b = 0; b < count; ++b) {
+        block_amax[b] = std::max(block_amax[b], block_amax[k * count + b]);
+        block_amin[b] = std::min(block_amin[b], block_amin[k * count + b]);
+      }
+    }
+    return finish_observed(g, moments, saturated, std::span<const float>(block_amax.data(), count),
+                           std::span<const float>(block_amin.data(), count));
   }
 
  private:

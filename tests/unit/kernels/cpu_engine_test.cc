@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "reference_analysis.h"
 #include "tensor_generators.h"
@@ -184,4 +185,80 @@ TEST_CASE("bad requests are refused with a reason", "[cpu_engine]") {
   const std::uint8_t fp4[2] = {};
   CHECK(engine->analyze(TensorView{fp4, DType::kE2M1, 1, 3, 1.0f}, {&spec, 1}, &a).message() ==
         "expected e2m1 rows of whole bytes, got 3 columns");
+}
+
+// A job's own codes with their scales in one layout: every code value, scales across a range.
+struct ObservedCase {
+  std::vector<std::uint8_t> codes, scales;
+  ObservedTensor tensor;
+};
+
+ObservedCase observed_case(DType dtype, ScaleLayout layout, std::int64_t rows, std::int64_t cols, bool k_outer) {
+  ObservedCase c;
+  const ScaledShape shape{rows, cols, k_outer};
+  c.codes.resize(tensor_bytes(dtype, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols)));
+  for (std::size_t i = 0; i < c.codes.size(); ++i) c.codes[i] = static_cast<std::uint8_t>(i * 37 % 251);
+  if (layout != ScaleLayout::kTensorScalar) {
+    c.scales.resize(scale_tensor_bytes(layout, shape));
+    if (layout == ScaleLayout::kVec128F32 || layout == ScaleLayout::kBlock128x128F32) {
+      for (std::size_t i = 0; i + 4 <= c.scales.size(); i += 4) {
+        const float s = std::ldexp(1.0f, static_cast<int>(i / 4 % 13) - 6);
+        std::memcpy(c.scales.data() + i, &s, 4);
+      }
+    } else {
+      for (std::size_t i = 0; i < c.scales.size(); ++i) c.scales[i] = static_cast<std::uint8_t>(100 + i % 40);
+    }
+  }
+  c.tensor.codes = c.codes.data();
+  c.tensor.dtype = dtype;
+  c.tensor.shape = shape;
+  c.tensor.layout = layout;
+  c.tensor.scales = c.scales;
+  c.tensor.scale_inv = layout == ScaleLayout::kTensorScalar ? 0.0625f : 1.0f;
+  return c;
+}
+
+TEST_CASE("a job's own codes read on every thread give what one thread reads, for every layout and K side",
+          "[cpu_engine]") {
+  const std::pair<DType, ScaleLayout> layouts[] = {
+      {DType::kE4M3, ScaleLayout::kVec32Ue8m0},   {DType::kE2M1, ScaleLayout::kVec16Ue4m3},
+      {DType::kE4M3, ScaleLayout::kVec128F32},    {DType::kE4M3, ScaleLayout::kBlock128x128F32},
+      {DType::kE5M2, ScaleLayout::kTensorScalar}, {DType::kE2M1, ScaleLayout::kTensorScalar}};
+  for (int threads : {1, 3, 8}) {
+    auto engine = make_cpu_engine(threads);
+    for (const auto& [dtype, layout] : layouts) {
+      for (bool k_outer : {false, true}) {
+        for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{256, 512}, {300, 1024}, {2, 65536}}) {
+          INFO(threads << " threads, " << dtype_name(dtype) << " layout " << static_cast<int>(layout) << " " << rows
+                       << "x" << cols << (k_outer ? " K outer" : ""));
+          const ObservedCase c = observed_case(dtype, layout, rows, cols, k_outer);
+          const Result<ObservedAnalysis> one = analyze_observed(c.tensor), all = engine->analyze_observed(c.tensor);
+          REQUIRE(one.ok() == all.ok());
+          if (!one.ok()) {
+            CHECK(one.message() == all.message());
+            continue;
+          }
+          const ObservedAnalysis &a = one.value(), &b = all.value();
+          CHECK(a.moments.numel == b.moments.numel);
+          CHECK(a.moments.finite == b.moments.finite);
+          CHECK(a.moments.nonzero == b.moments.nonzero);
+          CHECK(a.moments.amax == b.moments.amax);
+          CHECK(a.moments.amin == b.moments.amin);
+          CHECK(b.moments.sum == Approx(a.moments.sum).epsilon(1e-12).margin(1e-9));
+          CHECK(b.moments.sum_squares == Approx(a.moments.sum_squares).epsilon(1e-12));
+          CHECK(b.moments.m2 == Approx(a.moments.m2).epsilon(1e-12));
+          CHECK(a.te_amax == b.te_amax);
+          CHECK(a.stats.saturated == b.stats.saturated);
+          CHECK(a.stats.scale_blocks == b.stats.scale_blocks);
+          CHECK(a.stats.scale_blocks_at_floor == b.stats.scale_blocks_at_floor);
+          CHECK(a.stats.scale_blocks_at_ceiling == b.stats.scale_blocks_at_ceiling);
+          CHECK(a.stats.scale_min == b.stats.scale_min);
+          CHECK(a.stats.scale_max == b.stats.scale_max);
+          CHECK(a.stats.max_block_dynamic_range_log2 == b.stats.max_block_dynamic_range_log2);
+          CHECK(std::equal(std::begin(a.stats.scale_histogram), std::end(a.stats.scale_histogram),
+                           std::begin(b.stats.scale_histogram)));
+        }
+      }
+    }
+  }
 }
