@@ -120,10 +120,13 @@ class CudaPasses final : public TwoPassBackend {
     FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(partial.data(), partial_.as<void>(), sizeof(QuantStats) * partial.size(),
                                       cudaMemcpyDeviceToHost, stream_),
                       "copy quantization results");
+    // Only the scales come back (their range); amaxes and inverse scales stay on the device.
     host_tables_.resize(plan.table_floats);
-    if (!host_tables_.empty()) {
-      FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(host_tables_.data(), tables_.as<void>(), host_tables_.size() * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream_),
+    for (const SpecPlan& p : plan.specs) {
+      if (!p.tabled) continue;
+      FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(host_tables_.data() + p.scale_at(), tables_.as<float>() + p.scale_at(),
+                                        static_cast<std::size_t>(p.block_count) * sizeof(float), cudaMemcpyDeviceToHost,
+                                        stream_),
                         "copy block scales");
     }
     FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 2");

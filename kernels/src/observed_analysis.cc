@@ -143,10 +143,6 @@ ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& m
   return out;
 }
 
-std::int64_t observed_row_unit(const ObservedTensor& t, const BlockScaleGrid& g) {
-  return t.shape.k_is_outer ? g.block_k : g.block_mn;
-}
-
 namespace {
 
 // Columns [lo, hi) of one stored row, which share the scale of block b: values into x, codes at
@@ -161,7 +157,7 @@ std::uint64_t observe_run(const ObservedTensor& t, const CodeFormat& format, std
   float hi_abs = amax, lo_abs = amin;
   for (std::int64_t c = lo; c < hi; ++c) {
     const std::int64_t i = base + c;
-    const std::uint8_t code = kFp4 ? static_cast<std::uint8_t>((bytes[i >> 1] >> ((i & 1) * 4)) & 0xF) : bytes[i];
+    const std::uint8_t code = kFp4 ? fp4_code(bytes, static_cast<std::size_t>(i)) : bytes[i];
     saturated += (code & format.magnitude_mask) == format.max_code;
     const float v = mul_rn(format.value[code], scale_inv);
     x[c - lo] = v;
@@ -184,8 +180,7 @@ ObservedRows observe_rows(const ObservedTensor& t, const BlockScaleGrid& g, std:
   const bool fp4 = t.dtype == DType::kE2M1;
   ObservedRows out;
   std::vector<float> x(static_cast<std::size_t>(std::min(kSegment, t.shape.cols)));
-  // Along a stored row, runs of this many columns share one scale.
-  const std::int64_t run = t.shape.k_is_outer ? g.block_mn : g.block_k;
+  const std::int64_t run = blocks.cols_per_block();
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     for (std::int64_t c0 = 0; c0 < t.shape.cols; c0 += kSegment) {
       const std::int64_t end = std::min(c0 + kSegment, t.shape.cols);

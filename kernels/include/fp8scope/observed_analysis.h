@@ -51,7 +51,8 @@ FP8SCOPE_HD bool code_at_max(DType d, std::uint8_t code) {
     default: return (code & FormatConstants<kE4M3>::kMagnitudeMask) == FormatConstants<kE4M3>::kMaxCode;
   }
 }
-// Which block scale element (row, col) of the stored tensor reads (BlockScaleGrid::index).
+// The scale blocks as the stored tensor meets them: which block element (row, col) reads
+// (BlockScaleGrid::index), and how far one block reaches along the stored rows and columns.
 struct ObservedBlocks {
   std::int64_t block_mn = 1, block_k = 1, k_blocks = 1;
   bool k_is_outer = false;
@@ -59,6 +60,10 @@ struct ObservedBlocks {
     const std::int64_t mn = k_is_outer ? col : row, k = k_is_outer ? row : col;
     return (mn / block_mn) * k_blocks + k / block_k;
   }
+  // Stored rows that no block shares with the rows around them.
+  FP8SCOPE_HD std::int64_t rows_per_block() const { return k_is_outer ? block_k : block_mn; }
+  // Columns of a stored row that share one scale.
+  FP8SCOPE_HD std::int64_t cols_per_block() const { return k_is_outer ? block_mn : block_k; }
 };
 // Checks the request and reads its scales (a per-tensor scale_inv becomes a grid of one block).
 Result<BlockScaleGrid> observed_scales(const ObservedTensor& t);
@@ -72,8 +77,6 @@ struct ObservedRows {
 };
 ObservedRows observe_rows(const ObservedTensor& t, const BlockScaleGrid& g, std::int64_t row_begin,
                           std::int64_t row_end, float* block_amax, float* block_amin);
-// Stored rows that no block shares with the rows around them: the block's extent along the rows.
-std::int64_t observed_row_unit(const ObservedTensor& t, const BlockScaleGrid& g);
 // The result once the tensor is read: its moments, the codes at ±max, and every block's largest
 // and smallest nonzero |value| (0 and FLT_MAX for a block of zeros) give the scale statistics.
 ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& moments, std::uint64_t saturated,

@@ -34,6 +34,10 @@ struct SpecPlan {
   ScalePair tensor_scale{1.0f, 1.0f};  // per-tensor specs
 
   bool per_block() const { return spec.per_block(); }
+  // Block (row, col)'s place in this spec's arrays.
+  std::size_t block_at(std::int64_t row, std::int64_t col) const {
+    return static_cast<std::size_t>((row / spec.block_rows) * blocks_per_row + col / spec.block_cols);
+  }
   std::size_t amax_at() const { return table_offset; }
   std::size_t scale_at() const { return table_offset + static_cast<std::size_t>(block_count); }
   std::size_t scale_inv_at() const { return table_offset + 2 * static_cast<std::size_t>(block_count); }

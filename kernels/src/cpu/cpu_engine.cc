@@ -47,11 +47,6 @@ Unit unit_at(const Grid& g, std::int64_t u) {
   return unit;
 }
 
-// Block (row, col)'s index in a spec's table.
-std::size_t block_index(const SpecPlan& p, std::int64_t row, std::int64_t col) {
-  return static_cast<std::size_t>((row / p.spec.block_rows) * p.blocks_per_row + col / p.spec.block_cols);
-}
-
 // The CPU's passes (two_pass_driver.h) over row segments converted to fp32 in L1-sized buffers.
 // One-row blocks find their amax and scales inside pass 2, from the segment at hand; the tables
 // hold the 2-D blocks. 8- and 16-bit tensors may be counted by value in pass 1 instead, and the
@@ -121,7 +116,7 @@ class CpuPasses final : public TwoPassBackend {
       if (!p.tabled) continue;
       const int bc = p.spec.block_cols;
       kernels_.block_amax(x, unit.cols(), bc, scratch);
-      float* row = tables_.data() + p.amax_at() + block_index(p, r, unit.col_begin);
+      float* row = tables_.data() + p.amax_at() + p.block_at(r, unit.col_begin);
       for (int b = 0; b < ceil_div(unit.cols(), bc); ++b) row[b] = std::max(row[b], scratch[b]);
     }
   }
@@ -200,7 +195,7 @@ class CpuPasses final : public TwoPassBackend {
           const float* scale = b.scale.data();
           const float* scale_inv = b.scale_inv.data();
           if (p.tabled) {
-            const std::size_t first = block_index(p, r, unit.col_begin);
+            const std::size_t first = p.block_at(r, unit.col_begin);
             scale = tables_.data() + p.scale_at() + first;
             scale_inv = tables_.data() + p.scale_inv_at() + first;
           } else {
@@ -250,7 +245,7 @@ class CpuEngine final : public StatsEngine {
     if (!scales.ok()) return scales.status();
     const BlockScaleGrid& g = scales.value();
     const std::int64_t rows = t.shape.rows, numel = rows * t.shape.cols;
-    const std::int64_t unit = observed_row_unit(t, g), units = ceil_div(rows, unit);
+    const std::int64_t unit = observed_blocks(t, g).rows_per_block(), units = ceil_div(rows, unit);
     const std::size_t count = g.scale_inv.size();
     std::int64_t tasks = numel < kSerialBelowElements ? 1 : std::min<std::int64_t>((pool_.workers() + 1) * kTasksPerThread, rows);
     const bool own_blocks = units < tasks;
