@@ -51,18 +51,16 @@ struct SharedRegions::Connection {
 
 Result<std::unique_ptr<SharedRegions>> SharedRegions::open(const std::string& path, const RegionId& instance,
                                                           SharedRegionLimits limits) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return Status::error("shared memory socket: expected a path of 1.." + std::to_string(sizeof addr.sun_path - 1) +
+  std::optional<sockaddr_un> addr = shared_region::socket_address(path);
+  if (!addr) {
+    return Status::error("shared memory socket: expected a path of 1.." + std::to_string(sizeof addr->sun_path - 1) +
                          " bytes, got " + std::to_string(path.size()));
   }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Status::error("shared memory socket: " + errno_text());
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());  // a previous daemon's
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 64) != 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof *addr) != 0 || listen(fd, 64) != 0) {
     const std::string why = errno_text();
     close(fd);
     return Status::error("shared memory socket " + path + ": " + why);
@@ -149,25 +147,14 @@ void SharedRegions::reply(int fd, const RegionId* id, const std::string& message
 
 void SharedRegions::on_message(Connection& c) {
   shared_region::RegionRequest request;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&request, sizeof request};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t n = recvmsg(c.fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  shared_region::FdMessage msg(&request, sizeof request);
+  const ssize_t n = recvmsg(c.fd, msg.get(), MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n <= 0) return;
-  int region_fd = -1;
-  for (cmsghdr* h = CMSG_FIRSTHDR(&msg); h != nullptr; h = CMSG_NXTHDR(&msg, h)) {
-    if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len == CMSG_LEN(sizeof(int))) {
-      std::memcpy(&region_fd, CMSG_DATA(h), sizeof(int));
-    }
-  }
+  const int region_fd = msg.attached();
   std::string refusal;
   if (c.region) {
     refusal = "this connection already registered a region";
-  } else if (n != static_cast<ssize_t>(sizeof request) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+  } else if (n != static_cast<ssize_t>(sizeof request) || (msg.get()->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
              request.magic != shared_region::kMagic || request.version != shared_region::kVersion) {
     refusal = "expected a RegionRequest of version " + std::to_string(shared_region::kVersion);
   } else if (region_fd < 0) {

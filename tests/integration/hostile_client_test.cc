@@ -405,10 +405,9 @@ TEST_CASE("shared memory: only sealed memfds are taken, and a chunk naming bytes
 
   // A connection that registers nothing is closed within seconds.
   const int idle = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
-  REQUIRE(connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::optional<sockaddr_un> addr = shared_region::socket_address(socket);
+  REQUIRE(addr);
+  REQUIRE(connect(idle, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) == 0);
   const timeval limit{20, 0};
   setsockopt(idle, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   char byte;

@@ -13,36 +13,22 @@ namespace fp8scope {
 
 Result<SharedRegionClient> SharedRegionClient::register_memfd(const std::string& socket_path,
                                                               const std::string& instance_id, int memfd) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path) {
-    return Status::error("the daemon's shared memory socket path does not fit a unix socket address");
-  }
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  const std::optional<sockaddr_un> addr = shared_region::socket_address(socket_path);
+  if (!addr) return Status::error("the daemon's shared memory socket path does not fit a unix socket address");
   const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return Status::error(std::string("socket: ") + std::strerror(errno));
   SharedRegionClient link(fd, "");  // closes the socket on every way out
   const timeval two_seconds{2, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &two_seconds, sizeof two_seconds);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &two_seconds, sizeof two_seconds);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) != 0) {
     return Status::error("cannot reach " + socket_path + ": " + std::strerror(errno) +
                          " (the daemon runs on another host or in another container?)");
   }
   shared_region::RegionRequest request;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&request, sizeof request};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* h = CMSG_FIRSTHDR(&msg);
-  h->cmsg_level = SOL_SOCKET;
-  h->cmsg_type = SCM_RIGHTS;
-  h->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(h), &memfd, sizeof(int));
-  if (sendmsg(fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof request)) {
+  shared_region::FdMessage msg(&request, sizeof request);
+  msg.attach(memfd);
+  if (sendmsg(fd, msg.get(), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof request)) {
     return Status::error(std::string("cannot send the region to ") + socket_path + ": " + std::strerror(errno));
   }
   shared_region::RegionReply reply;

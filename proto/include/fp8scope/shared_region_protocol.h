@@ -4,11 +4,17 @@
 // one RegionRequest with the file descriptor of a sealed memfd attached (SCM_RIGHTS) and gets one
 // RegionReply. The region is the whole file; chunks name ranges of it by byte offset
 // (TensorChunk.shared_region/_offset/_bytes). It stays registered while the client keeps this
-// connection open. Plain structs: the hook's side links no protobuf.
+// connection open. Plain structs and the socket plumbing both ends share; no protobuf.
 #pragma once
+
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
 
 namespace fp8scope::shared_region {
 
@@ -28,6 +34,53 @@ struct RegionReply {
   std::uint8_t region_id[kIdBytes] = {};  // what chunks name
   std::uint8_t instance_id[kIdBytes] = {};  // the daemon's, as in its Welcome
   char message[200] = {};                // why not, NUL-terminated
+};
+
+// The address of the socket at `path`, or nothing when the path does not fit one.
+inline std::optional<sockaddr_un> socket_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) return std::nullopt;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+// One message of `bytes` at `data` with room for one descriptor, for sendmsg and recvmsg alike.
+class FdMessage {
+ public:
+  FdMessage(void* data, std::size_t bytes) : iov_{data, bytes} {
+    msg_.msg_iov = &iov_;
+    msg_.msg_iovlen = 1;
+    msg_.msg_control = control_;
+    msg_.msg_controllen = sizeof control_;
+  }
+  FdMessage(const FdMessage&) = delete;  // msg_ points into this object
+  FdMessage& operator=(const FdMessage&) = delete;
+
+  msghdr* get() { return &msg_; }
+  // Sending: the descriptor to pass along.
+  void attach(int fd) {
+    cmsghdr* h = CMSG_FIRSTHDR(&msg_);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(h), &fd, sizeof(int));
+  }
+  // Received: the descriptor that came along, or -1.
+  int attached() {
+    int fd = -1;
+    for (cmsghdr* h = CMSG_FIRSTHDR(&msg_); h != nullptr; h = CMSG_NXTHDR(&msg_, h)) {
+      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len == CMSG_LEN(sizeof(int))) {
+        std::memcpy(&fd, CMSG_DATA(h), sizeof(int));
+      }
+    }
+    return fd;
+  }
+
+ private:
+  alignas(cmsghdr) char control_[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov_;
+  msghdr msg_{};
 };
 
 }  // namespace fp8scope::shared_region
