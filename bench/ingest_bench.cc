@@ -187,7 +187,7 @@ struct IngestOnly {
   std::thread consumer;
   std::string address;
   IngestOnly(bool unix_socket, bool shared_memory) {
-    if (shared_memory) regions = std::move(server::SharedRegions::open(dir + ".shm", server::RegionId{})).value();
+    if (shared_memory) regions = std::move(server::SharedRegions::open(dir + ".shm")).value();
     service = std::make_unique<server::IngestService>(
         server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
                            server::AssemblerLimits{1ull << 30, wire::kDaemonChunkBytes}, 256ull << 20, "bench",

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -98,10 +97,7 @@ Result<std::unique_ptr<SharedRegions>> open_shared_regions(const DaemonConfig& c
   const std::string path = automatic
                                ? (std::filesystem::absolute(c.data_dir) / "shared-memory.sock").lexically_normal().string()
                                : std::filesystem::absolute(c.shared_memory_socket).lexically_normal().string();
-  RegionId instance;
-  std::random_device device;
-  for (std::uint8_t& b : instance) b = static_cast<std::uint8_t>(device());
-  Result<std::unique_ptr<SharedRegions>> regions = SharedRegions::open(path, instance);
+  Result<std::unique_ptr<SharedRegions>> regions = SharedRegions::open(path);
   if (regions.ok()) {
     spdlog::info("clients on this host may share memory at {}", path);
     return regions;

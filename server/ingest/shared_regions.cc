@@ -49,8 +49,7 @@ struct SharedRegions::Connection {
   std::optional<std::string> region;  // its id, once registered
 };
 
-Result<std::unique_ptr<SharedRegions>> SharedRegions::open(const std::string& path, const RegionId& instance,
-                                                          SharedRegionLimits limits) {
+Result<std::unique_ptr<SharedRegions>> SharedRegions::open(const std::string& path, SharedRegionLimits limits) {
   std::optional<sockaddr_un> addr = shared_region::socket_address(path);
   if (!addr) {
     return Status::error("shared memory socket: expected a path of 1.." + std::to_string(sizeof addr->sun_path - 1) +
@@ -73,12 +72,11 @@ Result<std::unique_ptr<SharedRegions>> SharedRegions::open(const std::string& pa
     unlink(path.c_str());
     return Status::error("shared memory socket: eventfd: " + errno_text());
   }
-  return std::unique_ptr<SharedRegions>(new SharedRegions(path, fd, wake, instance, limits));
+  return std::unique_ptr<SharedRegions>(new SharedRegions(path, fd, wake, limits));
 }
 
-SharedRegions::SharedRegions(std::string path, int listener, int wake, const RegionId& instance,
-                             SharedRegionLimits limits)
-    : path_(std::move(path)), listener_(listener), wake_(wake), instance_(instance), limits_(limits) {
+SharedRegions::SharedRegions(std::string path, int listener, int wake, SharedRegionLimits limits)
+    : path_(std::move(path)), listener_(listener), wake_(wake), instance_(random_id()), limits_(limits) {
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -91,6 +89,8 @@ SharedRegions::~SharedRegions() {
   close(wake_);
   unlink(path_.c_str());
 }
+
+std::string SharedRegions::instance_id() const { return id_key(instance_); }
 
 std::size_t SharedRegions::regions() const {
   std::lock_guard<std::mutex> lock(mu_);

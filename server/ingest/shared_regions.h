@@ -33,9 +33,9 @@ using RegionId = std::array<std::uint8_t, shared_region::kIdBytes>;
 
 class SharedRegions {
  public:
-  // Listens on `path` (replacing a stale socket file there); the instance id goes into every reply.
-  static Result<std::unique_ptr<SharedRegions>> open(const std::string& path, const RegionId& instance,
-                                                     SharedRegionLimits limits = {});
+  // Listens on `path` (replacing a stale socket file there), under a random instance id that
+  // every reply repeats.
+  static Result<std::unique_ptr<SharedRegions>> open(const std::string& path, SharedRegionLimits limits = {});
   ~SharedRegions();
   SharedRegions(const SharedRegions&) = delete;
   SharedRegions& operator=(const SharedRegions&) = delete;
@@ -49,7 +49,8 @@ class SharedRegions {
   Result<View> view(const std::string& id, std::uint64_t offset, std::uint64_t bytes) const;
 
   const std::string& path() const { return path_; }
-  const RegionId& instance() const { return instance_; }
+  // The instance id as the Welcome carries it (its 16 bytes).
+  std::string instance_id() const;
   std::size_t regions() const;
 
  private:
@@ -59,7 +60,7 @@ class SharedRegions {
   };
   struct Connection;
 
-  SharedRegions(std::string path, int listener, int wake, const RegionId& instance, SharedRegionLimits limits);
+  SharedRegions(std::string path, int listener, int wake, SharedRegionLimits limits);
   void serve();
   void on_message(Connection& c);
   // The region for a registration message's descriptor, or why not.

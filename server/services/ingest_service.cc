@@ -178,8 +178,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     w->set_max_sample_bytes(deps_.limits.max_sample_bytes);
     if (deps_.shared_regions != nullptr) {
       w->set_shared_memory_socket(deps_.shared_regions->path());
-      const RegionId& instance = deps_.shared_regions->instance();
-      w->set_instance_id(std::string(reinterpret_cast<const char*>(instance.data()), instance.size()));
+      w->set_instance_id(deps_.shared_regions->instance_id());
     }
     send(welcome);
     // The current policy now, and every change later; the listener is removed in OnDone.

@@ -33,8 +33,6 @@ std::string socket_path() {
   return (std::filesystem::temp_directory_path() / ("fp8scope-regions-" + std::to_string(getpid()) + ".sock")).string();
 }
 
-const RegionId kInstance{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-const std::string kInstanceText(reinterpret_cast<const char*>(kInstance.data()), kInstance.size());
 
 template <class F>
 bool within_seconds(double seconds, F f) {
@@ -49,9 +47,9 @@ bool within_seconds(double seconds, F f) {
 }  // namespace
 
 TEST_CASE("a registered memfd reads by range within its bounds, and leaves with its client", "[shared]") {
-  auto regions = SharedRegions::open(socket_path(), kInstance).value();
+  auto regions = SharedRegions::open(socket_path()).value();
   const int fd = sealed_memfd(4096);
-  auto client = SharedRegionClient::register_memfd(regions->path(), kInstanceText, fd);
+  auto client = SharedRegionClient::register_memfd(regions->path(), regions->instance_id(), fd);
   close(fd);
   REQUIRE(client.ok());
   CHECK(regions->regions() == 1);
@@ -80,24 +78,24 @@ TEST_CASE("regions per user and in all are bounded, and sizes beyond the limit a
   SharedRegionLimits limits;
   limits.max_regions_per_user = 2;
   limits.max_region_bytes = 8192;
-  auto regions = SharedRegions::open(socket_path(), kInstance, limits).value();
+  auto regions = SharedRegions::open(socket_path(), limits).value();
   std::vector<SharedRegionClient> kept;
   for (int i = 0; i < 2; ++i) {
     const int fd = sealed_memfd(4096);
-    auto c = SharedRegionClient::register_memfd(regions->path(), kInstanceText, fd);
+    auto c = SharedRegionClient::register_memfd(regions->path(), regions->instance_id(), fd);
     close(fd);
     REQUIRE(c.ok());
     kept.push_back(std::move(c).value());
   }
   const int third = sealed_memfd(4096);
-  auto refused = SharedRegionClient::register_memfd(regions->path(), kInstanceText, third);
+  auto refused = SharedRegionClient::register_memfd(regions->path(), regions->instance_id(), third);
   close(third);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.message(), Catch::Contains("2 per user"));
 
   kept.pop_back();
   const int large = sealed_memfd(16384);
-  auto too_large = SharedRegionClient::register_memfd(regions->path(), kInstanceText, large);
+  auto too_large = SharedRegionClient::register_memfd(regions->path(), regions->instance_id(), large);
   close(large);
   REQUIRE_FALSE(too_large.ok());
   CHECK_THAT(too_large.message(), Catch::Contains("expected a memfd of 1..8192 bytes, got 16384"));
