@@ -14,9 +14,13 @@ AssemblerEvent SampleAssembler::refuse(AssemblerEvent::Kind kind, std::string re
   return e;
 }
 
-std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk) {
+ChunkBytes carried_bytes(const v1::TensorChunk& chunk) {
   const auto* data = reinterpret_cast<const std::uint8_t*>(chunk.data().data());
-  return add(chunk, ChunkBytes{{data, chunk.data().size()}, false, std::nullopt});
+  return ChunkBytes{{data, chunk.data().size()}, false, std::nullopt};
+}
+
+std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk) {
+  return add(chunk, carried_bytes(chunk));
 }
 
 std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk, const ChunkBytes& bytes) {

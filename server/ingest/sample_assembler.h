@@ -30,6 +30,8 @@ struct ChunkBytes {
   bool shared = false;
   std::optional<Refusal> unreadable;
 };
+// The bytes a chunk carries itself.
+ChunkBytes carried_bytes(const v1::TensorChunk& chunk);
 
 struct AssemblerEvent {
   enum class Kind { kComplete, kRejected, kDropped };

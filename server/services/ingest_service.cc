@@ -209,14 +209,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   void on_chunk(const v1::TensorChunk& chunk) {
     std::optional<SharedRegions::View> view;
-    const bool shared = !chunk.shared_region().empty();
-    const ChunkBytes bytes = shared ? shared_bytes(chunk, view) : ChunkBytes{};
-    deps_.health->bytes_received(shared ? bytes.bytes.size() : chunk.data().size());
-    if (shared && !bytes.unreadable) deps_.health->shared_memory_bytes(bytes.bytes.size());
+    const ChunkBytes bytes = chunk.shared_region().empty() ? carried_bytes(chunk) : shared_bytes(chunk, view);
+    deps_.health->bytes_received(bytes.bytes.size());
+    if (bytes.shared) deps_.health->shared_memory_bytes(bytes.bytes.size());
     std::vector<AssemblerEvent> events;
     {
       std::lock_guard<std::mutex> lock(assembly_mu_);
-      events = shared ? assembler_->add(chunk, bytes) : assembler_->add(chunk);
+      events = assembler_->add(chunk, bytes);
       last_chunk_ = std::chrono::steady_clock::now();
     }
     for (AssemblerEvent& e : events) {
