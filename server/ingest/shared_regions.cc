@@ -171,7 +171,9 @@ void SharedRegions::on_message(Connection& c) {
   const RegionId id = random_id();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (regions_.size() >= limits_.max_regions || per_user_[c.uid] >= limits_.max_regions_per_user) {
+    const auto mine = per_user_.find(c.uid);
+    const std::size_t held = mine == per_user_.end() ? 0 : mine->second;
+    if (regions_.size() >= limits_.max_regions || held >= limits_.max_regions_per_user) {
       reply(c.fd, nullptr, "this daemon holds as many shared memory regions as it allows (" +
                                std::to_string(limits_.max_regions) + ", " +
                                std::to_string(limits_.max_regions_per_user) + " per user)");
