@@ -59,6 +59,8 @@ class CudaPasses final : public TwoPassBackend {
       : stream_(stream), max_grid_(max_grid), input_(input), tables_(tables), partial_(partial),
         budget_left_(budget_left) {}
 
+  RowBlocks row_blocks() const override { return RowBlocks::kTabled; }
+
   Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) override {
     const std::size_t bytes = static_cast<std::size_t>(
         tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)));
@@ -174,7 +176,7 @@ class CudaEngine final : public StatsEngine {
     std::lock_guard<std::mutex> lock(mu_);  // one sample at a time on this device
     FP8SCOPE_CUDA_TRY(cudaSetDevice(device_), "cudaSetDevice");
     CudaPasses passes(stream_, blocks_, input_, tables_, partial_, &budget_left_);
-    return run_two_passes(passes, RowBlocks::kTabled, t, specs, out);
+    return run_two_passes(passes, t, specs, out);
   }
 
   // The codes and their block scales go to the device; the block scale statistics are finished on

@@ -38,10 +38,10 @@ void derive_scales(AnalysisPlan& plan, float te_amax) {
 
 }  // namespace
 
-Status run_two_passes(TwoPassBackend& backend, RowBlocks row_blocks, const TensorView& t,
-                      std::span<const QuantSpec> specs, TensorAnalysis* out) {
+Status run_two_passes(TwoPassBackend& backend, const TensorView& t, std::span<const QuantSpec> specs,
+                      TensorAnalysis* out) {
   if (Status s = check_analysis_request(t, specs); !s.ok()) return s;
-  AnalysisPlan plan = plan_analysis(t, specs, row_blocks);
+  AnalysisPlan plan = plan_analysis(t, specs, backend.row_blocks());
   out->moments = TensorMoments{};
   if (Status s = backend.first_pass(t, plan, &out->moments); !s.ok()) return s;
   out->te_amax = te_amax(out->moments.amax, out->moments.inf > 0);

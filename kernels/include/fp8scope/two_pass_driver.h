@@ -59,6 +59,8 @@ AnalysisPlan plan_analysis(const TensorView& t, std::span<const QuantSpec> specs
 class TwoPassBackend {
  public:
   virtual ~TwoPassBackend() = default;
+  // Where this backend finds one-row blocks' scales.
+  virtual RowBlocks row_blocks() const = 0;
   // The moments, and the amax of every block of every tabled spec into its table.
   virtual Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) = 0;
   // Every tabled spec's scale and scale_inv from its block amaxes, by spec.rule (block_scale()).
@@ -71,7 +73,7 @@ class TwoPassBackend {
 
 // What StatsEngine::analyze does for every engine: checks the request, plans it, runs the passes
 // and derives the scales between them, and finishes the scale ranges.
-Status run_two_passes(TwoPassBackend& backend, RowBlocks row_blocks, const TensorView& t,
-                      std::span<const QuantSpec> specs, TensorAnalysis* out);
+Status run_two_passes(TwoPassBackend& backend, const TensorView& t, std::span<const QuantSpec> specs,
+                      TensorAnalysis* out);
 
 }  // namespace fp8scope

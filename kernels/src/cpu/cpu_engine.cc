@@ -56,6 +56,8 @@ class CpuPasses final : public TwoPassBackend {
   CpuPasses(cpu::TaskPool& pool, const cpu::SegmentKernels& kernels, bool by_value)
       : pool_(pool), kernels_(kernels), by_value_(by_value) {}
 
+  RowBlocks row_blocks() const override { return RowBlocks::kInPass2; }
+
   Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) override {
     grid_ = Grid{t.rows, t.cols, plan.tallest_block, ceil_div(t.rows, plan.tallest_block), ceil_div(t.cols, kSegmentCols)};
     tables_.assign(plan.table_floats, 0.0f);
@@ -233,7 +235,7 @@ class CpuEngine final : public StatsEngine {
 
   Status analyze(const TensorView& t, std::span<const QuantSpec> specs, TensorAnalysis* out) override {
     CpuPasses passes(pool_, kernels_, use_value_counts(t, specs));
-    return run_two_passes(passes, RowBlocks::kInPass2, t, specs, out);
+    return run_two_passes(passes, t, specs, out);
   }
 
   // Ranges of stored rows on every thread. Ranges of whole row units share no scale block, so
