@@ -158,9 +158,11 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
     err << "fp8scope run: " << check.message() << "\n";
     return kUsage;
   }
-  if (Result<std::vector<int>> cpus = shipper::parse_cpu_list(o.shipper_cpus); !o.shipper_cpus.empty() && !cpus.ok()) {
-    err << "fp8scope run: --shipper-cpus: " << cpus.message() << "\n";
-    return kUsage;
+  if (!o.shipper_cpus.empty()) {
+    if (Result<std::vector<int>> cpus = shipper::parse_cpu_list(o.shipper_cpus); !cpus.ok()) {
+      err << "fp8scope run: --shipper-cpus: " << cpus.message() << "\n";
+      return kUsage;
+    }
   }
   const fs::path here = executable_dir();
   const std::string hook = locate("FP8SCOPE_HOOK", here / "../lib/fp8scope/libfp8scope_hook.so", kHookBuildPath);
