@@ -17,12 +17,12 @@
 #include <thread>
 
 #include "../tests/support/postgres_server.h"
-#include "daemon.h"
-#include "fp8scope/daemon_channel.h"
+#include "fp8scope/daemon/daemon.h"
+#include "fp8scope/daemon_client/daemon_channel.h"
 #include "fp8scope/history/history_store.h"
-#include "fp8scope/recipe.h"
-#include "fp8scope/sample_stream.h"
-#include "fp8scope/statistics_table.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/kernels/statistics_table.h"
 
 using namespace fp8scope;
 

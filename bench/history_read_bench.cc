@@ -14,8 +14,8 @@
 #include "../tests/support/process.h"
 #include "../tests/support/temp_dir.h"
 #include "fp8scope/history/history_store.h"
-#include "fp8scope/recipe.h"
-#include "fp8scope/statistics_table.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/kernels/statistics_table.h"
 
 using namespace fp8scope;
 

@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "fp8scope/shm_ring.h"
+#include "fp8scope/shm/shm_ring.h"
 
 extern char** environ;
 

@@ -22,16 +22,16 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon.h"
-#include "memory_tuning.h"
-#include "health_metrics.h"
+#include "fp8scope/daemon/daemon.h"
+#include "fp8scope/daemon/memory_tuning.h"
+#include "fp8scope/export/health_metrics.h"
 #include "fp8scope/history/history_store.h"
-#include "ingest_queue.h"
-#include "ingest_service.h"
-#include "policy_store.h"
-#include "shared_regions.h"
-#include "fp8scope/sample_stream.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/ingest/ingest_queue.h"
+#include "fp8scope/services/ingest_service.h"
+#include "fp8scope/analysis/policy_store.h"
+#include "fp8scope/ingest/shared_regions.h"
+#include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/wire/wire.h"
 
 using namespace fp8scope;
 

@@ -13,11 +13,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "daemon.h"
-#include "memory_tuning.h"
-#include "fp8scope/daemon_channel.h"
-#include "fp8scope/sample_stream.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/daemon/daemon.h"
+#include "fp8scope/daemon/memory_tuning.h"
+#include "fp8scope/daemon_client/daemon_channel.h"
+#include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/wire/wire.h"
 
 using namespace fp8scope;
 

@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "fp8scope/code_digest.h"
-#include "fp8scope/cpu_engine.h"
-#include "fp8scope/observed_analysis.h"
+#include "fp8scope/kernels/code_digest.h"
+#include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/kernels/observed_analysis.h"
 
 using namespace fp8scope;
 

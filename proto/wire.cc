@@ -1,4 +1,4 @@
-#include "fp8scope/wire.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::wire {
 namespace {

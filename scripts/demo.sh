@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${FP8SCOPE_BUILD:-build}  # the build folder (tests pass theirs)
-fp8scope="$build/client/cli/fp8scope"
+fp8scope="$build/cli/fp8scope"
 mkdir -p "$build/demo"
 /usr/bin/python3 scripts/make_demo_tensors.py "$build/demo"
 

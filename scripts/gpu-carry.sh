@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry
 mkdir -p .carry/bin .carry/lib/fp8scope
-cp build/client/cli/fp8scope build/server/fp8scoped build/client/shipper/fp8scope-shipper \
+cp build/cli/fp8scope build/server/fp8scoped build/client/shipper/fp8scope-shipper \
   build/tests/trainer/tiny_trainer .carry/bin/
 cp build/client/hook/libfp8scope_hook.so .carry/lib/fp8scope/
 [ -f build/kernels/libfp8scope_cuda.so ] && cp build/kernels/libfp8scope_cuda.so .carry/lib/fp8scope/

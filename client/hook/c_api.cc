@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "call_guard.h"
-#include "hook_runtime.h"
-#include "layer_names.h"
+#include "fp8scope/hook/call_guard.h"
+#include "fp8scope/hook/hook_runtime.h"
+#include "fp8scope/hook/layer_names.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "capture.h"
+#include "fp8scope/hook/capture.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,7 +1,7 @@
-#include "gemm_operands.h"
+#include "fp8scope/hook/gemm_operands.h"
 
-#include "fp8scope/scale_layout.h"
-#include "real_api.h"
+#include "fp8scope/kernels/scale_layout.h"
+#include "fp8scope/hook/real_api.h"
 
 namespace fp8scope::hook {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "call_guard.h"
+#include "fp8scope/hook/call_guard.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "hook_runtime.h"
+#include "fp8scope/hook/hook_runtime.h"
 
 #include <chrono>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "layer_names.h"
+#include "fp8scope/hook/layer_names.h"
 
 namespace fp8scope::hook {
 namespace {

@@ -1,8 +1,8 @@
 // cublasGemmEx and cublasGemmStridedBatchedEx, interposed like cublasLtMatmul. libcublas runs them
 // through cublasLtMatmul, which the guard then passes straight through.
-#include "call_guard.h"
-#include "hook_runtime.h"
-#include "real_api.h"
+#include "fp8scope/hook/call_guard.h"
+#include "fp8scope/hook/hook_runtime.h"
+#include "fp8scope/hook/real_api.h"
 
 using fp8scope::hook::CallGuard;
 using fp8scope::hook::HookRuntime;

@@ -1,8 +1,8 @@
 // cublasLtMatmul, interposed: guard, observe, then the real call with the caller's arguments
 // untouched. Its status is returned as is; the hook never changes a result.
-#include "call_guard.h"
-#include "hook_runtime.h"
-#include "real_api.h"
+#include "fp8scope/hook/call_guard.h"
+#include "fp8scope/hook/hook_runtime.h"
+#include "fp8scope/hook/real_api.h"
 
 using fp8scope::hook::CallGuard;
 using fp8scope::hook::HookRuntime;

@@ -1,4 +1,4 @@
-#include "layer_names.h"
+#include "fp8scope/hook/layer_names.h"
 
 namespace fp8scope::hook {
 namespace {

@@ -1,4 +1,4 @@
-#include "real_api.h"
+#include "fp8scope/hook/real_api.h"
 
 #include <dlfcn.h>
 

@@ -1,10 +1,10 @@
-#include "sampler.h"
+#include "fp8scope/hook/sampler.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "fp8scope/sampling_rule.h"
+#include "fp8scope/wire/sampling_rule.h"
 
 namespace fp8scope::hook {
 namespace {

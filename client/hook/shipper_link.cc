@@ -1,4 +1,4 @@
-#include "shipper_link.h"
+#include "fp8scope/hook/shipper_link.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

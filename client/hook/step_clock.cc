@@ -1,4 +1,4 @@
-#include "step_clock.h"
+#include "fp8scope/hook/step_clock.h"
 
 namespace fp8scope::hook {
 

@@ -1,4 +1,4 @@
-#include "cpu_list.h"
+#include "fp8scope/shipper/cpu_list.h"
 
 #include <sched.h>
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu_list.h"
-#include "shipper.h"
+#include "fp8scope/shipper/cpu_list.h"
+#include "fp8scope/shipper/shipper.h"
 
 int main() {
   using namespace fp8scope;

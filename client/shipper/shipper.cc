@@ -1,4 +1,4 @@
-#include "shipper.h"
+#include "fp8scope/shipper/shipper.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -10,9 +10,9 @@
 #include <sstream>
 #include <thread>
 
-#include "cpu_list.h"
-#include "fp8scope/sampling_rule.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/shipper/cpu_list.h"
+#include "fp8scope/wire/sampling_rule.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::shipper {
 namespace {

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "fp8scope/status.h"
+#include "fp8scope/kernels/status.h"
 
 namespace fp8scope::history {
 

@@ -8,9 +8,9 @@
 #include <optional>
 #include <unordered_map>
 
-#include "fp8scope/layer_pattern.h"
-#include "fp8scope/recipe.h"
-#include "fp8scope/statistics_table.h"
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/kernels/statistics_table.h"
 #include "schema_migrations.h"
 
 namespace fp8scope::history {

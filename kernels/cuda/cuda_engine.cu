@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "fp8scope/cuda_engine.h"
-#include "fp8scope/scale_rules.h"
-#include "fp8scope/two_pass_driver.h"
+#include "fp8scope/kernels/cuda_engine.h"
+#include "fp8scope/kernels/scale_rules.h"
+#include "fp8scope/kernels/two_pass_driver.h"
 #include "stats_kernels.cuh"
 
 namespace fp8scope {

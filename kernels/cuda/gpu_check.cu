@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "fp8scope/cpu_engine.h"
-#include "fp8scope/cuda_plugin.h"
-#include "fp8scope/gemm_check.h"
-#include "fp8scope/gpu_gemm_check.h"
+#include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/kernels/cuda_plugin.h"
+#include "fp8scope/kernels/gemm_check.h"
+#include "fp8scope/kernels/gpu_gemm_check.h"
 #include "stats_kernels.cuh"
 
 extern "C" fp8scope::StatsEngine* fp8scope_cuda_engine_create(int, std::uint64_t, char*, std::size_t);

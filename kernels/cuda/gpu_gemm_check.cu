@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/gpu_gemm_check.h"
-#include "fp8scope/quantize_element.h"
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/gpu_gemm_check.h"
+#include "fp8scope/kernels/quantize_element.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 namespace fp8scope {
 namespace {

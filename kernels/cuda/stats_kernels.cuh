@@ -6,12 +6,12 @@
 
 #include <cstdint>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/observed_analysis.h"
-#include "fp8scope/quantize_element.h"
-#include "fp8scope/scale_rules.h"
-#include "fp8scope/stats.h"
-#include "fp8scope/stats_engine.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/observed_analysis.h"
+#include "fp8scope/kernels/quantize_element.h"
+#include "fp8scope/kernels/scale_rules.h"
+#include "fp8scope/kernels/stats.h"
+#include "fp8scope/kernels/stats_engine.h"
 
 namespace fp8scope::cuda {
 

@@ -1,11 +1,11 @@
-#include "fp8scope/code_digest.h"
+#include "fp8scope/kernels/code_digest.h"
 
 #include <array>
 #include <cmath>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/float_cast.h"
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 namespace fp8scope {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "fp8scope/cuda_engine.h"
-#include "fp8scope/cuda_plugin.h"
-#include "fp8scope/gpu_gemm_check.h"
+#include "fp8scope/kernels/cuda_engine.h"
+#include "fp8scope/kernels/cuda_plugin.h"
+#include "fp8scope/kernels/gpu_gemm_check.h"
 
 namespace fp8scope {
 namespace {

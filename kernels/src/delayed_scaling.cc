@@ -1,9 +1,9 @@
-#include "fp8scope/delayed_scaling.h"
+#include "fp8scope/kernels/delayed_scaling.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 namespace fp8scope {
 

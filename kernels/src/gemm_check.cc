@@ -1,12 +1,12 @@
-#include "fp8scope/gemm_check.h"
+#include "fp8scope/kernels/gemm_check.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/float_cast.h"
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 namespace fp8scope {
 namespace {

@@ -1,11 +1,11 @@
-#include "fp8scope/observed_analysis.h"
+#include "fp8scope/kernels/observed_analysis.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 namespace fp8scope {
 namespace {

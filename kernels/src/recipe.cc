@@ -1,4 +1,4 @@
-#include "fp8scope/recipe.h"
+#include "fp8scope/kernels/recipe.h"
 
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-#include "fp8scope/recipe_analysis.h"
+#include "fp8scope/kernels/recipe_analysis.h"
 
 #include <chrono>
 

@@ -1,9 +1,9 @@
-#include "fp8scope/scale_layout.h"
+#include "fp8scope/kernels/scale_layout.h"
 
 #include <cstring>
 #include <string>
 
-#include "fp8scope/float_cast.h"
+#include "fp8scope/kernels/float_cast.h"
 
 namespace fp8scope {
 namespace {

@@ -1,4 +1,4 @@
-#include "fp8scope/statistics_table.h"
+#include "fp8scope/kernels/statistics_table.h"
 
 #include <cmath>
 #include <limits>

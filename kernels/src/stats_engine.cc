@@ -1,4 +1,4 @@
-#include "fp8scope/stats_engine.h"
+#include "fp8scope/kernels/stats_engine.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "fp8scope/two_pass_driver.h"
+#include "fp8scope/kernels/two_pass_driver.h"
 
 #include <algorithm>
 

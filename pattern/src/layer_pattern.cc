@@ -1,4 +1,4 @@
-#include "fp8scope/layer_pattern.h"
+#include "fp8scope/pattern/layer_pattern.h"
 
 #include <memory>
 

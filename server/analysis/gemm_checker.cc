@@ -1,4 +1,4 @@
-#include "gemm_checker.h"
+#include "fp8scope/analysis/gemm_checker.h"
 
 #include <spdlog/spdlog.h>
 

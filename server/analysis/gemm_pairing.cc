@@ -1,4 +1,4 @@
-#include "gemm_pairing.h"
+#include "fp8scope/analysis/gemm_pairing.h"
 
 namespace fp8scope::server {
 

@@ -1,9 +1,9 @@
-#include "policy_store.h"
+#include "fp8scope/analysis/policy_store.h"
 
-#include "fp8scope/layer_pattern.h"
-#include "fp8scope/sampling_rule.h"
-#include "fp8scope/wire.h"
-#include "sample_validation.h"
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/wire/sampling_rule.h"
+#include "fp8scope/wire/wire.h"
+#include "fp8scope/ingest/sample_validation.h"
 
 namespace fp8scope::server {
 

@@ -1,11 +1,11 @@
-#include "sample_analysis.h"
+#include "fp8scope/analysis/sample_analysis.h"
 
 #include <cstdio>
 
-#include "fp8scope/code_digest.h"
-#include "fp8scope/observed_analysis.h"
-#include "fp8scope/recipe_analysis.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/kernels/code_digest.h"
+#include "fp8scope/kernels/observed_analysis.h"
+#include "fp8scope/kernels/recipe_analysis.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "analysis_pipeline.h"
+#include "fp8scope/daemon/analysis_pipeline.h"
 
 #include <spdlog/spdlog.h>
 

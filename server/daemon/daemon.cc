@@ -1,4 +1,4 @@
-#include "daemon.h"
+#include "fp8scope/daemon/daemon.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
@@ -13,24 +13,24 @@
 #include <set>
 #include <thread>
 
-#include "access.h"
-#include "ack_journal.h"
-#include "admin_service.h"
-#include "analysis_pipeline.h"
-#include "byte_budget.h"
-#include "data_dir.h"
-#include "engine_choice.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/services/access.h"
+#include "fp8scope/ingest/ack_journal.h"
+#include "fp8scope/services/admin_service.h"
+#include "fp8scope/daemon/analysis_pipeline.h"
+#include "fp8scope/ingest/byte_budget.h"
+#include "fp8scope/daemon/data_dir.h"
+#include "fp8scope/daemon/engine_choice.h"
+#include "fp8scope/wire/wire.h"
 #include "fp8scope/history/history_store.h"
-#include "health_metrics.h"
-#include "ingest_queue.h"
-#include "ingest_service.h"
-#include "metrics_table.h"
-#include "policy_store.h"
-#include "server_security.h"
-#include "shared_regions.h"
-#include "tensor_series.h"
-#include "tensor_table.h"
+#include "fp8scope/export/health_metrics.h"
+#include "fp8scope/ingest/ingest_queue.h"
+#include "fp8scope/services/ingest_service.h"
+#include "fp8scope/export/metrics_table.h"
+#include "fp8scope/analysis/policy_store.h"
+#include "fp8scope/daemon/server_security.h"
+#include "fp8scope/ingest/shared_regions.h"
+#include "fp8scope/export/tensor_series.h"
+#include "fp8scope/export/tensor_table.h"
 
 namespace fp8scope::server {
 namespace {

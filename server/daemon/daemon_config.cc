@@ -1,4 +1,4 @@
-#include "daemon_config.h"
+#include "fp8scope/daemon/daemon_config.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "data_dir.h"
+#include "fp8scope/daemon/data_dir.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,11 +1,11 @@
-#include "engine_choice.h"
+#include "fp8scope/daemon/engine_choice.h"
 
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 
-#include "fp8scope/cpu_engine.h"
-#include "fp8scope/cuda_engine.h"
+#include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/kernels/cuda_engine.h"
 
 namespace fp8scope::server {
 namespace {

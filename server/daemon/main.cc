@@ -4,9 +4,9 @@
 #include <csignal>
 #include <iostream>
 
-#include "daemon.h"
-#include "memory_tuning.h"
-#include "metrics_table.h"
+#include "fp8scope/daemon/daemon.h"
+#include "fp8scope/daemon/memory_tuning.h"
+#include "fp8scope/export/metrics_table.h"
 
 int main(int argc, char** argv) {
   using namespace fp8scope::server;

@@ -1,4 +1,4 @@
-#include "memory_tuning.h"
+#include "fp8scope/daemon/memory_tuning.h"
 
 #include <malloc.h>
 

@@ -1,4 +1,4 @@
-#include "server_security.h"
+#include "fp8scope/daemon/server_security.h"
 
 #include <grpcpp/security/server_credentials.h>
 

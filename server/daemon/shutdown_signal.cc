@@ -1,4 +1,4 @@
-#include "shutdown_signal.h"
+#include "fp8scope/daemon/shutdown_signal.h"
 
 #include <pthread.h>
 #include <signal.h>

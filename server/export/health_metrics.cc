@@ -1,6 +1,6 @@
-#include "health_metrics.h"
+#include "fp8scope/export/health_metrics.h"
 
-#include "metrics_table.h"
+#include "fp8scope/export/metrics_table.h"
 
 namespace fp8scope::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "metrics_table.h"
+#include "fp8scope/export/metrics_table.h"
 
 #include <nlohmann/json.hpp>
 

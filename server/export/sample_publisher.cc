@@ -1,13 +1,13 @@
-#include "sample_publisher.h"
+#include "fp8scope/export/sample_publisher.h"
 
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <utility>
 
-#include "fp8scope/scale_layout.h"
-#include "fp8scope/scale_rules.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/kernels/scale_layout.h"
+#include "fp8scope/kernels/scale_rules.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
 namespace {

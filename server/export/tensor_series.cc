@@ -1,4 +1,4 @@
-#include "tensor_series.h"
+#include "fp8scope/export/tensor_series.h"
 
 #include <cmath>
 #include <limits>

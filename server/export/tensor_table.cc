@@ -1,4 +1,4 @@
-#include "tensor_table.h"
+#include "fp8scope/export/tensor_table.h"
 
 #include <algorithm>
 #include <cmath>

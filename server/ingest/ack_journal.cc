@@ -1,4 +1,4 @@
-#include "ack_journal.h"
+#include "fp8scope/ingest/ack_journal.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

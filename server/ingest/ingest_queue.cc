@@ -1,4 +1,4 @@
-#include "ingest_queue.h"
+#include "fp8scope/ingest/ingest_queue.h"
 
 #include <functional>
 #include <string>

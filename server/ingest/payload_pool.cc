@@ -1,4 +1,4 @@
-#include "payload_pool.h"
+#include "fp8scope/ingest/payload_pool.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

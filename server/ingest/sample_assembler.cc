@@ -1,4 +1,4 @@
-#include "sample_assembler.h"
+#include "fp8scope/ingest/sample_assembler.h"
 
 #include <cstring>
 

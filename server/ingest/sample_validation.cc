@@ -1,9 +1,9 @@
-#include "sample_validation.h"
+#include "fp8scope/ingest/sample_validation.h"
 
 #include <cmath>
 #include <limits>
 
-#include "fp8scope/wire.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
 namespace {

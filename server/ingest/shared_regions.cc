@@ -1,4 +1,4 @@
-#include "shared_regions.h"
+#include "fp8scope/ingest/shared_regions.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>

@@ -1,4 +1,4 @@
-#include "access.h"
+#include "fp8scope/services/access.h"
 
 namespace fp8scope::server {
 

@@ -1,13 +1,13 @@
-#include "admin_service.h"
+#include "fp8scope/services/admin_service.h"
 
 #include <spdlog/spdlog.h>
 
 #include <deque>
 
-#include "fp8scope/layer_pattern.h"
-#include "fp8scope/statistics_table.h"
-#include "fp8scope/scale_layout.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/kernels/scale_layout.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
 namespace {

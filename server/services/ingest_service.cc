@@ -1,4 +1,4 @@
-#include "ingest_service.h"
+#include "fp8scope/services/ingest_service.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,9 +8,9 @@
 #include <map>
 #include <mutex>
 
-#include "fp8scope/wire.h"
-#include "fp8scope/wire_enums.h"
-#include "sample_validation.h"
+#include "fp8scope/wire/wire.h"
+#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/ingest/sample_validation.h"
 
 namespace fp8scope::server {
 namespace {

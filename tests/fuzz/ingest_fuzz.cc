@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "fp8scope/cpu_engine.h"
-#include "fp8scope/recipe_analysis.h"
-#include "fp8scope/wire.h"
-#include "sample_assembler.h"
-#include "sample_validation.h"
+#include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/kernels/recipe_analysis.h"
+#include "fp8scope/wire/wire.h"
+#include "fp8scope/ingest/sample_assembler.h"
+#include "fp8scope/ingest/sample_validation.h"
 
 using namespace fp8scope;
 using namespace fp8scope::server;

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "../support/process.h"
-#include "../support/temp_dir.h"
+#include "support/process.h"
+#include "support/temp_dir.h"
 
 using fp8scope::testing::le_bytes;
 using fp8scope::testing::npy_file;

@@ -20,14 +20,14 @@
 #include <sstream>
 #include <thread>
 
-#include "../support/daemon_fixture.h"
-#include "../support/daemon_samples.h"
-#include "../support/temp_dir.h"
-#include "fp8scope/gemm_check.h"
-#include "fp8scope/recipe.h"
-#include "fp8scope/sample_stream.h"
-#include "fp8scope/stats.h"
-#include "fp8scope/wire.h"
+#include "support/daemon_fixture.h"
+#include "support/daemon_samples.h"
+#include "support/temp_dir.h"
+#include "fp8scope/kernels/gemm_check.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/kernels/stats.h"
+#include "fp8scope/wire/wire.h"
 
 using namespace fp8scope;
 using namespace fp8scope::testing;

@@ -9,12 +9,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "../support/daemon_fixture.h"
-#include "../support/daemon_samples.h"
-#include "../support/postgres_server.h"
-#include "../support/temp_dir.h"
-#include "fp8scope/recipe.h"
-#include "fp8scope/sample_stream.h"
+#include "support/daemon_fixture.h"
+#include "support/daemon_samples.h"
+#include "support/postgres_server.h"
+#include "support/temp_dir.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/daemon_client/sample_stream.h"
 
 using namespace fp8scope;
 using namespace fp8scope::testing;

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <thread>
 
-#include "../support/daemon_fixture.h"
-#include "../support/temp_dir.h"
+#include "support/daemon_fixture.h"
+#include "support/temp_dir.h"
 
 using namespace fp8scope::testing;
 using json = nlohmann::json;

@@ -12,11 +12,11 @@
 #include <random>
 #include <sstream>
 
-#include "../support/daemon_fixture.h"
-#include "../support/temp_dir.h"
-#include "fp8scope/float_cast.h"
-#include "fp8scope/sample_stream.h"
-#include "fp8scope/wire.h"
+#include "support/daemon_fixture.h"
+#include "support/temp_dir.h"
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/wire/wire.h"
 
 using namespace fp8scope;
 using namespace fp8scope::testing;

@@ -9,8 +9,8 @@
 #include <map>
 #include <mutex>
 
-#include "../support/daemon_fixture.h"
-#include "../support/temp_dir.h"
+#include "support/daemon_fixture.h"
+#include "support/temp_dir.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 
 using namespace fp8scope;

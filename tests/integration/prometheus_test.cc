@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "../support/daemon_fixture.h"
-#include "../support/temp_dir.h"
+#include "support/daemon_fixture.h"
+#include "support/temp_dir.h"
 
 using namespace fp8scope::testing;
 

@@ -2,8 +2,8 @@
 // The certificates are made here with openssl and thrown away.
 #include <catch2/catch.hpp>
 
-#include "../support/daemon_fixture.h"
-#include "../support/temp_dir.h"
+#include "support/daemon_fixture.h"
+#include "support/temp_dir.h"
 
 using namespace fp8scope::testing;
 

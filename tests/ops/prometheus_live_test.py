@@ -8,7 +8,7 @@ returns data with one series per tensor (not one per daemon), every rule is heal
 non-finite alert goes pending, the agent's `node` label is expanded from the environment, and the
 daemon's /metrics passes `promtool check metrics`.
 
-    tests/ops/prometheus_live_test.py --daemon build/server/fp8scoped --cli build/client/cli/fp8scope
+    tests/ops/prometheus_live_test.py --daemon build/server/fp8scoped --cli build/cli/fp8scope
 """
 import json
 import os

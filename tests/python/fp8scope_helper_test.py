@@ -6,7 +6,7 @@ each GEMM runs); under `fp8scope run`, a PyTorch training loop whose GEMMs reach
 daemon module-path layer names for fprop, dgrad and wgrad, its steps and its losses. The run starts
 its own daemon (--start-daemon), as a user would.
 
-    tests/python/fp8scope_helper_test.py --cli build/client/cli/fp8scope --fixtures build/tests/fixtures
+    tests/python/fp8scope_helper_test.py --cli build/cli/fp8scope --fixtures build/tests/fixtures
 """
 import argparse
 import json

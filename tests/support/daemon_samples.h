@@ -6,7 +6,7 @@
 #include <string>
 
 #include "daemon_fixture.h"
-#include "fp8scope/daemon_channel.h"
+#include "fp8scope/daemon_client/daemon_channel.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
 namespace fp8scope::testing {

@@ -5,8 +5,8 @@
 #include <iostream>
 #include <thread>
 
-#include "fp8scope/sample_stream.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/wire/wire.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "../support/cublas_scale_layouts.h"
-#include "fp8scope/stats_engine.h"
+#include "support/cublas_scale_layouts.h"
+#include "fp8scope/kernels/stats_engine.h"
 
 namespace fp8scope::trainer {
 namespace {

@@ -1,5 +1,5 @@
 // tiny_trainer's block-scaled recipes, cast as Transformer Engine casts them (the rules of
-// kernels/include/fp8scope/scale_rules.h, which cite TE) and laid out as cuBLASLt reads them
+// kernels/include/fp8scope/kernels/scale_rules.h, which cite TE) and laid out as cuBLASLt reads them
 // (tests/support/cublas_scale_layouts.h, written from NVIDIA's documentation): every GEMM operand
 // is quantized fresh from fp32 along its K, the way TE keeps row-wise and column-wise copies.
 #pragma once
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fp8scope/float_formats.h"
+#include "fp8scope/kernels/float_formats.h"
 #include "host_tensors.h"
 
 namespace fp8scope::trainer {

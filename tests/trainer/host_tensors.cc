@@ -6,8 +6,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "fp8scope/float_cast.h"
-#include "fp8scope/recipe.h"
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/kernels/recipe.h"
 
 namespace fp8scope::trainer {
 namespace {

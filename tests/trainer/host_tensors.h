@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "fp8scope/delayed_scaling.h"
+#include "fp8scope/kernels/delayed_scaling.h"
 
 namespace fp8scope::trainer {
 

@@ -1,4 +1,4 @@
-#include "fp8scope/daemon_channel.h"
+#include "fp8scope/daemon_client/daemon_channel.h"
 
 #include <chrono>
 #include <fstream>

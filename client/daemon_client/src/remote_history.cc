@@ -1,12 +1,12 @@
-#include "fp8scope/remote_history.h"
+#include "fp8scope/daemon_client/remote_history.h"
 
 #include <chrono>
 #include <cmath>
 #include <limits>
 
-#include "fp8scope/scale_layout.h"
-#include "fp8scope/statistics_table.h"
-#include "fp8scope/wire.h"
+#include "fp8scope/kernels/scale_layout.h"
+#include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope {
 namespace {

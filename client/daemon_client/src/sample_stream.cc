@@ -1,11 +1,11 @@
-#include "fp8scope/sample_stream.h"
+#include "fp8scope/daemon_client/sample_stream.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "fp8scope/wire.h"
+#include "fp8scope/wire/wire.h"
 
 namespace fp8scope {
 namespace {

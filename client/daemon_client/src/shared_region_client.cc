@@ -1,4 +1,4 @@
-#include "fp8scope/shared_region_client.h"
+#include "fp8scope/daemon_client/shared_region_client.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>

@@ -1,7 +1,7 @@
 #include "code_histogram.h"
 
-#include "fp8scope/quantize_element.h"
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/quantize_element.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 namespace fp8scope::cpu {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/float_formats.h"
-#include "fp8scope/stats.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/kernels/stats.h"
 
 namespace fp8scope::cpu {
 

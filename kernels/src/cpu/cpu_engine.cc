@@ -1,4 +1,4 @@
-#include "fp8scope/cpu_engine.h"
+#include "fp8scope/kernels/cpu_engine.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "code_histogram.h"
-#include "fp8scope/observed_analysis.h"
-#include "fp8scope/scale_rules.h"
-#include "fp8scope/two_pass_driver.h"
+#include "fp8scope/kernels/observed_analysis.h"
+#include "fp8scope/kernels/scale_rules.h"
+#include "fp8scope/kernels/two_pass_driver.h"
 #include "segment_kernels.h"
 #include "task_pool.h"
 

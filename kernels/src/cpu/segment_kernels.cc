@@ -7,8 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "fp8scope/quantize_element.h"
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/quantize_element.h"
+#include "fp8scope/kernels/scale_rules.h"
 #include "vector_sums.h"
 
 namespace fp8scope::cpu::FP8SCOPE_ISA {

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/float_formats.h"
-#include "fp8scope/stats.h"
-#include "fp8scope/stats_engine.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/kernels/stats.h"
+#include "fp8scope/kernels/stats_engine.h"
 
 namespace fp8scope::cpu {
 

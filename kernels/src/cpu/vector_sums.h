@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-#include "fp8scope/lanes.h"
+#include "fp8scope/kernels/lanes.h"
 
 namespace fp8scope::cpu::FP8SCOPE_ISA {
 

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "cpu_list.h"
+#include "fp8scope/shipper/cpu_list.h"
 
 using fp8scope::shipper::parse_cpu_list;
 using fp8scope::shipper::run_on_cpus;

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <vector>
 
-#include "gemm_operands.h"
-#include "layer_names.h"
-#include "sampler.h"
-#include "step_clock.h"
+#include "fp8scope/hook/gemm_operands.h"
+#include "fp8scope/hook/layer_names.h"
+#include "fp8scope/hook/sampler.h"
+#include "fp8scope/hook/step_clock.h"
 
 using namespace fp8scope::hook;
 using fp8scope::DType;

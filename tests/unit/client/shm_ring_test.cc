@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "fp8scope/shm_ring.h"
+#include "fp8scope/shm/shm_ring.h"
 
 using namespace fp8scope::shm;
 

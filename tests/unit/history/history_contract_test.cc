@@ -10,10 +10,10 @@
 #include <limits>
 #include <thread>
 
-#include "../../support/postgres_server.h"
-#include "../../support/temp_dir.h"
+#include "support/postgres_server.h"
+#include "support/temp_dir.h"
 #include "fp8scope/history/history_store.h"
-#include "fp8scope/statistics_table.h"
+#include "fp8scope/kernels/statistics_table.h"
 
 using namespace fp8scope;
 using namespace fp8scope::history;

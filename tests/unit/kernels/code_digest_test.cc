@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "fp8scope/code_digest.h"
-#include "fp8scope/dtype.h"
+#include "fp8scope/kernels/code_digest.h"
+#include "fp8scope/kernels/dtype.h"
 
 using namespace fp8scope;
 

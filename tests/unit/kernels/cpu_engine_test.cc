@@ -1,7 +1,7 @@
 // The CPU engine against the element-by-element reference: counts and histograms exact, fp64 sums
 // within 1e-12 of the long double reference (relative to the sum of magnitudes), across dtypes,
 // distributions, odd shapes and every recipe, with one and several threads.
-#include "fp8scope/cpu_engine.h"
+#include "fp8scope/kernels/cpu_engine.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

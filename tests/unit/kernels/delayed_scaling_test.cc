@@ -1,13 +1,13 @@
 // Delayed scaling over a scripted amax series, step by step, against TE's rule worked by hand
 // (delayed_scaling.cu): h[0] = amax; a = max(h) or h[0]; s = fmax*2^-margin/a if 0 < a < Inf;
 // roll h by -1; h[0] = 0. The window is the current amax and the L-1 before it.
-#include "fp8scope/delayed_scaling.h"
+#include "fp8scope/kernels/delayed_scaling.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
 
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 using namespace fp8scope;
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "fp8scope/dtype.h"
+#include "fp8scope/kernels/dtype.h"
 
 using namespace fp8scope;
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <random>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/float_cast.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/float_cast.h"
 
 using namespace fp8scope;
 

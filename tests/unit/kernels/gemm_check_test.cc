@@ -1,14 +1,14 @@
 // The CPU GEMM check against a long double reference built from the bit-exact casts, and its edges:
 // exact operands give no error, the row budget cuts X, mismatched K is refused.
-#include "fp8scope/gemm_check.h"
+#include "fp8scope/kernels/gemm_check.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "fp8scope/float_cast.h"
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 using namespace fp8scope;
 

@@ -1,13 +1,13 @@
 // A job's own codes and scales, analyzed: against a reference that dequantizes element by element
 // from the compact scales (tests/support/cublas_scale_layouts.h lays them out as the GEMM reads
 // them), for every layout, FP8 and FP4 codes, both orientations of K and odd shapes.
-#include "fp8scope/observed_analysis.h"
+#include "fp8scope/kernels/observed_analysis.h"
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 
-#include "../../support/cublas_scale_layouts.h"
+#include "support/cublas_scale_layouts.h"
 #include "reference_analysis.h"
 
 using namespace fp8scope;

@@ -1,5 +1,5 @@
 // Recipes are data with TE's defaults; validation names the field and what it expected.
-#include "fp8scope/recipe.h"
+#include "fp8scope/kernels/recipe.h"
 
 #include <catch2/catch.hpp>
 

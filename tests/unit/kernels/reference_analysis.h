@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "fp8scope/dtype.h"
-#include "fp8scope/float_cast.h"
-#include "fp8scope/scale_rules.h"
-#include "fp8scope/stats_engine.h"
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/kernels/scale_rules.h"
+#include "fp8scope/kernels/stats_engine.h"
 
 namespace fp8scope::reference {
 

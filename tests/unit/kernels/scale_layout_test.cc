@@ -1,14 +1,14 @@
 // The production un-tiling of cuBLASLt's scale tensors against the layouts written straight from
 // NVIDIA's documentation (tests/support/cublas_scale_layouts.h): every layout, shapes that are and
 // are not multiples of the tiles, both orientations of K, sizes, and a few offsets by hand.
-#include "fp8scope/scale_layout.h"
+#include "fp8scope/kernels/scale_layout.h"
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 
-#include "../../support/cublas_scale_layouts.h"
-#include "fp8scope/float_cast.h"
+#include "support/cublas_scale_layouts.h"
+#include "fp8scope/kernels/float_cast.h"
 
 using namespace fp8scope;
 namespace doc = fp8scope::testing::cublas_layout;

@@ -1,6 +1,6 @@
 // TE's scale rules, edge by edge (transformer_engine/common/recipe/*.cu{h}, cast/mxfp8, cast/nvfp4,
 // util/ptx.cuh; TE main of 2026-08-22).
-#include "fp8scope/scale_rules.h"
+#include "fp8scope/kernels/scale_rules.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The derived statistics: each row's formula on numbers worked by hand, and the table's own rules.
-#include "fp8scope/statistics_table.h"
+#include "fp8scope/kernels/statistics_table.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

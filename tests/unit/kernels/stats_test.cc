@@ -1,6 +1,6 @@
 // Merging partial results equals one pass. The chunks have very different means, which is where a
 // wrong sign in the variance merge shows (TE's merge has one; its same-distribution test data hides it).
-#include "fp8scope/stats.h"
+#include "fp8scope/kernels/stats.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

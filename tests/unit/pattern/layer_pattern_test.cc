@@ -7,7 +7,7 @@
 #include <regex>
 #include <string>
 
-#include "fp8scope/layer_pattern.h"
+#include "fp8scope/pattern/layer_pattern.h"
 
 using fp8scope::LayerPattern;
 

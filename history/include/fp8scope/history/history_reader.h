@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fp8scope/history/records.h"
-#include "fp8scope/status.h"
+#include "fp8scope/kernels/status.h"
 
 namespace fp8scope::history {
 

@@ -18,7 +18,7 @@
 
 #include "fp8scope/history/history_reader.h"
 #include "fp8scope/history/records.h"
-#include "fp8scope/status.h"
+#include "fp8scope/kernels/status.h"
 
 namespace fp8scope::history {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fp8scope/wire_enums.h"
+#include "fp8scope/vocabulary/wire_enums.h"
 
 namespace fp8scope::history {
 

@@ -1,0 +1,356 @@
+#include "fp8scope/cli/admin_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/wire/wire.h"
+
+namespace fp8scope::cli {
+namespace {
+
+std::string to_json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+// Runs one admin call with the shared connection handling; `call` returns the gRPC status.
+template <class Call>
+int with_admin(const AdminOptions& o, std::ostream& err, Call call) {
+  Result<ConnectionOptions> conn = resolve(o.connection);
+  if (!conn.ok()) {
+    err << "fp8scope: " << conn.message() << "\n";
+    return kUsage;
+  }
+  Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(conn.value());
+  if (!stub.ok()) {
+    err << "fp8scope: " << stub.message() << "\n";
+    return kUsage;
+  }
+  auto context = call_context(conn.value(), o.connection.timeout_seconds);
+  const grpc::Status s = call(*stub.value(), *context);
+  if (!s.ok()) {
+    err << "fp8scope: " << describe_rpc_error(s, conn.value()) << "\n";
+    return s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kUsage : kUnreachable;
+  }
+  return 0;
+}
+
+std::string number(double v, const char* format = "%.4g") {
+  if (std::isnan(v)) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+double stat(const v1::RecipeStats& r, const char* key) {
+  auto it = r.statistics().find(key);
+  return it == r.statistics().end() ? std::nan("") : it->second;
+}
+
+const v1::RecipeStats* recipe_of(const v1::TensorSummary& t, const std::string& recipe) {
+  for (const auto& r : t.recipes()) {
+    if (r.recipe() == recipe) return &r;
+  }
+  for (const auto& r : t.recipes()) {
+    if (r.recipe() == "observed") return &r;  // FP8 data: what was observed
+  }
+  return nullptr;
+}
+
+void print_policy(std::ostream& out, const v1::Policy& p) {
+  out << (p.job().empty() ? "the default policy (jobs without their own)" : "job " + p.job() + "'s own policy") << "\n";
+  out << "version " << p.version() << "\n";
+  out << "layer_regex " << (p.layer_regex().empty() ? "(every layer)" : p.layer_regex()) << "\n";
+  out << "operands";
+  if (p.operands().empty()) out << " x w dy";
+  for (int op : p.operands()) out << " " << wire::operand_label(static_cast<v1::Operand>(op));
+  out << "\nevery_n_steps " << p.every_n_steps() << "\n";
+  out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
+  out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
+  out << "recipes";
+  if (p.recipes().empty()) {
+    out << " (all:";
+    for (RecipeKind k : kAllRecipeKinds) out << " " << recipe_name(k);
+    out << ")";
+  }
+  for (int r : p.recipes()) {
+    if (auto k = wire::from_wire(static_cast<v1::Recipe>(r))) out << " " << recipe_name(*k);
+  }
+  out << "\n";
+}
+
+std::vector<std::string> recipe_names_and_observed() {
+  std::vector<std::string> names;
+  for (RecipeKind k : kAllRecipeKinds) names.emplace_back(recipe_name(k));
+  names.emplace_back("observed");
+  return names;
+}
+
+}  // namespace
+
+AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
+  AdminCommands c;
+  c.status = app.add_subcommand("status", "Daemon status: clients, samples, drops, queue, history");
+  add_connection_flags(c.status, o.connection);
+  c.status->add_flag("--json", o.json, "Print the status as JSON");
+
+  c.tensors = app.add_subcommand("tensors", "Latest statistics of every tensor, worst first");
+  add_connection_flags(c.tensors, o.connection);
+  // Checked as the flags are read, so a typo is reported before any connection is tried.
+  c.tensors->add_option("--sort", o.sort, "underflow, overflow, mse or cosine (worst first)")
+      ->check(CLI::IsMember({"underflow", "overflow", "mse", "cosine"}));
+  c.tensors->add_option("--top", o.top, "Show only the first N");
+  c.tensors->add_option("--recipe", o.recipe, "Recipe whose statistics are shown and sorted (default tensor_current)")
+      ->check(CLI::IsMember(recipe_names_and_observed()));
+  c.tensors->add_flag("--json", o.json, "JSON Lines, one tensor per line");
+
+  CLI::App* policy = app.add_subcommand("policy", "Show or change what training processes sample");
+  policy->require_subcommand(1);
+  c.policy_get = policy->add_subcommand("get", "Show the sampling policy (the default, or the one a job follows)");
+  add_connection_flags(c.policy_get, o.connection);
+  c.policy_get->add_option("--job", o.job, "The policy this job follows (its own, or the default)");
+  c.policy_get->add_flag("--json", o.json, "Print the policy as JSON");
+  c.policy_set = policy->add_subcommand(
+      "set", "Change the default sampling policy, or one job's own (fields not given keep their value)");
+  add_connection_flags(c.policy_set, o.connection);
+  add_policy_flags(c.policy_set, o.policy);
+  c.policy_set->add_option("--job", o.job, "Give this job a policy of its own; other jobs keep theirs");
+  c.policy_set->add_flag("--inherit", o.inherit, "With --job: drop the job's own policy, it follows the default again");
+  c.policy_set->add_flag("--json", o.json, "Print the new policy as JSON");
+
+  c.history = app.add_subcommand("history", "Stored statistic records, oldest first");
+  add_connection_flags(c.history, o.connection);
+  c.history->add_option("--job", o.job, "Only this job");
+  c.history->add_option("--run", o.run, "Only this run");
+  c.history->add_option("--layer", o.layer, "Only layers matching this regex");
+  c.history->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown");
+  c.history->add_option("--operand", o.operand, "x, w or dy");
+  c.history->add_option("--recipe", o.recipe, "Recipe name, or observed")
+      ->check(CLI::IsMember(recipe_names_and_observed()));
+  c.history->add_option("--min-step", o.min_step, "First step");
+  c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)");
+  c.history->add_option("--limit", o.limit, "At most this many rows (default 100000)");
+  c.history->add_flag("--csv", o.csv, "CSV with every statistic as a column");
+  c.history->add_option("--history", o.history,
+                        "Read this history instead of the daemon's: a SQLite file or data dir, or a PostgreSQL URL")
+      ->excludes(c.history->get_option("--endpoint"));
+  return c;
+}
+
+int run_status(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::DaemonStatus s;
+    const grpc::Status st = stub.GetStatus(&ctx, v1::GetStatusRequest(), &s);
+    if (!st.ok()) return st;
+    if (o.json) {
+      out << to_json(s) << "\n";
+      return st;
+    }
+    out << "fp8scoped " << s.daemon_version() << " at " << o.connection.options.endpoint << ", up "
+        << number(s.uptime_seconds(), "%.0f") << " s, backend " << s.backend() << "\n";
+    out << "clients " << s.clients() << "\nsamples received " << s.samples_received() << ", analyzed "
+        << s.samples_analyzed() << "\n";
+    out << "dropped";
+    if (s.samples_dropped().empty()) out << " 0";
+    for (const auto& [reason, n] : s.samples_dropped()) out << " " << reason << "=" << n;
+    out << "\nreceived " << s.received_bytes() << " bytes; queue " << s.queue_bytes() << " of "
+        << s.queue_budget_bytes() << " bytes\n";
+    out << "history " << s.records_stored() << " records in " << (s.history().empty() ? s.data_dir() : s.history());
+    if (!s.history_error().empty()) {
+      out << "; WRITES FAILING: " << s.history_error() << " (" << s.history_pending() << " records waiting, retried)";
+    }
+    if (s.history_records_lost() > 0) out << "; " << s.history_records_lost() << " records lost";
+    out << "\naccepted samples: " << s.unstored_samples() << " waiting for their records";
+    if (s.acknowledged_lost() > 0) out << "; LOST " << s.acknowledged_lost() << " (dropped unwritten)";
+    if (s.acknowledged_lost_before_start() > 0) {
+      out << "; LOST BEFORE THIS START " << s.acknowledged_lost_before_start()
+          << " (the previous daemon stopped before storing them)";
+    }
+    out << "\nseries " << s.series()
+        << " (suppressed " << s.series_suppressed() << ")\n";
+    return st;
+  });
+}
+
+int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::ListTensorsRequest req;
+    req.set_sort(o.sort);
+    req.set_top(o.top);
+    req.set_recipe(o.recipe);
+    v1::ListTensorsResponse resp;
+    const grpc::Status st = stub.ListTensors(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    if (o.json) {
+      for (const auto& t : resp.tensors()) out << to_json(t) << "\n";
+      return st;
+    }
+    const std::string recipe = o.recipe.empty() ? "tensor_current" : o.recipe;
+    char line[1024];  // job and layer are up to 200 characters each
+    // One daemon serves many jobs: every row names its own.
+    std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "job",
+                  "layer", "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse", "cosine",
+                  "scale", "current");
+    out << line;
+    for (const auto& t : resp.tensors()) {
+      const v1::RecipeStats* r = recipe_of(t, recipe);
+      if (r == nullptr) continue;
+      std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
+                    t.key().job().c_str(), t.key().layer().c_str(), wire::gemm_name(t.key().gemm()), wire::operand_label(t.key().operand()),
+                    t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
+                    number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
+                    number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),
+                    number(r->scale()).c_str(), number(r->scale_current()).c_str());
+      out << line;
+    }
+    // An older daemon sends no total (0).
+    if (resp.total() > static_cast<std::uint64_t>(resp.tensors_size())) {
+      out << resp.tensors_size() << " of " << resp.total()
+          << " tensors shown (the daemon lists at most 1000): narrow with --sort and --top, or --recipe\n";
+    }
+    return st;
+  });
+}
+
+int run_policy_get(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext& ctx) {
+    v1::Policy p;
+    v1::GetPolicyRequest req;
+    req.set_job(o.job);
+    const grpc::Status st = stub.GetPolicy(&ctx, req, &p);
+    if (st.ok()) o.json ? void(out << to_json(p) << "\n") : print_policy(out, p);
+    return st;
+  });
+}
+
+int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
+    err << "fp8scope policy set: " << check.message() << "\n";
+    return kUsage;
+  }
+  if (o.inherit && (o.job.empty() || o.policy.any())) {
+    err << "fp8scope policy set: --inherit goes with --job and no other policy flag\n";
+    return kUsage;
+  }
+  return with_admin(o, err, [&](v1::Admin::Stub& stub, grpc::ClientContext&) {
+    v1::Policy result;
+    const grpc::Status st = send_policy(stub, resolve(o.connection).value(), o.connection.timeout_seconds, o.policy,
+                                        o.job, o.inherit, &result);
+    if (st.ok()) o.json ? void(out << to_json(result) << "\n") : print_policy(out, result);
+    return st;
+  });
+}
+
+namespace {
+
+// The reader `history` uses: --history's store, else the daemon's Admin API. An error line on err.
+std::unique_ptr<history::HistoryReader> history_reader(const AdminOptions& o, std::ostream& err) {
+  auto reader = open_history_source(o.history, o.connection);
+  if (!reader.ok()) err << (o.history.empty() ? "fp8scope: " : "fp8scope history: ") << reader.message() << "\n";
+  return reader.ok() ? std::move(reader).value() : nullptr;
+}
+
+void print_history_header(const AdminOptions& o, std::ostream& out) {
+  if (o.csv) {
+    out << "time,job,run,host,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_max,scale_current,"
+           "scale_layout,gemm_alpha";
+    for (const Statistic& s : statistics()) {
+      if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
+    }
+    out << "\n";
+  } else {
+    char line[256];
+    std::snprintf(line, sizeof line, "%7s %-10s %-28s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run", "layer",
+                  "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
+    out << line;
+  }
+}
+
+void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, std::ostream& out) {
+  auto value = [&](const char* key) {
+    const Statistic* s = find_statistic(key);
+    const auto k = static_cast<std::size_t>(s - statistics().data());
+    return s != nullptr && k < r.statistics.size() ? r.statistics[k] : std::nan("");
+  };
+  if (o.csv) {
+    out << number(r.time, "%.3f") << "," << r.job << "," << r.run << "," << r.host << "," << r.rank << "," << r.step
+        << "," << r.layer << "," << history::gemm_name(r.gemm) << "," << operand_name(r.operand) << "," << r.dtype << ","
+        << r.numel << "," << r.recipe << "," << r.format << "," << number(r.scale, "%.9g") << ","
+        << number(r.scale_max, "%.9g") << "," << number(r.scale_current, "%.9g") << "," << r.scale_layout << ","
+        << (r.gemm_alpha != 0 ? number(r.gemm_alpha, "%.9g") : "");
+    for (const Statistic& s : statistics()) {
+      if (std::string(s.key) == "numel") continue;
+      const double v = value(s.key);
+      out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
+    }
+    out << "\n";
+  } else {
+    char line[512];
+    std::snprintf(line, sizeof line, "%7llu %-10s %-28s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
+                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), history::gemm_name(r.gemm),
+                  operand_name(r.operand), r.rank, r.recipe.c_str(), number(value("underflow_ratio")).c_str(),
+                  number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
+                  number(value("cosine"), "%.6f").c_str());
+    out << line;
+  }
+}
+
+}  // namespace
+
+int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  history::HistoryFilter f;
+  f.job = o.job;
+  f.run = o.run;
+  f.layer_regex = o.layer;
+  if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
+    err << "fp8scope history: --layer: not a layer pattern: " << error << "\n";
+    return kUsage;
+  }
+  if (!o.gemm.empty()) {
+    f.gemm = history::gemm_from_name(o.gemm);
+    if (!f.gemm) {
+      err << "fp8scope history: --gemm: expected fprop, dgrad, wgrad or unknown, got " << o.gemm << "\n";
+      return kUsage;
+    }
+  }
+  if (!o.operand.empty()) {
+    f.operand = operand_from_name(o.operand);
+    if (!f.operand) {
+      err << "fp8scope history: --operand: expected x, w or dy, got " << o.operand << "\n";
+      return kUsage;
+    }
+  }
+  f.recipe = o.recipe;
+  f.min_step = o.min_step;
+  f.max_step = o.max_step;
+  f.limit = o.limit == 0 ? 100000 : o.limit;
+  std::unique_ptr<history::HistoryReader> reader = history_reader(o, err);
+  if (!reader) return o.history.empty() ? kUnreachable : kUsage;
+  // The header comes with the first row (or the end of an empty answer), so a failed read prints
+  // its one error line and nothing else.
+  bool header = false;
+  const Status s = reader->query(f, [&](const history::HistoryRecord& r) {
+    if (!header) print_history_header(o, out);
+    header = true;
+    print_history_row(o, r, out);
+    return true;
+  });
+  if (!s.ok()) {
+    err << "fp8scope history: " << s.message() << "\n";
+    return o.history.empty() ? kUnreachable : kUsage;
+  }
+  if (!header) print_history_header(o, out);
+  return 0;
+}
+
+}  // namespace fp8scope::cli

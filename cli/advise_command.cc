@@ -1,0 +1,52 @@
+#include "fp8scope/cli/advise_command.h"
+
+#include <fstream>
+
+#include "fp8scope/insight/advice_formats.h"
+#include "fp8scope/cli/connection_flags.h"
+
+namespace fp8scope::cli {
+
+void add_advise_command(CLI::App& app, AdviseOptions& o) {
+  CLI::App* cmd = app.add_subcommand("advise", "What to do per layer and GEMM: keep FP8, rescale, tune, or fall back to BF16");
+  add_study_flags(cmd, o.study, false);
+  cmd->add_option("--format", o.format, "table, te-yaml (TE debug API), megatron (layers to keep in BF16) or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "te-yaml", "megatron", "json"}));
+  cmd->add_option("-o,--output", o.output, "Write to this file instead of stdout");
+  cmd->add_option("--top", o.top, "Table rows (0: every tensor)")->capture_default_str();
+}
+
+int run_advise(const AdviseOptions& o, std::ostream& out, std::ostream& err) {
+  std::optional<insight::RunStudy> study = load_study(o.study, "advise", err);
+  if (!study) return kUsage;
+  std::ofstream file;
+  if (!o.output.empty()) {
+    file.open(o.output, std::ios::trunc);
+    if (!file) {
+      err << "fp8scope advise: -o " << o.output << ": cannot write there\n";
+      return kUsage;
+    }
+  }
+  std::ostream& to = o.output.empty() ? out : file;
+  if (o.format == "te-yaml") {
+    insight::write_te_debug_yaml(study->advice, to);
+  } else if (o.format == "megatron") {
+    insight::write_megatron_layers(study->advice, to);
+  } else if (o.format == "json") {
+    to << insight::advice_json(study->advice) << "\n";
+  } else {
+    to << "fp8scope advise: run " << o.study.run << ", " << study->records.tensors.size() << " tensors, "
+       << study->onsets.size() << " loss onset(s)\n\n";
+    insight::write_advice_table(study->advice, to, o.top);
+  }
+  to.flush();
+  if (!to) {
+    err << "fp8scope advise: writing " << (o.output.empty() ? "stdout" : o.output) << " failed\n";
+    return kUsage;
+  }
+  if (!o.output.empty()) out << "wrote " << o.output << "\n";
+  return 0;
+}
+
+}  // namespace fp8scope::cli

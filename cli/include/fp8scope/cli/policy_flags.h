@@ -1,0 +1,46 @@
+// The sampling-policy flags `policy set` and `run` share, and what they turn into: a change to
+// the daemon's v1::Policy, and the FP8SCOPE_* variables the hook follows until the daemon's policy
+// reaches it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp8scope/cli/connection_flags.h"
+#include "fp8scope/kernels/status.h"
+#include "fp8scope/v1/fp8scope.pb.h"
+
+namespace fp8scope::cli {
+
+struct PolicyFlags {
+  std::optional<std::string> layer_regex;
+  std::vector<std::string> operands, recipes;
+  std::optional<std::uint64_t> every, start_step, end_step, bytes_per_step;
+  bool reset = false;
+
+  bool any() const {
+    return layer_regex || !operands.empty() || !recipes.empty() || every || start_step || end_step || bytes_per_step ||
+           reset;
+  }
+};
+
+void add_policy_flags(CLI::App* cmd, PolicyFlags& flags);
+
+// `base` with the given flags applied (base is the daemon's current policy, or the default with
+// --reset); an error names the bad flag.
+Result<v1::Policy> apply_policy_flags(const PolicyFlags& flags, v1::Policy base);
+
+// Sends the flags to the daemon as `job`'s own policy ("" = the default): the policy the job
+// follows now (the default with --reset) with the flags applied. With `inherit`, drops the job's own
+// policy instead. The flags must have passed apply_policy_flags. Each call gets timeout_seconds.
+grpc::Status send_policy(v1::Admin::Stub& stub, const ConnectionOptions& options, double timeout_seconds,
+                         const PolicyFlags& flags, const std::string& job, bool inherit, v1::Policy* result);
+
+// FP8SCOPE_EVERY, _START_STEP, _END_STEP, _BYTES_PER_STEP, _LAYER_REGEX, _OPERANDS for the flags given.
+std::map<std::string, std::string> policy_environment(const PolicyFlags& flags);
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,35 @@
+// `fp8scope push FILE`: sends tensors from a .npy or .safetensors file through the same Stream RPC
+// a training process uses (tests, demos, replaying dumps).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "fp8scope/cli/connection_flags.h"
+
+namespace fp8scope::cli {
+
+struct PushOptions {
+  ConnectionFlags connection;
+  std::string file;
+  std::vector<std::string> tensors;
+  std::string layer, gemm = "fprop", operand, dtype;
+  std::uint64_t step = 0;
+  std::uint32_t rank = 0, world_size = 1;
+  std::string run = "push", job = "push";
+  float scale_inv = 1.0f;
+  // A job's own codes with block scales, as cuBLASLt read them.
+  std::string scale_layout, scales;
+  bool k_outer = false;
+  float global_scale_inv = 0.0f;
+};
+
+void add_push_command(CLI::App& app, PushOptions& options);
+
+// 0: every sample accepted; 1: daemon unreachable; 2: bad input; 3: a sample was dropped or rejected.
+int run_push(const PushOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,82 @@
+#include "fp8scope/cli/policy_flags.h"
+
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/kernels/recipe.h"
+#include "fp8scope/wire/sampling_rule.h"
+#include "fp8scope/wire/wire.h"
+
+namespace fp8scope::cli {
+
+void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
+  cmd->add_option("--layer-regex", f.layer_regex, "Sample layers whose name this layer pattern matches (docs/operations.md; '' = all)");
+  cmd->add_option("--operands", f.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
+  cmd->add_option("--every", f.every, "Sample every N steps");
+  cmd->add_option("--start-step", f.start_step, "First step to sample");
+  cmd->add_option("--end-step", f.end_step, "Stop sampling at this step (0 = never)");
+  cmd->add_option("--bytes-per-step", f.bytes_per_step, "Per-process byte budget per step (0 = no limit)");
+  cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default: every recipe)");
+  cmd->add_flag("--reset", f.reset, "Start from the default policy instead of the current one");
+}
+
+Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
+  if (!f.operands.empty()) {
+    p.clear_operands();
+    for (const std::string& op : f.operands) {
+      const auto parsed = operand_from_name(op);
+      if (!parsed) return Status::error("--operands: expected x, w or dy, got " + op);
+      p.add_operands(wire::to_wire(*parsed));
+    }
+  }
+  if (!f.recipes.empty()) {
+    p.clear_recipes();
+    for (const std::string& r : f.recipes) {
+      const auto kind = recipe_kind_from_name(r);
+      if (!kind) return Status::error("--recipe: unknown recipe " + r);
+      p.add_recipes(wire::to_wire(*kind));
+    }
+  }
+  if (std::string error; f.layer_regex && !LayerPattern::compile(*f.layer_regex, &error)) {
+    return Status::error("--layer-regex: not a layer pattern: " + error);
+  }
+  if (f.layer_regex) p.set_layer_regex(*f.layer_regex);
+  if (f.every && *f.every == 0) return Status::error("--every: expected 1 or more (1 = every step)");
+  if (f.every) p.set_every_n_steps(*f.every);
+  if (f.start_step) p.set_start_step(*f.start_step);
+  if (f.end_step) p.set_end_step(*f.end_step);
+  if (f.bytes_per_step) p.set_max_bytes_per_step(*f.bytes_per_step);
+  return p;
+}
+
+std::map<std::string, std::string> policy_environment(const PolicyFlags& f) {
+  std::map<std::string, std::string> env;
+  if (f.every) env["FP8SCOPE_EVERY"] = std::to_string(*f.every);
+  if (f.start_step) env["FP8SCOPE_START_STEP"] = std::to_string(*f.start_step);
+  if (f.end_step) env["FP8SCOPE_END_STEP"] = std::to_string(*f.end_step);
+  if (f.bytes_per_step) env["FP8SCOPE_BYTES_PER_STEP"] = std::to_string(*f.bytes_per_step);
+  if (f.layer_regex) env["FP8SCOPE_LAYER_REGEX"] = *f.layer_regex;
+  if (!f.operands.empty()) {
+    std::string list;
+    for (const std::string& op : f.operands) list += (list.empty() ? "" : ",") + op;
+    env["FP8SCOPE_OPERANDS"] = list;
+  }
+  return env;
+}
+
+grpc::Status send_policy(v1::Admin::Stub& stub, const ConnectionOptions& options, double timeout_seconds,
+                         const PolicyFlags& flags, const std::string& job, bool inherit, v1::Policy* result) {
+  v1::Policy current;
+  current.set_every_n_steps(kDefaultEveryNSteps);  // --reset: the daemon's default
+  if (!flags.reset && !inherit) {
+    v1::GetPolicyRequest get;
+    get.set_job(job);
+    const grpc::Status st = stub.GetPolicy(call_context(options, timeout_seconds).get(), get, &current);
+    if (!st.ok()) return st;
+  }
+  v1::SetPolicyRequest req;
+  *req.mutable_policy() = apply_policy_flags(flags, current).value();
+  req.mutable_policy()->set_job(job);
+  req.set_inherit(inherit);
+  return stub.SetPolicy(call_context(options, timeout_seconds).get(), req, result);
+}
+
+}  // namespace fp8scope::cli

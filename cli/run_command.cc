@@ -1,0 +1,250 @@
+#include "fp8scope/cli/run_command.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "fp8scope/shipper/cpu_list.h"
+#include "fp8scope/v1/fp8scope.grpc.pb.h"
+
+extern char** environ;
+
+namespace fp8scope::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kDaemonStartSeconds = 30.0;
+
+fs::path executable_dir() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : self.parent_path();
+}
+
+// An installed file beside this binary, else the build tree's copy, else nothing.
+std::string locate(const char* env, const fs::path& installed, const char* build_path) {
+  if (const char* e = std::getenv(env); e != nullptr && *e != '\0') return e;
+  std::error_code ec;
+  if (fs::exists(installed, ec)) return installed.string();
+  if (build_path != nullptr && fs::exists(build_path, ec)) return build_path;
+  return {};
+}
+
+#if defined(FP8SCOPE_HOOK_BUILD_PATH)
+constexpr const char* kHookBuildPath = FP8SCOPE_HOOK_BUILD_PATH;
+#else
+constexpr const char* kHookBuildPath = nullptr;
+#endif
+#if defined(FP8SCOPE_SHIPPER_BUILD_PATH)
+constexpr const char* kShipperBuildPath = FP8SCOPE_SHIPPER_BUILD_PATH;
+#else
+constexpr const char* kShipperBuildPath = nullptr;
+#endif
+#if defined(FP8SCOPE_DAEMON_BUILD_PATH)
+constexpr const char* kDaemonBuildPath = FP8SCOPE_DAEMON_BUILD_PATH;
+#else
+constexpr const char* kDaemonBuildPath = nullptr;
+#endif
+
+bool daemon_answers(const ConnectionOptions& options, double timeout_seconds) {
+  Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(options);
+  if (!stub.ok()) return false;
+  v1::DaemonStatus status;
+  auto ctx = call_context(options, timeout_seconds);
+  return stub.value()->GetStatus(ctx.get(), v1::GetStatusRequest(), &status).ok();
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (std::string& s : strings) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
+// Starts fp8scoped in its own session (it outlives this command), logging into the data dir,
+// and waits until its ready file appears.
+Status start_daemon(const std::string& daemon, const RunOptions& o, std::ostream& err) {
+  std::error_code ec;
+  fs::create_directories(o.data_dir, ec);
+  if (ec) return Status::error("--data-dir " + o.data_dir + ": " + ec.message());
+  const fs::path ready = fs::path(o.data_dir) / "fp8scoped.ready.json";
+  const fs::path log = fs::path(o.data_dir) / "fp8scoped.log";
+  fs::remove(ready, ec);
+  std::vector<std::string> args = {daemon,       "--listen",     o.connection.options.endpoint,
+                                   "--metrics",  o.daemon_metrics, "--data-dir", o.data_dir, "--ready-file", ready.string()};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, daemon.c_str(), &actions, &attr, pointers(args).data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::error("cannot start " + daemon + ": " + std::strerror(rc));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kDaemonStartSeconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(ready, ec)) {
+      err << "fp8scope run: started fp8scoped (pid " << pid << ") on " << o.connection.options.endpoint
+          << ", history in " << o.data_dir << ", log " << log.string() << "; it keeps running (stop it with kill "
+          << pid << ")\n";
+      return Status();
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return Status::error("fp8scoped exited at start (status " + std::to_string(status) + "); see " + log.string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Status::error("fp8scoped did not become ready within 30 s; see " + log.string());
+}
+
+std::string default_run_name(const std::string& job) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &utc);
+  return job + "-" + stamp;
+}
+
+pid_t g_child = -1;
+void forward_signal(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+}  // namespace
+
+CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
+  CLI::App* cmd = app.add_subcommand("run", "Run a training command under the hook: fp8scope run [flags] -- CMD ARGS...");
+  add_connection_flags(cmd, o.connection);
+  add_policy_flags(cmd, o.policy);
+  cmd->add_option("--job", o.job, "Job name (metric label job; default: the command's name)")->envname("FP8SCOPE_JOB");
+  cmd->add_option("--run", o.run, "Run name (default: JOB-<UTC time>)")->envname("FP8SCOPE_RUN");
+  cmd->add_flag("--start-daemon", o.start_daemon, "Start a local fp8scoped on --endpoint if none answers");
+  cmd->add_option("--data-dir", o.data_dir, "History directory of a daemon --start-daemon starts")->capture_default_str();
+  cmd->add_option("--daemon-metrics", o.daemon_metrics, "Metrics address of a daemon --start-daemon starts")
+      ->capture_default_str();
+  cmd->add_option("--shipper-cpus", o.shipper_cpus,
+                  "Cores the shipper runs on, as taskset writes them (e.g. 7 or 6-7): keep it off the training "
+                  "process's cores")
+      ->envname("FP8SCOPE_SHIPPER_CPUS");
+  cmd->add_option("command", o.command, "The command and its arguments, after --")->required();
+  return cmd;
+}
+
+int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
+  Result<ConnectionOptions> connection = resolve(o.connection);
+  if (!connection.ok()) {
+    err << "fp8scope run: " << connection.message() << "\n";
+    return kUsage;
+  }
+  if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
+    err << "fp8scope run: " << check.message() << "\n";
+    return kUsage;
+  }
+  if (!o.shipper_cpus.empty()) {
+    if (Result<std::vector<int>> cpus = shipper::parse_cpu_list(o.shipper_cpus); !cpus.ok()) {
+      err << "fp8scope run: --shipper-cpus: " << cpus.message() << "\n";
+      return kUsage;
+    }
+  }
+  const fs::path here = executable_dir();
+  const std::string hook = locate("FP8SCOPE_HOOK", here / "../lib/fp8scope/libfp8scope_hook.so", kHookBuildPath);
+  const std::string shipper = locate("FP8SCOPE_SHIPPER", here / "fp8scope-shipper", kShipperBuildPath);
+  if (hook.empty() || shipper.empty()) {
+    err << "fp8scope run: cannot find " << (hook.empty() ? "libfp8scope_hook.so (set FP8SCOPE_HOOK)" : "fp8scope-shipper (set FP8SCOPE_SHIPPER)")
+        << "\n";
+    return kUsage;
+  }
+  const std::string job = !o.job.empty() ? o.job : fs::path(o.command[0]).filename().string();
+  const std::string run = !o.run.empty() ? o.run : default_run_name(job);
+  bool reachable = daemon_answers(connection.value(), std::min(o.connection.timeout_seconds, 2.0));
+  if (!reachable && o.start_daemon) {
+    const std::string daemon = locate("FP8SCOPE_DAEMON", here / "fp8scoped", kDaemonBuildPath);
+    if (daemon.empty()) {
+      err << "fp8scope run: --start-daemon: cannot find fp8scoped (set FP8SCOPE_DAEMON)\n";
+      return kUsage;
+    }
+    if (Status s = start_daemon(daemon, o, err); !s.ok()) {
+      err << "fp8scope run: " << s.message() << "\n";
+      return kUnreachable;
+    }
+    reachable = true;
+  }
+  if (!reachable) {
+    err << "fp8scope run: fp8scoped at " << connection.value().endpoint
+        << " does not answer; the command runs, and its samples are dropped and counted until the daemon answers "
+           "(--start-daemon starts one)\n";
+  } else if (o.policy.any()) {
+    // The flags become this job's own policy on the daemon: other jobs it serves keep theirs.
+    Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(connection.value());
+    v1::Policy result;
+    if (stub.ok() && send_policy(*stub.value(), connection.value(), o.connection.timeout_seconds, o.policy, job,
+                                 false, &result).ok()) {
+      err << "fp8scope run: job " << job << " samples with a policy of its own (version " << result.version()
+          << "); other jobs keep theirs\n";
+    } else if (stub.ok()) {
+      err << "fp8scope run: the daemon refused the policy; the hook follows the flags until it gets the daemon's\n";
+    }
+  }
+
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  const std::string preload = env.count("LD_PRELOAD") ? env["LD_PRELOAD"] : "";
+  env["LD_PRELOAD"] = preload.empty() ? hook : hook + ":" + preload;
+  env["FP8SCOPE_SHIPPER"] = shipper;
+  env["FP8SCOPE_ENDPOINT"] = connection.value().endpoint;
+  env["FP8SCOPE_JOB"] = job;
+  env["FP8SCOPE_RUN"] = run;
+  if (!o.shipper_cpus.empty()) env["FP8SCOPE_SHIPPER_CPUS"] = o.shipper_cpus;
+  if (!o.connection.token_file.empty()) env["FP8SCOPE_TOKEN_FILE"] = fs::absolute(o.connection.token_file).string();
+  if (!connection.value().tls_ca.empty()) env["FP8SCOPE_TLS_CA"] = connection.value().tls_ca;
+  if (!connection.value().tls_cert.empty()) env["FP8SCOPE_TLS_CERT"] = connection.value().tls_cert;
+  if (!connection.value().tls_key.empty()) env["FP8SCOPE_TLS_KEY"] = connection.value().tls_key;
+  for (const auto& [k, v] : policy_environment(o.policy)) env[k] = v;
+  std::vector<std::string> envs;
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<std::string> argv = o.command;
+  err << "fp8scope run: job " << job << ", run " << run << ", daemon " << connection.value().endpoint << "\n";
+
+  // Ctrl-C reaches the command through the terminal's process group; SIGTERM sent to us is passed on.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  signal(SIGTERM, forward_signal);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, argv[0].c_str(), nullptr, nullptr, pointers(argv).data(), pointers(envs).data());
+  if (rc != 0) {
+    err << "fp8scope run: cannot run " << argv[0] << ": " << std::strerror(rc) << "\n";
+    return 127;
+  }
+  g_child = pid;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,95 @@
+// Copies sampled operands out of the training process's GPU without blocking it (DESIGN.md): on
+// the caller's stream, device to device into the hook's staging ring (stream order keeps the
+// operand valid until the copy ran); then, on the hook's publisher thread, from a side stream into
+// the shared ring, and publishes the record. Steps and scalars travel through the same ordered
+// queue. The staging ring and the shared ring are hard limits: a sample that does not fit is
+// dropped and counted, never waited for.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp8scope/shm/shm_ring.h"
+#include "fp8scope/hook/gemm_operands.h"
+#include "fp8scope/hook/real_api.h"
+#include "fp8scope/hook/shipper_link.h"
+
+namespace fp8scope::hook {
+
+struct SampleSpec {
+  std::uint64_t step;
+  const std::string& layer;
+  GemmRole role;
+  Operand operand;
+  const char* source;
+};
+
+class Capture {
+ public:
+  Capture(ShipperLink& link, std::uint64_t staging_bytes);
+
+  // On the calling thread: stages one operand (codes and scales, and the GEMM's alpha when it
+  // carries scales); the reason when it was dropped instead.
+  std::optional<shm::DropReason> sample(const SampleSpec& spec, const OperandView& operand, const GemmAlpha& alpha,
+                                        CUstream stream);
+  // True when `stream` is being captured into a CUDA graph (nothing may be enqueued on it then).
+  bool capturing(CUstream stream);
+
+  void step(std::uint64_t step);
+  void scalar(const char* name, std::uint64_t step, double value);
+
+  // At process exit: lets the publisher finish what is queued, for at most `grace_ms`.
+  void drain(int grace_ms);
+
+ private:
+  struct Pending {
+    std::uint64_t ring_end = 0;  // publish up to here
+    shm::RecordHeader* record = nullptr;
+    std::uint64_t payload_bytes = 0;
+    CUevent copied = nullptr;  // null: nothing to copy from the device
+    CUdeviceptr staged = 0;    // the payload: codes, then the scale tensor
+    CUdeviceptr staged_scale = 0, staged_alpha = 0;  // one fp32 each, into the record's header
+    std::uint64_t staging_end = 0;  // release the staging ring up to here
+  };
+
+  bool device_ready();  // under mu_, on the calling thread
+  std::optional<std::uint64_t> reserve_staging(std::uint64_t bytes);
+  shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
+  // Queues a record for the publisher and releases `lock` (mu_), then wakes the publisher if it
+  // sleeps: woken while the caller still held mu_, it would only block on it again (two more
+  // syscalls and a context switch on the training thread's time).
+  void enqueue(std::unique_lock<std::mutex>& lock, const Pending& p);
+  void publisher_loop();
+  // Copies a staged sample into its record (when `can_copy`) and publishes the record.
+  void finish(Pending& p, bool can_copy);
+
+  ShipperLink& link_;
+  const DriverApi& cu_;
+  std::uint64_t staging_bytes_;
+
+  std::mutex mu_;
+  std::condition_variable work_;     // the publisher waits here for records
+  std::condition_variable drained_;  // drain() waits here for the queue to empty
+  bool publisher_idle_ = false;      // wake the publisher only when it sleeps: a wake costs a syscall
+  std::optional<shm::RingWriter> writer_;
+  std::deque<Pending> pending_;
+  // The publisher's working batch. A member, not a local of the thread: a forked child has no
+  // publisher thread, and what only its stack held would look leaked there.
+  std::deque<Pending> batch_;
+  std::size_t in_flight_ = 0;  // taken from pending_ by the publisher, not yet published
+  bool stop_ = false;
+  enum class Device { kUnset, kReady, kFailed } device_ = Device::kUnset;
+  CUcontext context_ = nullptr;
+  CUstream side_stream_ = nullptr;
+  CUevent side_done_ = nullptr;
+  CUdeviceptr staging_ = 0;
+  std::uint64_t staging_head_ = 0, staging_tail_ = 0;
+  std::vector<CUevent> free_events_;
+};
+
+}  // namespace fp8scope::hook

@@ -1,0 +1,96 @@
+// What one intercepted GEMM reads: its two input operands as the hook will copy them (the codes and,
+// for FP8 and FP4, the scales the GEMM applies to them), and the role of the GEMM. Roles follow the
+// layout (DESIGN.md): TN = fprop (A = W, B = X), NN = dgrad (A = W, B = Dy), NT = wgrad (A = X,
+// B = Dy); a range name's suffix overrides it (layer_names.h).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "fp8scope/shm/shm_ring.h"
+#include "fp8scope/vocabulary/wire_enums.h"
+
+namespace fp8scope::hook {
+
+// One stored input matrix, possibly a strided batch of them.
+struct OperandView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int element_bits = 0;              // 4 for FP4, whose codes come two a byte
+  std::uint64_t rows = 0, cols = 0;  // as stored (cuBLAS: column major unless row_major)
+  std::int64_t ld = 0;
+  bool row_major = false;
+  std::int32_t batch_count = 1;
+  std::int64_t batch_stride = 0;  // elements
+  // The scales of FP8 and FP4 codes: a device pointer to one fp32 scale_inv (kTensorScalar) or to
+  // the scale tensor of scale_bytes bytes, laid out as cuBLASLt reads it (scale_layout.h); null
+  // for a scalar means 1. k_is_outer: the GEMM's K runs along outer(), not along the contiguous
+  // inner() (block scales run along K).
+  ScaleLayout scale_layout = ScaleLayout::kNone;
+  const void* scales = nullptr;
+  std::uint64_t scale_bytes = 0;
+  bool k_is_outer = false;
+
+  // The matrix as a row-major tensor: `outer` rows of `inner` contiguous elements.
+  std::uint64_t inner() const { return row_major ? cols : rows; }
+  std::uint64_t outer() const { return row_major ? rows : cols; }
+  std::uint64_t matrix_bytes() const { return inner() * outer() * static_cast<std::uint64_t>(element_bits) / 8; }
+  // Codes and, after them, the scale tensor: what a sample of this operand carries.
+  std::uint64_t payload_bytes() const {
+    return static_cast<std::uint64_t>(batch_count) * matrix_bytes() + (scale_layout == ScaleLayout::kTensorScalar ? 0 : scale_bytes);
+  }
+};
+
+// The GEMM's alpha, as TE passes NVFP4's per-tensor scales (the product of both operands'); read
+// only for FP4 GEMMs.
+struct GemmAlpha {
+  const float* device = nullptr;  // CUBLASLT_POINTER_MODE_DEVICE: copied with the operands
+  float host = 0.0f;              // CUBLASLT_POINTER_MODE_HOST: read at the call
+};
+
+struct GemmCall {
+  const char* source = "";  // the interposed entry point
+  bool transa = false, transb = false;
+  OperandView a, b;
+  GemmAlpha alpha;
+  CUstream stream = nullptr;
+};
+
+// Layout role: TN fprop, NN dgrad, NT wgrad, TT unknown.
+GemmRole role_from_layout(bool transa, bool transb);
+
+// Which tensor A and B hold for a role (unknown GEMMs are labelled like fprop).
+Operand operand_of_a(GemmRole role);
+Operand operand_of_b(GemmRole role);
+
+// cudaDataType -> wire DType and element size; nothing for types the statistics do not cover.
+struct DTypeMapping {
+  DType dtype;
+  int bits;
+};
+std::optional<DTypeMapping> map_dtype(cudaDataType type);
+
+// The descriptor attributes every sampled call reads first (the step clock reads them too).
+struct MatmulShape {
+  std::uint64_t a_rows = 0, a_cols = 0;
+  bool transa = false, transb = false;
+};
+MatmulShape read_matmul_shape(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc);
+
+// Reads cublasLtMatmul's descriptors. Either the call, or the reason it cannot be sampled.
+struct ReadResult {
+  std::optional<GemmCall> call;
+  shm::DropReason reason = shm::kUnsupportedDtype;
+};
+ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream);
+
+// The same for cublasGemmEx / cublasGemmStridedBatchedEx arguments (strides in elements).
+ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m, int n, int k, const void* A,
+                            cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                            long long strideB, int batch_count, CUstream stream);
+
+}  // namespace fp8scope::hook

@@ -1,0 +1,59 @@
+// The hook's state, created on first use (the first intercepted GEMM or C API call) and never
+// destroyed: the step clock, the sampler, the shipper link and the capture path. The interposed
+// functions call observe_*() before passing the call on; those return quickly on unsampled steps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "fp8scope/hook/call_guard.h"
+#include "fp8scope/hook/capture.h"
+#include "fp8scope/hook/gemm_operands.h"
+#include "fp8scope/hook/layer_names.h"
+#include "fp8scope/hook/sampler.h"
+#include "fp8scope/hook/shipper_link.h"
+#include "fp8scope/hook/step_clock.h"
+
+namespace fp8scope::hook {
+
+class HookRuntime {
+ public:
+  // The runtime, or null when the hook is disabled (FP8SCOPE_DISABLE=1, a forked child, exiting).
+  static HookRuntime* get();
+  // The runtime only if it already exists (NVTX ranges and steps must not start a shipper).
+  static HookRuntime* existing();
+
+  void observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc,
+                        const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream);
+  void observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                      const void* A, cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype,
+                      int ldb, long long strideB, int batch_count, cublasHandle_t handle);
+
+  void step(std::uint64_t step);
+  void scalar(const char* name, std::uint64_t step, double value);
+  StepClock& clock() { return clock_; }
+  const std::string& step_range() const { return step_range_; }
+
+  // Process exit: stop sampling, let queued records reach the ring.
+  void shutdown();
+
+ private:
+  HookRuntime();
+  // Everything after the step check, for a GEMM whose step is sampled.
+  void sample(const GemmCall& call, std::uint64_t step, const GemmName& name);
+  void count(shm::DropReason reason, std::uint64_t n = 1) { shm::count_drop(link_.segment(), reason, n); }
+
+  std::string step_range_;
+  StepClock clock_;
+  std::atomic<std::int64_t> last_step_record_ns_{0};
+  ShipperLink link_;
+  Sampler sampler_;
+  Capture capture_;
+};
+
+// Set in the library constructor: the step range name from FP8SCOPE_STEP_RANGE, for the NVTX
+// handlers, which may run before the runtime exists.
+const std::string& configured_step_range();
+
+}  // namespace fp8scope::hook

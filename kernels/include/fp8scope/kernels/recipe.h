@@ -1,0 +1,63 @@
+// Scaling recipes as plain data (the TE transformer_engine/common/recipe/__init__.py idea): each is
+// a struct of formats, margin, history, amax algorithm and block shape. Defaults are TE's; nothing
+// is read from the environment. validate() returns the first problem as a Status, never asserts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/kernels/status.h"
+#include "fp8scope/vocabulary/wire_enums.h"
+
+namespace fp8scope {
+
+enum class AmaxAlgo : std::uint8_t { kMax = 1, kMostRecent = 2 };
+
+struct Recipe {
+  RecipeKind kind = RecipeKind::kTensorCurrent;
+  CastFormat forward_format = CastFormat::kE4M3;
+  CastFormat backward_format = CastFormat::kE5M2;
+  // Delayed scaling.
+  float margin = 0.0f;                // scale = fmax * 2^-margin / amax
+  int amax_history_length = 1024;
+  AmaxAlgo amax_algo = AmaxAlgo::kMax;
+  // Current and block scaling.
+  float amax_epsilon = 0.0f;          // amax is clamped up to this before the division
+  bool power_of_2_scales = false;     // round each scale down to a power of two
+  // Block shape in elements, rows x columns; 0 x 0 is one scale for the whole tensor. Weights may
+  // take taller blocks (NVFP4's 16x16); 0 means the same as every operand.
+  int block_rows = 0;
+  int block_cols = 0;
+  int weight_block_rows = 0;
+
+  CastFormat format_for(Operand op) const { return op == Operand::kDy ? backward_format : forward_format; }
+  int block_rows_for(Operand op) const { return op == Operand::kW && weight_block_rows != 0 ? weight_block_rows : block_rows; }
+  bool per_tensor() const { return block_rows == 0; }
+  // FP4 recipes cast to E2M1 whatever the FP8 format asked for.
+  bool fp4() const { return forward_format == CastFormat::kE2M1; }
+};
+
+// The recipe names fp8scope accepts, in a stable order (the default analysis runs all of them).
+inline constexpr RecipeKind kAllRecipeKinds[] = {RecipeKind::kTensorCurrent, RecipeKind::kTensorDelayed,
+                                                 RecipeKind::kMxfp8,         RecipeKind::kBlock1x128,
+                                                 RecipeKind::kBlock128x128,  RecipeKind::kNvfp4,
+                                                 RecipeKind::kMxfp4};
+
+const char* recipe_name(RecipeKind kind);
+// "tensor_current, tensor_delayed, ...": every name, in that order, for messages.
+std::string recipe_name_list();
+std::optional<RecipeKind> recipe_kind_from_name(std::string_view name);
+std::optional<CastFormat> format_from_name(std::string_view name);
+std::optional<Operand> operand_from_name(std::string_view name);
+const char* operand_name(Operand op);
+
+// TE's defaults for each recipe.
+Recipe default_recipe(RecipeKind kind);
+
+Status validate(const Recipe& recipe);
+
+}  // namespace fp8scope

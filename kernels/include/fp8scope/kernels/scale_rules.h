@@ -1,0 +1,121 @@
+// How each recipe turns an amax into a scale, exactly as Transformer Engine does it, shared by the
+// CPU and CUDA engines. "scale" multiplies the data before the cast; scale_inv dequantizes.
+// TE citations are to its main branch of 2026-08-22 (d0067d0).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "fp8scope/kernels/float_cast.h"
+#include "fp8scope/kernels/host_device.h"
+
+namespace fp8scope {
+
+inline constexpr float kFloatMax = 0x1.fffffep127f;
+
+FP8SCOPE_HD bool is_finite(float v) { return (float_bits(v) & 0x7F800000u) != 0x7F800000u; }
+FP8SCOPE_HD float fmin_f(float a, float b) { return (a < b || b != b) ? a : b; }  // fminf: NaN loses
+
+// Current scaling, TE transformer_engine/common/recipe/recipe_common.cuh compute_scale_from_amax:
+// a = max(amax, eps); s = 1 if a is 0, Inf or NaN, else RN(fmax / a); Inf -> FLT_MAX; optionally
+// rounded down to a power of two by clearing the mantissa bits.
+FP8SCOPE_HD float current_scale(float amax, float fmax, bool power_of_2, float epsilon) {
+  const float a = amax < epsilon ? epsilon : amax;
+  const bool usable = (a != 0.0f) & is_finite(a);  // false for 0, Inf and NaN
+  float s = fmax / (usable ? a : 1.0f);
+  s = is_finite(s) ? s : kFloatMax;  // a finite positive a cannot give NaN
+  s = usable ? s : 1.0f;
+  return power_of_2 ? bits_float(float_bits(s) & 0xFF800000u) : s;
+}
+
+// fmax * 2^-margin in fp32, as TE's delayed scaling computes it (fp8_max * std::pow(2.f, -margin)).
+inline float scaled_max(float fmax, float margin) { return fmax * std::pow(2.0f, -margin); }
+
+// Delayed scaling's update, TE transformer_engine/common/recipe/delayed_scaling.cu:
+// s' = scaled_max / a when 0 < a < Inf, else the previous scale; Inf -> FLT_MAX.
+// scaled_max = fmax * 2^-margin, computed by the caller once per recipe.
+FP8SCOPE_HD float delayed_scale(float history_amax, float scaled_max, float previous_scale) {
+  float s = (is_finite(history_amax) && history_amax > 0.0f) ? scaled_max / history_amax : previous_scale;
+  if (!is_finite(s) && s == s) s = kFloatMax;
+  return s;
+}
+
+// MX block scale (MXFP8, and MXFP4 by the same rule), TE's cast kernels
+// (cast/mxfp8/quantize_mxfp8.cuh:270): the E8M0 exponent of amax * fp32(1/fmax) rounded up. The
+// reciprocal is TE's Quantized_Limits::max_norm_rcp, an fp32 constant, not an exact division.
+FP8SCOPE_HD std::uint8_t mx_block_exponent(float block_amax, float fmax_reciprocal) {
+  return e8m0_round_up(mul_rn(block_amax, fmax_reciprocal));
+}
+
+// The amax TE's kernels would feed the rules above: fmaxf over |x| skips NaN but keeps Inf. The
+// amax fp8scope reports excludes both; this one decides scales so the what-if matches TE.
+FP8SCOPE_HD float te_amax(float finite_amax, bool saw_inf) { return saw_inf ? bits_float(0x7F800000u) : finite_amax; }
+
+// ---- NVFP4's two levels (TE NVFP4BlockScaling) --------------------------------------------------
+
+inline constexpr float kNvfp4ScaleMax = 448.0f;  // the UE4M3 block scale's max (TE's default E4M3_MAX)
+inline constexpr float kNvfp4ElementMax = 6.0f;  // E2M1's max
+
+// The per-tensor encode scale, TE compute_global_encode_scaling_factor_FP4 (cast/nvfp4/
+// core_nvfp4.cuh:82): fminf(448 * 6 / amax, FLT_MAX), and 1 when amax is 0 or Inf.
+FP8SCOPE_HD float nvfp4_global_encode_scale(float tensor_amax) {
+  const float s = fmin_f(kNvfp4ScaleMax * kNvfp4ElementMax / tensor_amax, kFloatMax);
+  return (tensor_amax == 0.0f || s == 0.0f) ? 1.0f : s;
+}
+
+// ---- Every block rule, in one place -------------------------------------------------------------
+
+struct ScalePair {
+  float scale, scale_inv;
+};
+
+// How a spec's blocks get their scales. Fixed once the tensor's amax is known (NVFP4 needs it), so
+// the per-block work is the block amax alone.
+struct BlockRule {
+  enum Kind : std::uint8_t { kCurrent, kE8M0, kNvfp4 } kind = kCurrent;
+  float numerator = 448.0f;    // kCurrent: fmax * 2^-margin
+  bool power_of_2 = false;     // kCurrent
+  float epsilon = 0.0f;        // kCurrent
+  float fmax_reciprocal = 0;   // kE8M0: TE's max_norm_rcp of the element format
+  float global_encode = 1.0f;  // kNvfp4: S_enc
+  float global_decode = 1.0f;  // kNvfp4: S_dec = fp32(1.0 / S_enc), computed in double as TE does
+  float tensor_amax = 0.0f;    // kNvfp4: the amax TE's dequantization multiplies by
+};
+
+FP8SCOPE_HD ScalePair current_block_scale(const BlockRule& r, float block_amax) {
+  const float s = current_scale(block_amax, r.numerator, r.power_of_2, r.epsilon);
+  return {s, 1.0f / s};
+}
+
+// MX: TE multiplies by exp2f_rcp(e) before the cast and the GEMM decodes 2^(e-127).
+FP8SCOPE_HD ScalePair mx_block_scale(const BlockRule& r, float block_amax) {
+  const std::uint8_t e = mx_block_exponent(block_amax, r.fmax_reciprocal);
+  return {e8m0_quantize_scale(e), decode_e8m0(e)};
+}
+
+// NVFP4's UE4M3 block scale of a block amax: S_dec_b = e4m3(amax * (S_enc * fp32(1/6)))
+// (core_nvfp4.cuh:68).
+FP8SCOPE_HD std::uint8_t nvfp4_block_scale_code(const BlockRule& r, float block_amax) {
+  return encode_ue4m3(mul_rn(block_amax, mul_rn(r.global_encode, 1.0f / kNvfp4ElementMax)));
+}
+
+// NVFP4: the cast multiplies by fminf(1 / (S_dec_b * S_dec), FLT_MAX) (cast/nvfp4/
+// quantize_transpose_nvfp4.cuh:549); dequantization is q * (S_dec_b * amax * fp32(1/(6 * 448)))
+// (cast/nvfp4/dequantize_nvfp4.cuh:69).
+FP8SCOPE_HD ScalePair nvfp4_block_scale(const BlockRule& r, float block_amax) {
+  const float block_decode = decode_ue4m3(nvfp4_block_scale_code(r, block_amax));
+  const float scale = fmin_f(1.0f / mul_rn(block_decode, r.global_decode), kFloatMax);
+  const float factor_inv = 1.0f / (kNvfp4ElementMax * kNvfp4ScaleMax);
+  return {scale, mul_rn(mul_rn(block_decode, r.tensor_amax), factor_inv)};
+}
+
+FP8SCOPE_HD ScalePair block_scale(const BlockRule& r, float block_amax) {
+  switch (r.kind) {
+    case BlockRule::kE8M0: return mx_block_scale(r, block_amax);
+    case BlockRule::kNvfp4: return nvfp4_block_scale(r, block_amax);
+    case BlockRule::kCurrent: break;
+  }
+  return current_block_scale(r, block_amax);
+}
+
+}  // namespace fp8scope

@@ -1,0 +1,41 @@
+// Every statistic fp8scope reports, one row each: its name, unit, help text and how it is derived
+// from the accumulators of stats.h. The CLI's JSON keys, the daemon's metric names and the
+// dashboards all come from this table, so a statistic is declared exactly once.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "fp8scope/kernels/stats.h"
+
+namespace fp8scope {
+
+// What a statistic describes: the tensor alone, or one recipe's cast of it: a what-if (a recipe
+// applied to a high-precision tensor), the job's own codes ("observed"), or either.
+enum class StatisticScope : std::uint8_t { kTensor, kWhatIf, kObserved, kRecipe };
+
+struct Statistic {
+  const char* key;          // JSON key, and the metric name after "fp8scope_" unless `metric` says otherwise
+  const char* metric;       // Prometheus name without the prefix; nullptr: the same as key
+  const char* unit;         // "ratio" (0..1), "elements", "value" (the tensor's own unit), "dB", "log2", "1"
+  const char* help;
+  StatisticScope scope;
+  bool lower_is_worse;      // how ranks combine into one series: the worst rank (min here, else max)
+  // NaN when undefined (e.g. the mean of a tensor with no finite element).
+  double (*compute)(const TensorMoments& m, const QuantStats& q);
+
+  const char* metric_name() const { return metric ? metric : key; }
+  bool per_recipe() const { return scope != StatisticScope::kTensor; }
+  // Whether the statistic means something for a recipe's result (observed: the job's own codes;
+  // the observed-only statistics describe block scales, which one per-tensor scale has not).
+  bool applies_to(bool observed, bool block_scaled = true) const {
+    if (scope == StatisticScope::kObserved) return observed && block_scaled;
+    return scope == StatisticScope::kRecipe || (scope == StatisticScope::kWhatIf && !observed);
+  }
+};
+
+std::span<const Statistic> statistics();
+const Statistic* find_statistic(std::string_view key);
+
+}  // namespace fp8scope

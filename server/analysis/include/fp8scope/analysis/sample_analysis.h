@@ -1,0 +1,62 @@
+// One sample's analysis as a value, before anything is published: the policy's what-if recipes
+// on a high-precision tensor (delayed scaling from the tensor's own amax history, TE's update
+// order), or what a job's own low-precision codes show (recipe "observed": with their per-tensor
+// scale or their block scales, as the GEMM read them). No metric, table or store is touched here.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fp8scope/kernels/delayed_scaling.h"
+#include "fp8scope/kernels/stats_engine.h"
+#include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/analysis/lru_map.h"
+#include "fp8scope/ingest/sample.h"
+
+namespace fp8scope::server {
+
+// What one recipe, or the job's own cast, did to the sample.
+struct RecipeOutcome {
+  std::string recipe;  // recipe name, or "observed"
+  CastFormat format = CastFormat::kE4M3;
+  std::optional<double> scale;  // the one scale of a per-tensor recipe, or of per-tensor codes
+  double scale_min = 0, scale_max = 0;
+  QuantStats stats;
+  bool observed = false;
+  ScaleLayout scale_layout = ScaleLayout::kNone;  // observed: how the job's scales were laid out
+  std::string codes_digest;  // hex FNV-1a of FP8 codes: the job's own, or a weight's current-scaling cast
+
+  bool block_scaled() const { return scale_layout != ScaleLayout::kNone && scale_layout != ScaleLayout::kTensorScalar; }
+};
+
+struct SampleAnalysis {
+  TensorMoments moments;
+  float te_amax = 0.0f;
+  std::vector<RecipeOutcome> recipes;
+};
+
+class SampleAnalyzer {
+ public:
+  // Delayed-scaling histories are kept for the `max_tensors` most recently sampled (tensor, format)s.
+  SampleAnalyzer(StatsEngine& engine, std::size_t max_tensors) : engine_(engine), delayed_(max_tensors) {}
+
+  Result<SampleAnalysis> analyze(const Sample& s, const v1::Policy& policy);
+
+ private:
+  Result<SampleAnalysis> what_ifs(const Sample& s, const v1::Policy& policy);
+  Result<SampleAnalysis> observed(const Sample& s);
+  std::shared_ptr<DelayedScalingState> delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
+
+  StatsEngine& engine_;
+  std::mutex delayed_mu_;
+  // By job, run, rank, layer, gemm, operand and format: TE keeps one history per quantized tensor.
+  // Shared: an entry forgotten while a sample uses it lives until that sample is done.
+  LruMap<std::string, std::shared_ptr<DelayedScalingState>> delayed_;
+};
+
+}  // namespace fp8scope::server

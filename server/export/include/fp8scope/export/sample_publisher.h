@@ -1,0 +1,61 @@
+// Where an analyzed sample goes: its Prometheus series (the statistics of the tensor and of each
+// recipe, scales, the log2-magnitude histogram under current scaling), the live tensor table
+// behind `fp8scope tensors`, and one history record per recipe; a GEMM check's figures and its
+// record. Metric definitions are looked up once, not per value.
+#pragma once
+
+#include <vector>
+
+#include "fp8scope/kernels/gemm_check.h"
+#include "fp8scope/history/history_store.h"
+#include "fp8scope/analysis/gemm_pairing.h"
+#include "fp8scope/export/metrics_table.h"
+#include "fp8scope/ingest/sample.h"
+#include "fp8scope/analysis/sample_analysis.h"
+#include "fp8scope/export/tensor_series.h"
+#include "fp8scope/export/tensor_table.h"
+
+namespace fp8scope::server {
+
+// Which figures become series: what one tensor costs in Prometheus (docs/operations.md
+// "Cardinality"). History and the tensor table get every recipe regardless.
+struct MetricExport {
+  std::vector<RecipeKind> recipes;  // emulated recipes exported; the job's own ("observed") always is
+  bool log2_histogram = false;      // the log2-magnitude bins under current scaling
+};
+
+class SamplePublisher {
+ public:
+  SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history, MetricExport exported);
+
+  void publish(const Sample& s, const SampleAnalysis& a);
+  void publish_gemm_check(const GemmPair& pair, const std::vector<GemmCheckResult>& results);
+
+ private:
+  struct StatisticMetric {
+    const Statistic* statistic;
+    const MetricDef* metric;
+  };
+  bool exported(const RecipeOutcome& o) const;
+  history::HistoryRecord record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
+                       double scale_current) const;
+
+  TensorSeries& series_;
+  TensorTable& tensors_;
+  history::HistoryStore& history_;
+  MetricExport export_;
+  std::vector<StatisticMetric> tensor_metrics_, recipe_metrics_;
+  const MetricDef& last_step_;
+  const MetricDef& scale_;
+  const MetricDef& scale_current_;
+  const MetricDef& log2_ratio_;
+  const MetricDef& gemm_mse_;
+  const MetricDef& gemm_cosine_;
+  const MetricDef& gemm_max_rel_error_;
+};
+
+// The scale "current scaling" would choose for this amax in a format: fmax / amax for FP8; for
+// E2M1, NVFP4's per-tensor encode scale (the one level of NVFP4 that is per tensor).
+double current_scale_for(CastFormat format, float te_amax);
+
+}  // namespace fp8scope::server

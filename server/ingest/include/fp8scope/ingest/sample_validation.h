@@ -1,0 +1,47 @@
+// Checks on what a client sends, before anything is allocated for it. Each refusal has a short
+// stable reason (a metric label value) and a sentence for the log.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "fp8scope/kernels/dtype.h"
+#include "fp8scope/kernels/scale_layout.h"
+#include "fp8scope/kernels/status.h"
+#include "fp8scope/v1/fp8scope.pb.h"
+
+namespace fp8scope::server {
+
+inline constexpr std::size_t kMaxLabelBytes = 200;  // job, run, layer names
+// History keeps steps as signed 64-bit integers (SQLite's INTEGER); a larger one would not round-trip.
+inline constexpr std::uint64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
+inline constexpr int kMaxRank = 8;                  // tensor dimensions
+
+struct Refusal {
+  std::string reason;   // "bad_shape", "size_mismatch", ...: a metric label value
+  std::string message;  // for the log and the client's Ack
+};
+
+struct SampleShape {
+  DType dtype = DType::kF32;
+  std::int64_t numel = 0, rows = 0, cols = 0;
+  ScaleLayout layout = ScaleLayout::kNone;  // kTensorScalar for codes without a scale tensor
+  bool k_is_outer = false;
+  std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes, then the scale tensor
+};
+
+// A label value fp8scope will put into metrics: 1..kMaxLabelBytes printable ASCII.
+bool valid_label(const std::string& value);
+
+// nullopt when the Hello is acceptable.
+std::optional<Refusal> check_hello(const v1::Hello& hello);
+
+// The shape of a sample whose header is sound, or why it is not.
+struct HeaderCheck {
+  std::optional<SampleShape> shape;
+  Refusal refusal;
+};
+HeaderCheck check_header(const v1::TensorHeader& header, std::uint64_t max_sample_bytes);
+
+}  // namespace fp8scope::server

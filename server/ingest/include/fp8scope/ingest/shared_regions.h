@@ -1,0 +1,81 @@
+// The shared memory clients on this host registered (shared_region_protocol.h): a unix
+// SOCK_SEQPACKET socket, one thread that accepts registrations and notices when a client goes,
+// and the table chunks look regions up in. A registered file must be a sealed memfd (tmpfs, its
+// size sealed), so reading any byte inside its mapping can never fault the daemon; everything
+// else is refused with the reason. Regions are read-only mappings, counted and bounded per user
+// and in all; a connection that does not register within seconds is closed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+
+#include "fp8scope/wire/shared_region_protocol.h"
+#include "fp8scope/kernels/status.h"
+
+namespace fp8scope::server {
+
+struct SharedRegionLimits {
+  std::size_t max_regions = 1024;
+  std::size_t max_regions_per_user = 64;
+  std::uint64_t max_region_bytes = 64ull << 30;  // address space, not memory: pages are the client's
+};
+
+using RegionId = std::array<std::uint8_t, shared_region::kIdBytes>;
+
+class SharedRegions {
+ public:
+  // Listens on `path` (replacing a stale socket file there), under a random instance id that
+  // every reply repeats.
+  static Result<std::unique_ptr<SharedRegions>> open(const std::string& path, SharedRegionLimits limits = {});
+  ~SharedRegions();
+  SharedRegions(const SharedRegions&) = delete;
+  SharedRegions& operator=(const SharedRegions&) = delete;
+
+  // A range of a region, readable while this value lives (the client may leave meanwhile).
+  struct View {
+    std::shared_ptr<const void> mapping;
+    std::span<const std::uint8_t> bytes;
+  };
+  // The bytes [offset, offset + bytes) of region `id`; an error naming what is wrong otherwise.
+  Result<View> view(const std::string& id, std::uint64_t offset, std::uint64_t bytes) const;
+
+  const std::string& path() const { return path_; }
+  // The instance id as the Welcome carries it (its 16 bytes).
+  std::string instance_id() const;
+  std::size_t regions() const;
+
+ private:
+  struct Region {
+    std::shared_ptr<const void> mapping;
+    std::uint64_t bytes = 0;
+  };
+  struct Connection;
+
+  SharedRegions(std::string path, int listener, int wake, SharedRegionLimits limits);
+  void serve();
+  void on_message(Connection& c);
+  // The region for a registration message's descriptor, or why not.
+  Result<Region> map_region(int fd) const;
+  void reply(int fd, const RegionId* id, const std::string& message) const;
+
+  std::string path_;
+  int listener_, wake_;
+  RegionId instance_;
+  SharedRegionLimits limits_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::map<std::string, Region> regions_;  // by id (its 16 bytes)
+  std::map<uid_t, std::size_t> per_user_;
+};
+
+}  // namespace fp8scope::server

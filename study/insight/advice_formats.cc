@@ -1,0 +1,256 @@
+#include "fp8scope/insight/advice_formats.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+namespace fp8scope::insight {
+namespace {
+
+// TE's names for fp8scope's operands.
+const char* te_tensor(const std::string& operand) {
+  if (operand == "x") return "activation";
+  if (operand == "w") return "weight";
+  return "gradient";
+}
+
+std::string regex_escape(const std::string& s) {
+  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
+  return std::regex_replace(s, special, R"(\$&)");
+}
+
+std::string join(const std::set<std::string>& items, const char* separator) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : separator) + i;
+  return out;
+}
+
+std::string number(double v, const char* fmt = "%.3g") {
+  if (!std::isfinite(v)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, fmt, v);
+  return text;
+}
+
+// What the debug API should do to one module.
+struct ModulePlan {
+  std::set<std::string> sampled_gemms, bf16_gemms;
+  std::map<std::string, std::set<std::string>> per_tensor;  // gemm -> TE tensor names
+  // AutoswitchGemm: the GEMMs and tensors to watch, and the strictest thresholds among them.
+  std::set<std::string> autoswitch_gemms, autoswitch_tensors;
+  double underflow_pct = 0, mse = 0;
+  bool operator<(const ModulePlan& o) const {
+    return std::tie(sampled_gemms, bf16_gemms, per_tensor, autoswitch_gemms, autoswitch_tensors, underflow_pct, mse) <
+           std::tie(o.sampled_gemms, o.bf16_gemms, o.per_tensor, o.autoswitch_gemms, o.autoswitch_tensors,
+                    o.underflow_pct, o.mse);
+  }
+};
+
+void add_autoswitch(ModulePlan& p, const TensorAdvice& t) {
+  const bool first = p.autoswitch_gemms.empty();
+  p.autoswitch_gemms.insert(t.tensor.gemm);
+  p.autoswitch_tensors.insert(te_tensor(t.tensor.operand));
+  p.underflow_pct = first ? t.autoswitch->underflow_pct : std::min(p.underflow_pct, t.autoswitch->underflow_pct);
+  p.mse = first ? t.autoswitch->mse : std::min(p.mse, t.autoswitch->mse);
+}
+
+}  // namespace
+
+std::string module_name(const std::string& label) { return label.substr(0, label.rfind('#')); }
+
+int transformer_layer_index(const std::string& module) {
+  static const std::regex index(R"((?:^|\.)(\d+)(?:\.|$))");
+  std::smatch m;
+  if (!std::regex_search(module, m, index)) return -1;
+  return std::stoi(m[1].str());
+}
+
+void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_rows) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5s %s\n", "risk", "layer",
+                "gemm", "op", "judged_by", "underflow", "d.overflw", "sqnr_dB", "1-cosine", "code_sat", "blame",
+                "recommendation");
+  out << line;
+  std::size_t rows = 0;
+  for (const TensorAdvice& t : a.tensors) {
+    if (max_rows != 0 && rows++ == max_rows) {
+      out << "... " << a.tensors.size() - max_rows << " more tensors (all of them with --top 0)\n";
+      break;
+    }
+    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
+                  t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(), t.what_if_recipe.c_str(),
+                  number(t.underflow_current).c_str(), number(t.overflow_delayed).c_str(),
+                  number(t.sqnr_current_db, "%.1f").c_str(), number(t.one_minus_cosine).c_str(),
+                  number(t.saturation_observed).c_str(), t.spike_blame, recommendation_name(t.recommendation));
+    out << line;
+  }
+  std::set<std::string> sources;
+  for (const TensorAdvice& t : a.tensors) {
+    if (!t.what_if_source.empty() && t.what_if_source != a.run) sources.insert(t.what_if_source);
+  }
+  if (!sources.empty()) {
+    out << "(underflow, overflow, SQNR and 1-cosine of tensors run " << a.run << " captured only as FP8 or FP4 codes "
+        << "come from the same tensors of " << join(sources, ", ") << ", under the recipe in judged_by)\n";
+  }
+  bool any = false;
+  for (const TensorAdvice& t : a.tensors) {
+    if (t.recommendation == Recommendation::kKeepFp8 && !t.autoswitch) continue;
+    if (!any) out << "\nwhy, for each tensor not kept as it is:\n";
+    any = true;
+    out << "  " << t.tensor.name() << ": " << recommendation_name(t.recommendation) << " - " << t.reason;
+    if (t.autoswitch) {
+      out << "; switch its GEMM to high precision while underflow exceeds " << number(t.autoswitch->underflow_pct)
+          << "% or MSE " << number(t.autoswitch->mse) << " (AutoswitchGemm in --format te-yaml)";
+    }
+    out << "\n";
+  }
+  if (!any) out << "\nevery tensor is kept as it is.\n";
+}
+
+void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
+  std::map<std::string, ModulePlan> modules;
+  std::vector<std::string> recipe_level, autoswitch_notes;
+  for (const TensorAdvice& t : a.tensors) {
+    ModulePlan& p = modules[module_name(t.tensor.layer)];
+    p.sampled_gemms.insert(t.tensor.gemm);
+    switch (t.recommendation) {
+      case Recommendation::kFallBackToBf16: p.bf16_gemms.insert(t.tensor.gemm); break;
+      case Recommendation::kCurrentScaling: p.per_tensor[t.tensor.gemm].insert(te_tensor(t.tensor.operand)); break;
+      case Recommendation::kTuneDelayed:
+      case Recommendation::kE5m2ForDy:
+      case Recommendation::kFinerRecipe:
+        recipe_level.push_back(t.tensor.name() + ": " + recommendation_name(t.recommendation) + " - " + t.reason);
+        break;
+      case Recommendation::kKeepFp8: break;
+    }
+    if (t.autoswitch) {
+      add_autoswitch(p, t);
+      autoswitch_notes.push_back(t.tensor.name() + ": underflow " + number(t.autoswitch->underflow_pct) + "%, mse " +
+                                 number(t.autoswitch->mse));
+    }
+  }
+  // Modules that need the same features share one section and one regex.
+  std::map<ModulePlan, std::set<std::string>> sections;
+  for (auto& [module, plan] : modules) {
+    for (const std::string& g : plan.bf16_gemms) {  // BF16 wins over rescaling and switching
+      plan.per_tensor.erase(g);
+      plan.autoswitch_gemms.erase(g);
+    }
+    if (plan.autoswitch_gemms.empty()) plan.autoswitch_tensors.clear();
+    if (plan.bf16_gemms.empty() && plan.per_tensor.empty() && plan.autoswitch_gemms.empty()) continue;
+    sections[plan].insert(module);
+  }
+  out << "# Transformer Engine precision debug tools (nvdlfw_inspect) config written by fp8scope advise\n"
+      << "# for run " << a.run << ". Load it with debug_api.initialize(config_file=...).\n";
+  if (sections.empty()) out << "# No layer needs BF16, per-tensor current scaling or automatic switching.\n";
+  int n = 0;
+  for (const auto& [plan, names] : sections) {
+    std::set<std::string> escaped;
+    for (const std::string& m : names) escaped.insert(regex_escape(m));
+    out << "fp8scope_" << ++n << ":\n  enabled: True\n  layers:\n    layer_name_regex_pattern: '^(" << join(escaped, "|")
+        << ")$'\n  transformer_engine:\n";
+    if (!plan.bf16_gemms.empty() && plan.bf16_gemms == plan.sampled_gemms) {
+      out << "    DisableFP8Layer:\n      enabled: True\n";
+      continue;
+    }
+    if (!plan.bf16_gemms.empty()) {
+      out << "    DisableFP8GEMM:\n      enabled: True\n      gemms: [" << join(plan.bf16_gemms, ", ") << "]\n";
+    }
+    if (!plan.per_tensor.empty()) {
+      out << "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n";
+      for (const auto& [gemm, tensors] : plan.per_tensor) {
+        out << "        - gemm: " << gemm << "\n          tensors: [" << join(tensors, ", ") << "]\n";
+      }
+    }
+    if (!plan.autoswitch_gemms.empty()) {
+      // TE PR #2883's AutoswitchGemm: high precision while a watched tensor crosses the thresholds.
+      out << "    AutoswitchGemm:\n      enabled: True\n      gemms: [" << join(plan.autoswitch_gemms, ", ")
+          << "]\n      tensors: [" << join(plan.autoswitch_tensors, ", ") << "]\n      underflow_threshold_pct: "
+          << number(plan.underflow_pct, "%.4g") << "\n      mse_threshold: " << number(plan.mse, "%.4g")
+          << "\n      freq: " << a.sampling_interval << "\n";
+    }
+  }
+  if (!autoswitch_notes.empty()) {
+    out << "# AutoswitchGemm thresholds sit between each tensor's typical and worst sampled step; a section\n"
+        << "# takes the lowest of its tensors':\n";
+    for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
+  }
+  if (!recipe_level.empty()) {
+    out << "# Recipe settings the debug API cannot express (set them in the FP8 recipe):\n";
+    for (const std::string& r : recipe_level) out << "#   " << r << "\n";
+  }
+}
+
+void write_megatron_layers(const RunAdvice& a, std::ostream& out) {
+  std::set<int> bf16, seen;
+  std::set<std::string> unnumbered;
+  for (const TensorAdvice& t : a.tensors) {
+    const std::string module = module_name(t.tensor.layer);
+    const int index = transformer_layer_index(module);
+    if (index >= 0) seen.insert(index);
+    if (t.recommendation != Recommendation::kFallBackToBf16) continue;
+    if (index >= 0) bf16.insert(index);
+    else unnumbered.insert(module);
+  }
+  out << "# Transformer layers to keep in BF16 for run " << a.run
+      << " (0-based, as in the module names; sampled layers: " << seen.size() << ")\n";
+  std::string list;
+  for (int i : bf16) list += (list.empty() ? "" : ",") + std::to_string(i);
+  out << "bf16_layers: [" << list << "]\n";
+  if (!unnumbered.empty()) out << "# modules without a layer number that need BF16: " << join(unnumbered, ", ") << "\n";
+  if (bf16.empty() || seen.empty()) return;
+  // Megatron-Core keeps only the first and last layers in BF16; say so when the list is exactly that.
+  const int last = *seen.rbegin();
+  int at_start = 0, at_end = 0;
+  while (bf16.count(at_start)) ++at_start;
+  while (bf16.count(last - at_end) && last - at_end >= at_start) ++at_end;
+  if (static_cast<std::size_t>(at_start + at_end) == bf16.size()) {
+    out << "megatron_args: --first-last-layers-bf16 --num-layers-at-start-in-bf16 " << at_start
+        << " --num-layers-at-end-in-bf16 " << at_end << "\n";
+  } else {
+    out << "# not only first and last layers: Megatron's --first-last-layers-bf16 cannot express this list\n";
+  }
+}
+
+std::string advice_json(const RunAdvice& a) {
+  nlohmann::json tensors = nlohmann::json::array();
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  for (const TensorAdvice& t : a.tensors) {
+    nlohmann::json j = {{"layer", t.tensor.layer},
+                        {"gemm", t.tensor.gemm},
+                        {"operand", t.tensor.operand},
+                        {"risk", t.risk},
+                        {"driver", t.driver},
+                        {"recommendation", recommendation_name(t.recommendation)},
+                        {"reason", t.reason},
+                        {"underflow_current", finite(t.underflow_current)},
+                        {"overflow_delayed", finite(t.overflow_delayed)},
+                        {"sqnr_current_db", finite(t.sqnr_current_db)},
+                        {"one_minus_cosine", finite(t.one_minus_cosine)},
+                        {"lagging_share", finite(t.lagging_share)},
+                        {"saturation_observed", finite(t.saturation_observed)},
+                        {"what_if_source", t.what_if_source},
+                        {"what_if_recipe", t.what_if_recipe},
+                        {"observed_layout", t.observed_layout},
+                        {"spike_blame", t.spike_blame}};
+    if (!t.finer_recipe.empty()) j["finer_recipe"] = t.finer_recipe;
+    if (t.autoswitch) {
+      j["autoswitch"] = {{"underflow_threshold_pct", t.autoswitch->underflow_pct}, {"mse_threshold", t.autoswitch->mse}};
+    }
+    if (t.replay) {
+      j["replay"] = {{"amax_history_len", t.replay->best.history_len},
+                     {"margin", t.replay->best.margin},
+                     {"clipped_steps", t.replay->best.clipped_steps},
+                     {"mean_headroom_log2", t.replay->best.mean_headroom_log2},
+                     {"te_default_clipped_steps", t.replay->te_default.clipped_steps},
+                     {"te_default_mean_headroom_log2", t.replay->te_default.mean_headroom_log2}};
+    }
+    tensors.push_back(j);
+  }
+  return nlohmann::json{{"run", a.run}, {"tensors", tensors}}.dump();
+}
+
+}  // namespace fp8scope::insight

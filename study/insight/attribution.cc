@@ -1,0 +1,116 @@
+#include "fp8scope/insight/attribution.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace fp8scope::insight {
+namespace {
+
+constexpr double kMadToSigma = 1.4826;
+
+// A signal, read on a scale where "worse" is up and changes are comparable: ratios as they are,
+// errors in log10, the scale lag in binades. The floor is the smallest spread taken as noise, so
+// a flat past does not turn a tiny change into a huge score.
+struct Signal {
+  const char* name;
+  double floor;
+  bool lagging_recipes_only;
+  std::function<double(const RecordPoint&)> read;
+};
+
+double log10_or_nan(double v) { return v > 0 ? std::log10(v) : std::nan(""); }
+
+const std::vector<Signal>& signals() {
+  static const std::vector<Signal> table = {
+      {"underflow_ratio", 1e-3, false, [](const RecordPoint& p) { return statistic(p, "underflow_ratio"); }},
+      {"overflow_ratio", 1e-4, false, [](const RecordPoint& p) { return statistic(p, "overflow_ratio"); }},
+      // Codes at +-max: for the job's own FP8 data the only trace of clipping (its amax is clipped too).
+      {"saturation_ratio", 1e-3, false, [](const RecordPoint& p) { return statistic(p, "saturation_ratio"); }},
+      {"mse", 0.1, false, [](const RecordPoint& p) { return log10_or_nan(statistic(p, "mse")); }},
+      {"1-cosine", 0.1, false, [](const RecordPoint& p) { return log10_or_nan(1.0 - statistic(p, "cosine")); }},
+      // Delayed scaling's scale over the scale current scaling would choose: above 0 it clips.
+      // Only per-tensor scales that come from a history lag (the delayed what-if, the job's own).
+      {"scale_lag_log2", 0.25, true,
+       [](const RecordPoint& p) {
+         return p.scale > 0 && p.scale_current > 0 ? std::log2(p.scale / p.scale_current) : std::nan("");
+       }},
+  };
+  return table;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The displayed value of a signal: the ratio itself, or back from its log scale.
+double shown(const Signal& s, double v) {
+  const std::string name = s.name;
+  if (name == "mse") return std::pow(10.0, v);
+  if (name == "1-cosine") return std::pow(10.0, v);
+  return v;
+}
+
+}  // namespace
+
+Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::string& cause,
+                      const AttributionOptions& o) {
+  Attribution a;
+  a.onset_step = onset;
+  a.cause = cause;
+  const std::uint64_t lag = o.lag_steps > 0 ? o.lag_steps : run.sampling_interval;
+  const std::uint64_t window_begin = onset > o.lead_steps ? onset - o.lead_steps : 0;
+  const std::uint64_t window_end = onset + lag;  // inclusive
+  std::map<TensorKey, Suspect> best;
+  for (const auto& [tensor, records] : run.tensors) {
+    for (const auto& [recipe, points] : records.recipes) {
+      // Split the series: the samples before the window, and those inside it.
+      std::vector<const RecordPoint*> past, window;
+      for (const RecordPoint& p : points) {
+        if (p.step < window_begin) past.push_back(&p);
+        else if (p.step <= window_end) window.push_back(&p);
+      }
+      if (past.size() > o.before_samples) past.erase(past.begin(), past.end() - static_cast<std::ptrdiff_t>(o.before_samples));
+      if (past.empty() || window.empty()) continue;
+      const bool lagging = recipe.recipe == "tensor_delayed" || recipe.recipe == "observed";
+      for (const Signal& s : signals()) {
+        if (s.lagging_recipes_only && !lagging) continue;
+        std::vector<double> before;
+        for (const RecordPoint* p : past) {
+          if (const double v = s.read(*p); std::isfinite(v)) before.push_back(v);
+        }
+        if (before.empty()) continue;
+        const double center = median(before);
+        std::vector<double> deviations;
+        for (double v : before) deviations.push_back(std::fabs(v - center));
+        const double sigma = std::max(kMadToSigma * median(deviations), s.floor);
+        for (const RecordPoint* p : window) {
+          const double v = s.read(*p);
+          if (!std::isfinite(v)) continue;
+          const double score = (v - center) / sigma;
+          Suspect& slot = best[tensor];
+          if (slot.signal.empty() || score > slot.score) {
+            slot = Suspect{tensor, recipe, s.name, shown(s, center), shown(s, v), score, p->step};
+          }
+        }
+      }
+    }
+  }
+  for (auto& [tensor, suspect] : best) a.suspects.push_back(std::move(suspect));
+  std::stable_sort(a.suspects.begin(), a.suspects.end(),
+                   [](const Suspect& x, const Suspect& y) { return x.score > y.score; });
+  return a;
+}
+
+std::vector<Attribution> attribute_onsets(const RunRecords& run, const std::vector<Spike>& spikes,
+                                          const std::optional<Divergence>& divergence, const AttributionOptions& o) {
+  std::vector<Attribution> out;
+  for (const Spike& s : spikes) out.push_back(attribute(run, s.start_step, "spike", o));
+  if (divergence) out.push_back(attribute(run, divergence->onset_step, "divergence", o));
+  return out;
+}
+
+}  // namespace fp8scope::insight

@@ -1,0 +1,102 @@
+// A run's sampled statistics out of the history, grouped per tensor (layer, gemm, operand) and per
+// recipe and format, in step order: what attribution, advice and the report read.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <array>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include "fp8scope/kernels/status.h"
+#include "fp8scope/history/history_reader.h"
+
+namespace fp8scope::insight {
+
+struct TensorKey {
+  std::string layer, gemm, operand;
+  auto operator<=>(const TensorKey&) const = default;
+  std::string name() const { return layer + " " + gemm + " " + operand; }
+};
+
+struct RecipeKey {
+  std::string recipe, format;  // recipe name, or "observed" for the FP8 data the job really cast
+  auto operator<=>(const RecipeKey&) const = default;
+};
+
+// The statistics insight reads, of the many the history keeps: a run's points hold only these, so
+// a study of 10 million records fits in memory.
+inline constexpr const char* kStudiedStatistics[] = {
+    "underflow_ratio", "overflow_ratio", "saturation_ratio",   "mse", "cosine",
+    "sqnr_db",         "amax",           "dynamic_range_log2", "block_scale_floor_ratio"};
+inline constexpr std::size_t kStudiedStatisticCount = std::size(kStudiedStatistics);
+
+// A studied statistic, named by a string literal that is checked when compiling: a name that is not
+// in kStudiedStatistics does not compile.
+struct StudiedStatistic {
+  std::size_t index;
+  const char* key;
+  consteval StudiedStatistic(const char* name) : index(find(name)), key(kStudiedStatistics[index]) {}
+
+ private:
+  static consteval std::size_t find(const char* name) {
+    for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
+      if (std::string_view(name) == kStudiedStatistics[i]) return i;
+    }
+    throw "not one of kStudiedStatistics";
+  }
+};
+
+// kStudiedStatistics' index of a statistic named at run time (the history's rows, tests).
+std::optional<std::size_t> studied_statistic_index(std::string_view key);
+
+struct RecordPoint {
+  std::uint64_t step = 0;
+  std::uint32_t rank = 0;          // of the rank the point is from (the lowest that sampled the step)
+  double scale = 0, scale_current = 0;
+  double scale_max = 0;            // block-scaled codes: the largest block scale (scale is the smallest)
+  std::array<double, kStudiedStatisticCount> statistics{};  // kStudiedStatistics; NaN = not computed
+  std::string codes_digest;        // see HistoryRecord
+};
+
+struct TensorRecords {
+  std::string dtype;                                       // as captured (bf16, e4m3, e2m1, ...)
+  std::map<RecipeKey, std::vector<RecordPoint>> recipes;   // each in step order, the lowest rank per step
+  std::string scale_layout;  // the job's own block-scale layout (scale_layout.h's name); "" = per-tensor or none
+
+  // The series of `recipe` (its first format), and that format; nullptr when not sampled.
+  const std::vector<RecordPoint>* find(const std::string& recipe, std::string* format = nullptr) const;
+  // The what-if recipe that casts as the job cast this tensor: the block recipe of its scale layout
+  // (mxfp8 or mxfp4, nvfp4, block_1x128, block_128x128), else tensor_current.
+  const char* matching_recipe() const;
+  bool block_scaled() const { return !scale_layout.empty(); }
+};
+
+// The daemon's GEMM check of a layer at one step (one accumulation mode).
+struct GemmOutputPoint {
+  std::uint64_t step = 0;
+  double mse = 0, cosine = 0, max_rel_error = 0;
+};
+
+struct RunRecords {
+  std::string run;
+  std::map<TensorKey, TensorRecords> tensors;
+  // layer -> accumulate -> its checks in step order, the lowest rank per step.
+  std::map<std::string, std::map<std::string, std::vector<GemmOutputPoint>>> gemm_outputs;
+  std::uint64_t records = 0;
+  std::uint64_t sampling_interval = 1;  // the median gap between sampled steps
+};
+
+// Reads every record of `run`, streaming: each row becomes one compact point of its series (no
+// copy of the row is kept); progress(done, total) is called as rows arrive (total from a count
+// taken first). An error when the run has no records.
+Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
+                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress = nullptr);
+
+// The value of a statistic in a point (NaN when the record has none).
+inline double statistic(const RecordPoint& p, StudiedStatistic s) { return p.statistics[s.index]; }
+
+}  // namespace fp8scope::insight

@@ -1,0 +1,85 @@
+// Tensor series: ranks combine into the worst rank, the cap suppresses and counts new series, and
+// series nobody updates expire.
+#include "fp8scope/export/tensor_series.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+using namespace fp8scope::server;
+using Clock = TensorSeries::Clock;
+
+namespace {
+
+const prometheus::Labels kLabels = {{"job", "j"}, {"layer", "l"}, {"gemm", "fprop"}, {"operand", "x"},
+                                    {"format", "e4m3"}, {"recipe", "tensor_current"}};
+
+std::string exposition(prometheus::Registry& r) { return prometheus::TextSerializer().Serialize(r.Collect()); }
+
+double value_of(prometheus::Registry& r, const std::string& name) {
+  for (const auto& family : r.Collect()) {
+    if (family.name == name && !family.metric.empty()) return family.metric[0].gauge.value;
+  }
+  return std::nan("");
+}
+
+}  // namespace
+
+TEST_CASE("ranks combine into the worst rank: max, or min where lower is worse", "[tensor_series]") {
+  prometheus::Registry registry;
+  TensorSeries series(registry, SeriesOptions{});
+  const MetricDef& underflow = *find_metric("fp8scope_underflow_ratio");
+  const MetricDef& cosine = *find_metric("fp8scope_cosine_similarity");
+  series.set(underflow, kLabels, 0, 0.01);
+  series.set(underflow, kLabels, 1, 0.03);
+  series.set(underflow, kLabels, 2, std::nan(""));  // undefined on one rank does not hide the others
+  CHECK(value_of(registry, "fp8scope_underflow_ratio") == 0.03);
+  series.set(cosine, kLabels, 0, 0.999);
+  series.set(cosine, kLabels, 1, 0.95);
+  CHECK(value_of(registry, "fp8scope_cosine_similarity") == 0.95);
+  series.set(underflow, kLabels, 1, 0.0);  // rank 1 recovered
+  CHECK(value_of(registry, "fp8scope_underflow_ratio") == 0.01);
+  CHECK(series.series() == 2);
+}
+
+TEST_CASE("per-rank metrics carry a rank label instead", "[tensor_series]") {
+  prometheus::Registry registry;
+  SeriesOptions options;
+  options.per_rank = true;
+  TensorSeries series(registry, options);
+  series.set(*find_metric("fp8scope_underflow_ratio"), kLabels, 3, 0.5);
+  CHECK(exposition(registry).find("rank=\"3\"") != std::string::npos);
+}
+
+TEST_CASE("the series cap suppresses new series and counts them", "[tensor_series]") {
+  prometheus::Registry registry;
+  SeriesOptions options;
+  options.max_series = 5;
+  TensorSeries series(registry, options);
+  for (int i = 0; i < 8; ++i) {
+    prometheus::Labels l = kLabels;
+    l["layer"] = "layer" + std::to_string(i);
+    series.set(*find_metric("fp8scope_mse"), l, 0, 1.0);
+  }
+  CHECK(series.series() == 5);
+  CHECK(series.suppressed() == 3);
+  prometheus::Labels old = kLabels;
+  old["layer"] = "layer0";
+  CHECK(series.set(*find_metric("fp8scope_mse"), old, 0, 2.0));  // existing series still update
+}
+
+TEST_CASE("series without updates expire", "[tensor_series]") {
+  prometheus::Registry registry;
+  SeriesOptions options;
+  options.ttl = std::chrono::seconds(60);
+  TensorSeries series(registry, options);
+  const Clock::time_point t0 = Clock::now();
+  series.set(*find_metric("fp8scope_amax"), {{"job", "j"}, {"layer", "old"}, {"gemm", "fprop"}, {"operand", "x"}}, 0, 3.0, t0);
+  series.set(*find_metric("fp8scope_amax"), {{"job", "j"}, {"layer", "new"}, {"gemm", "fprop"}, {"operand", "x"}}, 0, 4.0,
+             t0 + std::chrono::seconds(50));
+  series.expire(t0 + std::chrono::seconds(90));
+  CHECK(series.series() == 1);
+  CHECK(exposition(registry).find("layer=\"old\"") == std::string::npos);
+  CHECK(exposition(registry).find("layer=\"new\"") != std::string::npos);
+}

@@ -1,0 +1,77 @@
+// `fp8scope tensors`: latest per tensor, worst first, bounded.
+#include "fp8scope/export/tensor_table.h"
+
+#include <catch2/catch.hpp>
+
+using namespace fp8scope;
+using namespace fp8scope::server;
+
+namespace {
+v1::TensorSummary summary(const std::string& layer, double underflow, double cosine, double time) {
+  v1::TensorSummary s;
+  s.mutable_key()->set_job("j");
+  s.mutable_key()->set_layer(layer);
+  s.set_time(time);
+  v1::RecipeStats* r = s.add_recipes();
+  r->set_recipe("tensor_current");
+  (*r->mutable_statistics())["underflow_ratio"] = underflow;
+  (*r->mutable_statistics())["cosine"] = cosine;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("sorted worst first, limited to top, latest value per tensor", "[tensor_table]") {
+  TensorTable t(100);
+  t.update(summary("a", 0.10, 0.99, 1));
+  t.update(summary("b", 0.30, 0.90, 2));
+  t.update(summary("c", 0.20, 0.95, 3));
+  t.update(summary("a", 0.50, 0.999, 4));  // replaces a's first sample
+  auto by_underflow = t.list("underflow", 2, "");
+  REQUIRE(by_underflow.ok());
+  REQUIRE(by_underflow.value().tensors.size() == 2);
+  CHECK(by_underflow.value().tensors[0].key().layer() == "a");
+  CHECK(by_underflow.value().tensors[1].key().layer() == "b");
+  auto by_cosine = t.list("cosine", 0, "tensor_current");
+  CHECK(by_cosine.value().tensors[0].key().layer() == "b");
+  CHECK(!t.list("speed", 0, "").ok());
+}
+
+TEST_CASE("asked for a recipe, only the tensors that have it count toward top", "[tensor_table]") {
+  TensorTable t(100);
+  t.update(summary("bf16", 0.1, 0.99, 1));
+  v1::TensorSummary fp8 = summary("fp8", 0.0, 1.0, 2);
+  fp8.mutable_recipes(0)->set_recipe("observed");
+  t.update(fp8);
+  auto observed = t.list("", 1, "observed");
+  REQUIRE(observed.ok());
+  REQUIRE(observed.value().tensors.size() == 1);
+  CHECK(observed.value().tensors[0].key().layer() == "fp8");
+  CHECK(t.list("", 0, "").value().tensors.size() == 2);
+}
+
+TEST_CASE("a full table evicts the least recently updated tensor", "[tensor_table]") {
+  TensorTable t(2);
+  t.update(summary("a", 0, 1, 1));
+  t.update(summary("b", 0, 1, 2));
+  t.update(summary("c", 0, 1, 3));
+  CHECK(t.size() == 2);
+  for (const auto& s : t.list("", 0, "").value().tensors) CHECK(s.key().layer() != "a");
+  t.update(summary("b", 0, 1, 4));  // b is now the most recent: c goes next
+  t.update(summary("d", 0, 1, 5));
+  std::vector<std::string> left;
+  for (const auto& s : t.list("", 0, "").value().tensors) left.push_back(s.key().layer());
+  CHECK(left == std::vector<std::string>{"b", "d"});
+}
+
+TEST_CASE("a listing is bounded, and says how many tensors there were", "[tensor_table]") {
+  TensorTable t(5000);
+  for (int i = 0; i < 3000; ++i) t.update(summary("layer" + std::to_string(i), 0.001 * (i % 97), 1, i));
+  auto all = t.list("", 0, "");
+  REQUIRE(all.ok());
+  CHECK(all.value().tensors.size() == TensorTable::kMaxListed);
+  CHECK(all.value().total == 3000);
+  CHECK(all.value().tensors[0].key().layer() == "layer0");  // by key
+  auto worst = t.list("underflow", 5, "");
+  REQUIRE(worst.value().tensors.size() == 5);
+  CHECK(worst.value().tensors[0].recipes(0).statistics().at("underflow_ratio") == Approx(0.096));
+}
