@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fp8scope/pattern/layer_pattern.h"
@@ -14,6 +15,16 @@
 
 namespace fp8scope::cli {
 namespace {
+
+// A wire value's name as the daemon's labels spell it; "unknown" for a value this CLI does not know.
+template <class Wire>
+const char* wire_name(Wire value) {
+  if (const auto ours = wire::from_wire(value)) {
+    if constexpr (std::is_same_v<Wire, v1::Gemm>) return gemm_name(*ours);
+    else return operand_name(*ours);
+  }
+  return "unknown";
+}
 
 std::string to_json(const google::protobuf::Message& m) {
   std::string out;
@@ -73,7 +84,7 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
   out << "layer_regex " << (p.layer_regex().empty() ? "(every layer)" : p.layer_regex()) << "\n";
   out << "operands";
   if (p.operands().empty()) out << " x w dy";
-  for (int op : p.operands()) out << " " << wire::operand_label(static_cast<v1::Operand>(op));
+  for (int op : p.operands()) out << " " << wire_name(static_cast<v1::Operand>(op));
   out << "\nevery_n_steps " << p.every_n_steps() << "\n";
   out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
   out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
@@ -206,7 +217,7 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       const v1::RecipeStats* r = recipe_of(t, recipe);
       if (r == nullptr) continue;
       std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
-                    t.key().job().c_str(), t.key().layer().c_str(), wire::gemm_name(t.key().gemm()), wire::operand_label(t.key().operand()),
+                    t.key().job().c_str(), t.key().layer().c_str(), wire_name(t.key().gemm()), wire_name(t.key().operand()),
                     t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
                     number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
                     number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),
@@ -284,7 +295,7 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
   };
   if (o.csv) {
     out << number(r.time, "%.3f") << "," << r.job << "," << r.run << "," << r.host << "," << r.rank << "," << r.step
-        << "," << r.layer << "," << history::gemm_name(r.gemm) << "," << operand_name(r.operand) << "," << r.dtype << ","
+        << "," << r.layer << "," << gemm_name(r.gemm) << "," << operand_name(r.operand) << "," << r.dtype << ","
         << r.numel << "," << r.recipe << "," << r.format << "," << number(r.scale, "%.9g") << ","
         << number(r.scale_max, "%.9g") << "," << number(r.scale_current, "%.9g") << "," << r.scale_layout << ","
         << (r.gemm_alpha != 0 ? number(r.gemm_alpha, "%.9g") : "");
@@ -297,7 +308,7 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
   } else {
     char line[512];
     std::snprintf(line, sizeof line, "%7llu %-10s %-28s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
-                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), history::gemm_name(r.gemm),
+                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), gemm_name(r.gemm),
                   operand_name(r.operand), r.rank, r.recipe.c_str(), number(value("underflow_ratio")).c_str(),
                   number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
                   number(value("cosine"), "%.6f").c_str());
@@ -317,7 +328,7 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     return kUsage;
   }
   if (!o.gemm.empty()) {
-    f.gemm = history::gemm_from_name(o.gemm);
+    f.gemm = gemm_from_name(o.gemm);
     if (!f.gemm) {
       err << "fp8scope history: --gemm: expected fprop, dgrad, wgrad or unknown, got " << o.gemm << "\n";
       return kUsage;

@@ -71,12 +71,12 @@ nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& te
 }
 
 nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
-                                     const ScaleLayoutInfo& layout, double seconds) {
+                                     const ScaleLayoutTerm& layout, double seconds) {
   nlohmann::ordered_json j = tensor_fields(file, tensor);
   j["recipe"] = "observed";
   j["format"] = format_name(code_format(*tensor.dtype));
   j["scale_layout"] = layout.name;
-  const bool per_tensor = layout.layout == ScaleLayout::kTensorScalar;
+  const bool per_tensor = layout.value == ScaleLayout::kTensorScalar;
   j["scale"] = per_tensor ? number(a.stats.scale_min) : nullptr;
   j["scale_min"] = number(a.stats.scale_min);
   j["scale_max"] = number(a.stats.scale_max);
@@ -129,7 +129,7 @@ void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport
   }
 }
 
-void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutInfo& layout) {
+void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutTerm& layout) {
   const TensorMoments& m = a.moments;
   const QuantStats& q = a.stats;
   out << "tensor " << tensor.name << "  " << dtype_name(*tensor.dtype) << " codes " << shape_text(tensor.shape)
@@ -139,7 +139,7 @@ void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedA
       << " binades  zeros " << percent(stat("zero_ratio", m, q)) << "  NaN " << m.nan << "  Inf " << m.inf << "\n";
   out << "  codes at +-max " << percent(stat("saturation_ratio", m, q)) << "  scale "
       << format_value(q.scale_min, "%.3g") << ".." << format_value(q.scale_max, "%.3g") << "\n";
-  if (layout.layout != ScaleLayout::kTensorScalar) {
+  if (layout.value != ScaleLayout::kTensorScalar) {
     out << "  " << q.scale_blocks << " scale blocks holding values: at the encoding's floor "
         << percent(stat("block_scale_floor_ratio", m, q)) << ", at its ceiling "
         << percent(stat("block_scale_ceiling_ratio", m, q)) << ", widest block "

@@ -71,19 +71,19 @@ Result<std::vector<const FileTensor*>> select(const TensorFile& file, const std:
 
 std::string layout_list() {
   std::string names;
-  for (const ScaleLayoutInfo& l : scale_layouts()) names += std::string(names.empty() ? "" : ", ") + l.name;
+  for (const ScaleLayoutTerm& l : scale_layouts()) names += std::string(names.empty() ? "" : ", ") + l.name;
   return names;
 }
 
 // FILE's tensors as a job's own codes read with the scales of --scales.
 int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vector<const FileTensor*>& chosen,
                  std::ostream& out, std::ostream& err) {
-  const ScaleLayoutInfo* layout = scale_layout_from_name(o.scale_layout);
+  const ScaleLayoutTerm* layout = scale_layout_from_name(o.scale_layout);
   if (layout == nullptr) {
     err << "fp8scope analyze: --scale-layout: expected one of " << layout_list() << ", got " << o.scale_layout << "\n";
     return kBadInput;
   }
-  const bool per_tensor = layout->layout == ScaleLayout::kTensorScalar;
+  const bool per_tensor = layout->value == ScaleLayout::kTensorScalar;
   if (o.scale_order != "cublas" && o.scale_order != "compact") {
     err << "fp8scope analyze: --scale-order: expected cublas or compact, got " << o.scale_order << "\n";
     return kBadInput;
@@ -119,7 +119,7 @@ int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vec
     observed.codes = v.data;
     observed.dtype = v.dtype;
     observed.shape = {v.rows, v.cols, o.k_outer};
-    observed.layout = layout->layout;
+    observed.layout = layout->value;
     observed.scales = source.bytes;
     observed.compact_scales = o.scale_order == "compact";
     observed.scale_inv = static_cast<float>(o.scale_inv.value_or(1.0));

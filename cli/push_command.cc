@@ -41,7 +41,7 @@ void add_push_command(CLI::App& app, PushOptions& o) {
 }
 
 int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
-  const auto gemm = wire::gemm_from_name(o.gemm);
+  const auto gemm = gemm_from_name(o.gemm);
   const auto operand = operand_from_name(o.operand);
   if (!gemm || !operand) {
     err << "fp8scope push: expected --gemm fprop|dgrad|wgrad|unknown and --operand x|w|dy, got " << o.gemm << " / "
@@ -55,11 +55,11 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     err << "fp8scope push: " << file.message() << "\n";
     return kUsage;
   }
-  const ScaleLayoutInfo* layout = nullptr;
+  const ScaleLayoutTerm* layout = nullptr;
   ScaleSource scales;
   if (!o.scale_layout.empty()) {
     layout = scale_layout_from_name(o.scale_layout);
-    if (layout == nullptr || layout->layout == ScaleLayout::kTensorScalar || o.scales.empty()) {
+    if (layout == nullptr || layout->value == ScaleLayout::kTensorScalar || o.scales.empty()) {
       err << "fp8scope push: --scale-layout: expected a block layout with --scales (scalar scales take --scale-inv), "
              "got "
           << o.scale_layout << (o.scales.empty() ? " without --scales" : "") << "\n";
@@ -103,7 +103,7 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     v1::TensorHeader h;
     h.set_step(o.step);
     h.set_layer(chosen.size() == 1 ? o.layer : o.layer + "/" + t->name);
-    h.set_gemm(*gemm);
+    h.set_gemm(wire::to_wire(*gemm));
     h.set_operand(wire::to_wire(*operand));
     h.set_dtype(wire::to_wire(*t->dtype));
     for (std::int64_t d : t->shape) h.add_shape(d);
@@ -111,7 +111,7 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     const bool codes = dtype_is_codes(*t->dtype);
     h.set_scale_inv(codes && layout == nullptr ? o.scale_inv : 0.0f);
     h.set_scale_mode(!codes ? v1::SCALE_MODE_NONE
-                            : (layout != nullptr ? wire::to_wire(layout->layout) : v1::SCALE_MODE_TENSOR_SCALAR));
+                            : (layout != nullptr ? wire::to_wire(layout->value) : v1::SCALE_MODE_TENSOR_SCALAR));
     h.set_source_call("push");
     std::vector<std::uint8_t> payload(t->bytes.begin(), t->bytes.end());
     if (layout != nullptr && codes) {  // the scale tensor travels after the codes

@@ -92,27 +92,27 @@ void Capture::enqueue(std::unique_lock<std::mutex>& lock, const Pending& p) {
 
 std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                                                CUstream stream) {
-  if (!writer_) return shm::kRingFull;
+  if (!writer_) return shm::DropReason::kRingFull;
   const std::uint64_t payload = v.payload_bytes();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!device_ready()) return device_ == Device::kUnset ? shm::kNoContext : shm::kCudaError;
+  if (!device_ready()) return device_ == Device::kUnset ? shm::DropReason::kNoContext : shm::DropReason::kCudaError;
   CUcontext current = nullptr;
-  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::kNoContext;
+  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::DropReason::kNoContext;
   // Staging: the payload, then one aligned slot for the fp32 values that go into the record's header.
   const bool scalar_scale = v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr;
   const bool header_slot = scalar_scale || alpha.device != nullptr;
   const std::uint64_t staging_need = align_up(payload, kStagingAlign) + (header_slot ? kStagingAlign : 0);
   if (staging_need > staging_bytes_ || shm::round_up(sizeof(shm::RecordHeader) + payload) > link_.segment()->data_bytes) {
-    return shm::kTooLarge;
+    return shm::DropReason::kTooLarge;
   }
   const std::uint64_t staging_before = staging_head_;
   const std::optional<std::uint64_t> staged_at = reserve_staging(staging_need);
-  if (!staged_at) return shm::kStagingFull;
+  if (!staged_at) return shm::DropReason::kStagingFull;
   Pending p;
   p.record = reserve_record(payload, p.ring_end);
   if (p.record == nullptr) {
     staging_head_ = staging_before;  // the last reservation: undone
-    return shm::kRingFull;
+    return shm::DropReason::kRingFull;
   }
   shm::RecordHeader* r = p.record;
   r->kind = shm::RecordKind::kSample;
@@ -194,7 +194,7 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
     p.copied = nullptr;
     device_ = Device::kFailed;
     enqueue(lock, p);
-    return shm::kCudaError;
+    return shm::DropReason::kCudaError;
   }
   enqueue(lock, p);
   return std::nullopt;
@@ -219,7 +219,7 @@ void Capture::scalar(const char* name, std::uint64_t step, double value) {
   p.staging_end = staging_head_;
   p.record = reserve_record(0, p.ring_end);
   if (p.record == nullptr) {
-    shm::count_drop(link_.segment(), shm::kRingFull);
+    shm::count_drop(link_.segment(), shm::DropReason::kRingFull);
     return;
   }
   p.record->kind = shm::RecordKind::kScalar;
@@ -246,7 +246,7 @@ void Capture::finish(Pending& p, bool can_copy) {
       h->bytes_published.fetch_add(p.payload_bytes, std::memory_order_relaxed);
     } else {
       p.record->kind = shm::RecordKind::kPadding;
-      shm::count_drop(h, shm::kCudaError);
+      shm::count_drop(h, shm::DropReason::kCudaError);
     }
   }
   writer_->publish(p.ring_end);
@@ -274,7 +274,7 @@ void Capture::publisher_loop() {
         }
         if (p.copied != nullptr && !context_set) {  // cannot copy from this thread: drop, keep order
           p.record->kind = shm::RecordKind::kPadding;
-          shm::count_drop(link_.segment(), shm::kNoContext);
+          shm::count_drop(link_.segment(), shm::DropReason::kNoContext);
         }
         finish(p, context_set);
       }

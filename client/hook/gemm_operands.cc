@@ -71,7 +71,7 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
       (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_ROWS, rows)) ||
       (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_COLS, cols)) ||
       !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_LD, ld)) {
-    reason = shm::kUnsupportedLayout;
+    reason = shm::DropReason::kUnsupportedLayout;
     return std::nullopt;
   }
   // Attributes with defaults; older libraries may not know BATCH_MODE (then batches are strided).
@@ -80,12 +80,12 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
   layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
   layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, batch_mode);
   if (batch_mode == CUBLASLT_BATCH_MODE_POINTER_ARRAY) {
-    reason = shm::kPointerArrayBatch;
+    reason = shm::DropReason::kPointerArrayBatch;
     return std::nullopt;
   }
   const std::optional<DTypeMapping> dtype = map_dtype(static_cast<cudaDataType>(type));
   if (!dtype) {
-    reason = shm::kUnsupportedDtype;
+    reason = shm::DropReason::kUnsupportedDtype;
     return std::nullopt;
   }
   const bool row_major = order == CUBLASLT_ORDER_ROW;
@@ -95,7 +95,7 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
                            (static_cast<std::uint64_t>(ld) * static_cast<std::uint64_t>(dtype->bits)) % 8 == 0;
   if ((order != CUBLASLT_ORDER_COL && !row_major) || rows == 0 || cols == 0 || batch_count < 1 ||
       ld < static_cast<std::int64_t>(inner) || !whole_bytes) {
-    reason = shm::kUnsupportedLayout;
+    reason = shm::DropReason::kUnsupportedLayout;
     return std::nullopt;
   }
   return stored_matrix(data, *dtype, rows, cols, ld, row_major, batch_count, stride);
@@ -114,7 +114,7 @@ bool read_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, co
   }
   const std::optional<ScaleLayout> layout = layout_of(mode, version);
   if (!layout) {
-    reason = shm::kUnsupportedScaleMode;
+    reason = shm::DropReason::kUnsupportedScaleMode;
     return false;
   }
   const void* pointer = nullptr;
@@ -125,7 +125,7 @@ bool read_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, co
   // cuBLASLt needs a block scale tensor, and documents it per matrix: batches of block-scaled
   // operands are not copied.
   if (pointer == nullptr || v.batch_count != 1) {
-    reason = shm::kUnsupportedLayout;
+    reason = shm::DropReason::kUnsupportedLayout;
     return false;
   }
   // K runs along the stored rows of A when it is transposed, of B when it is not (column major).
@@ -196,7 +196,7 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
   const CublasLtApi& lt = cublaslt_api();
   ReadResult r;
   if (lt.layout_get == nullptr || lt.desc_get == nullptr || desc == nullptr) {
-    r.reason = shm::kUnsupportedLayout;
+    r.reason = shm::DropReason::kUnsupportedLayout;
     return r;
   }
   std::optional<OperandView> a = read_layout(lt, Adesc, A, shape.a_rows, shape.a_cols, r.reason);
@@ -227,7 +227,7 @@ ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m,
   const OperandView b = stored_matrix(B, *tb, dim(transb ? n : k), dim(transb ? k : n), ldb, false, batch_count, strideB);
   if (m <= 0 || n <= 0 || k <= 0 || batch_count < 1 || A == nullptr || B == nullptr ||
       a.ld < static_cast<std::int64_t>(a.rows) || b.ld < static_cast<std::int64_t>(b.rows)) {
-    r.reason = shm::kUnsupportedLayout;
+    r.reason = shm::DropReason::kUnsupportedLayout;
     return r;
   }
   GemmCall call;

@@ -136,12 +136,12 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
     if (!checked_capture) {
       checked_capture = true;
       if (capture_.capturing(call.stream)) {  // nothing may be enqueued on a capturing stream
-        count(shm::kGraphCapture);
+        count(shm::DropReason::kGraphCapture);
         return;
       }
     }
     if (!sampler_.charge(step, part.view.payload_bytes())) {
-      count(shm::kBudget);
+      count(shm::DropReason::kBudget);
       continue;
     }
     const SampleSpec spec{step, name.layer, name.role, part.kind, call.source};

@@ -46,10 +46,11 @@ shm::PolicyCopy policy_from_environment() {
     while (start <= list.size()) {
       const std::size_t comma = std::min(list.find(',', start), list.size());
       const std::string item = list.substr(start, comma - start);
-      if (item == "x") mask |= 1u << static_cast<std::uint32_t>(Operand::kX);
-      else if (item == "w") mask |= 1u << static_cast<std::uint32_t>(Operand::kW);
-      else if (item == "dy") mask |= 1u << static_cast<std::uint32_t>(Operand::kDy);
-      else if (!item.empty()) warn("FP8SCOPE_OPERANDS", operands, "a comma-separated list of x, w, dy");
+      if (const std::optional<Operand> op = operand_from_name(item)) {
+        mask |= 1u << static_cast<std::uint32_t>(*op);
+      } else if (!item.empty()) {
+        warn("FP8SCOPE_OPERANDS", operands, "a comma-separated list of x, w, dy");
+      }
       start = comma + 1;
     }
     p.operand_mask = mask;

@@ -51,6 +51,14 @@ std::string process_name(pid_t pid) {
 
 bool parent_alive(pid_t parent) { return getppid() == parent; }
 
+// A ring value as the wire's; UNSPECIFIED, which the daemon refuses, when no row has it (the ring
+// is the hook's, and not trusted).
+template <class Wire, class Row, std::size_t N>
+Wire ring_to_wire(const Row (&rows)[N], std::uint32_t value) {
+  const auto v = vocabulary::value_numbered(rows, value);
+  return v ? wire::to_wire(*v) : Wire{};
+}
+
 shm::PolicyCopy policy_copy(const v1::Policy& p) {
   shm::PolicyCopy c;
   c.version = p.version() == 0 ? 1 : p.version();
@@ -58,7 +66,11 @@ shm::PolicyCopy policy_copy(const v1::Policy& p) {
   c.start_step = p.start_step();
   c.end_step = p.end_step();
   c.max_bytes_per_step = p.max_bytes_per_step();
-  for (int op : p.operands()) c.operand_mask |= 1u << static_cast<std::uint32_t>(op);
+  for (int op : p.operands()) {
+    if (const std::optional<Operand> o = wire::from_wire(static_cast<v1::Operand>(op))) {
+      c.operand_mask |= 1u << static_cast<std::uint32_t>(*o);
+    }
+  }
   std::snprintf(c.layer_regex, sizeof c.layer_regex, "%s", p.layer_regex().c_str());
   return c;
 }
@@ -101,9 +113,9 @@ Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
   v1::TensorHeader h;
   h.set_step(r.step);
   h.set_layer(std::string(r.name, strnlen(r.name, sizeof r.name)));
-  h.set_gemm(static_cast<v1::Gemm>(r.gemm));
-  h.set_operand(static_cast<v1::Operand>(r.operand));
-  h.set_dtype(static_cast<v1::DType>(r.dtype));
+  h.set_gemm(ring_to_wire<v1::Gemm>(kGemmRoles, r.gemm));
+  h.set_operand(ring_to_wire<v1::Operand>(kOperands, r.operand));
+  h.set_dtype(ring_to_wire<v1::DType>(kDTypes, r.dtype));
   std::uint64_t numel = 1;
   for (std::uint32_t i = 0; i < r.ndim; ++i) {
     if (r.shape[i] <= 0) return Status::error("non-positive dimension");
@@ -112,7 +124,7 @@ Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
   }
   h.set_leading_dimension(r.leading_dimension);
   h.set_scale_inv(r.scale_inv);
-  h.set_scale_mode(wire::to_wire(static_cast<ScaleLayout>(r.scale_layout)));
+  h.set_scale_mode(ring_to_wire<v1::ScaleMode>(kScaleLayouts, r.scale_layout));
   h.set_source_call(std::string(r.source_call, strnlen(r.source_call, sizeof r.source_call)));
   h.set_payload_bytes(r.payload_bytes);
   if (r.scale_layout != static_cast<std::uint32_t>(ScaleLayout::kTensorScalar)) h.set_scale_bytes(r.scale_bytes);
@@ -178,7 +190,7 @@ void Shipper::disconnect(const std::string& why) {
   if (!stream_) return;
   collect_acks();
   release_held();  // their fate is unknown, as for any sample in flight when a stream breaks
-  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) reported_[i] += reported_this_stream_[i];
+  for (std::uint32_t i = 0; i < kClientDropCount; ++i) reported_[i] += reported_this_stream_[i];
   std::memset(reported_this_stream_, 0, sizeof reported_this_stream_);
   stream_.reset();
   segment_->shipper_connected.store(0, std::memory_order_relaxed);
@@ -192,16 +204,16 @@ bool Shipper::handle(const shm::RecordHeader& r) {
   switch (r.kind) {
     case shm::RecordKind::kSample: {
       if (!stream_) {
-        shm::count_drop(segment_, shm::kDaemonUnreachable);
+        shm::count_drop(segment_, shm::DropReason::kDaemonUnreachable);
         return false;
       }
       Result<v1::TensorHeader> header = tensor_header(r);
       if (!header.ok()) {
-        shm::count_drop(segment_, shm::kUnsupportedLayout);
+        shm::count_drop(segment_, shm::DropReason::kUnsupportedLayout);
         return false;
       }
       if (!stream_->reads(header.value())) {  // FP4 or a scale tensor for a protocol 1 daemon
-        shm::count_drop(segment_, shm::kDaemonTooOld);
+        shm::count_drop(segment_, shm::DropReason::kDaemonTooOld);
         return false;
       }
       const std::span<const std::uint8_t> payload(
@@ -209,7 +221,7 @@ bool Shipper::handle(const shm::RecordHeader& r) {
       const bool by_reference = stream_->shares(payload);
       Result<std::uint64_t> sent = stream_->send(std::move(header).value(), payload);
       if (!sent.ok()) {
-        shm::count_drop(segment_, shm::kDaemonUnreachable);
+        shm::count_drop(segment_, shm::DropReason::kDaemonUnreachable);
         disconnect("the stream broke");
         return false;
       }
@@ -244,7 +256,7 @@ bool Shipper::handle(const shm::RecordHeader& r) {
 void Shipper::collect_acks() {
   if (!stream_) return;
   for (const auto& [id, ack] : stream_->take_acks()) {
-    if (ack.outcome() != v1::SAMPLE_OUTCOME_ACCEPTED) shm::count_drop(segment_, shm::kDaemonRefused);
+    if (ack.outcome() != v1::SAMPLE_OUTCOME_ACCEPTED) shm::count_drop(segment_, shm::DropReason::kDaemonRefused);
     if (const auto held = held_.find(id); held != held_.end()) {  // copied out: the hook may reuse it
       reader_.release(held->second);
       held_.erase(held);
@@ -257,26 +269,26 @@ void Shipper::report_counters() {
   v1::ClientCounters c;
   c.set_samples_sent(segment_->samples_sent.load(std::memory_order_relaxed));
   c.set_bytes_sent(segment_->bytes_sent.load(std::memory_order_relaxed));
-  std::uint64_t now[shm::kDropReasonCount];
-  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) {
+  std::uint64_t now[kClientDropCount];
+  for (std::uint32_t i = 0; i < kClientDropCount; ++i) {
     now[i] = segment_->dropped[i].load(std::memory_order_relaxed);
     // daemon_refused: the daemon counted those itself.
-    if (i != shm::kDaemonRefused && now[i] > reported_[i]) (*c.mutable_dropped())[shm::kDropReasonNames[i]] = now[i] - reported_[i];
+    if (kClientDrops[i].value != shm::DropReason::kDaemonRefused && now[i] > reported_[i]) (*c.mutable_dropped())[kClientDrops[i].name] = now[i] - reported_[i];
   }
   if (!stream_->send_counters(c).ok()) {
     disconnect("the stream broke");
     return;
   }
-  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) reported_this_stream_[i] = now[i] > reported_[i] ? now[i] - reported_[i] : 0;
+  for (std::uint32_t i = 0; i < kClientDropCount; ++i) reported_this_stream_[i] = now[i] > reported_[i] ? now[i] - reported_[i] : 0;
 }
 
 void Shipper::print_summary() const {
   std::ostringstream drops;
   std::uint64_t total = 0;
-  for (std::uint32_t i = 0; i < shm::kDropReasonCount; ++i) {
+  for (std::uint32_t i = 0; i < kClientDropCount; ++i) {
     const std::uint64_t n = segment_->dropped[i].load(std::memory_order_relaxed);
     if (n == 0) continue;
-    drops << (total == 0 ? "" : ", ") << shm::kDropReasonNames[i] << "=" << n;
+    drops << (total == 0 ? "" : ", ") << kClientDrops[i].name << "=" << n;
     total += n;
   }
   if (total == 0 && scalars_lost_ == 0) return;
@@ -303,7 +315,7 @@ int Shipper::run() {
       }
       if (next == shm::RingReader::Next::kCorrupt) {
         std::fprintf(stderr, "fp8scope-shipper: the shared ring held a malformed record; skipped what was queued\n");
-        shm::count_drop(segment_, shm::kRingFull);
+        shm::count_drop(segment_, shm::DropReason::kRingFull);
         continue;
       }
       if (!handle(*r)) reader_.release(r);

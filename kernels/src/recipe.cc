@@ -6,68 +6,15 @@
 namespace fp8scope {
 namespace {
 
-struct RecipeRow {
-  RecipeKind kind;
-  const char* name;
-};
-
-constexpr RecipeRow kRecipeNames[] = {
-    {RecipeKind::kTensorCurrent, "tensor_current"}, {RecipeKind::kTensorDelayed, "tensor_delayed"},
-    {RecipeKind::kMxfp8, "mxfp8"},                  {RecipeKind::kBlock1x128, "block_1x128"},
-    {RecipeKind::kBlock128x128, "block_128x128"},   {RecipeKind::kNvfp4, "nvfp4"},
-    {RecipeKind::kMxfp4, "mxfp4"},
-};
-
-struct OperandRow {
-  Operand op;
-  const char* name;
-};
-
-constexpr OperandRow kOperandNames[] = {{Operand::kX, "x"}, {Operand::kW, "w"}, {Operand::kDy, "dy"}};
-
 bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
-
-const char* recipe_name(RecipeKind kind) {
-  for (const auto& row : kRecipeNames) {
-    if (row.kind == kind) return row.name;
-  }
-  return "invalid";
-}
-
-std::string recipe_name_list() {
-  std::string names;
-  for (RecipeKind k : kAllRecipeKinds) names += std::string(names.empty() ? "" : ", ") + recipe_name(k);
-  return names;
-}
-
-std::optional<RecipeKind> recipe_kind_from_name(std::string_view name) {
-  for (const auto& row : kRecipeNames) {
-    if (name == row.name) return row.kind;
-  }
-  return std::nullopt;
-}
 
 std::optional<CastFormat> format_from_name(std::string_view name) {
   for (CastFormat f : kAllCastFormats) {
     if (name == format_name(f)) return f;
   }
   return std::nullopt;
-}
-
-std::optional<Operand> operand_from_name(std::string_view name) {
-  for (const auto& row : kOperandNames) {
-    if (name == row.name) return row.op;
-  }
-  return std::nullopt;
-}
-
-const char* operand_name(Operand op) {
-  for (const auto& row : kOperandNames) {
-    if (row.op == op) return row.name;
-  }
-  return "invalid";
 }
 
 Recipe default_recipe(RecipeKind kind) {

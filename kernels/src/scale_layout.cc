@@ -8,22 +8,13 @@
 namespace fp8scope {
 namespace {
 
-constexpr ScaleLayoutInfo kLayouts[] = {
-    {ScaleLayout::kTensorScalar, "scalar_32f", ScaleEncoding::kF32, 0, 0},
-    {ScaleLayout::kRowVector, "outer_vec_32f", ScaleEncoding::kF32, 1, 0},
-    {ScaleLayout::kVec128F32, "vec128_32f", ScaleEncoding::kF32, 1, 128},
-    {ScaleLayout::kBlock128x128F32, "blk128x128_32f", ScaleEncoding::kF32, 128, 128},
-    {ScaleLayout::kVec32Ue8m0, "vec32_ue8m0", ScaleEncoding::kUE8M0, 1, 32},
-    {ScaleLayout::kVec16Ue4m3, "vec16_ue4m3", ScaleEncoding::kUE4M3, 1, 16},
-};
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
 int encoding_bytes(ScaleEncoding e) { return e == ScaleEncoding::kF32 ? 4 : 1; }
 
 // The geometry of a layout on a shape: block extents with "whole" resolved, block counts.
-BlockScaleGrid empty_grid(const ScaleLayoutInfo& info, const ScaledShape& shape) {
+BlockScaleGrid empty_grid(const ScaleLayoutTerm& info, const ScaledShape& shape) {
   BlockScaleGrid g;
   g.info = &info;
   g.block_mn = info.block_mn == 0 ? shape.mn() : info.block_mn;
@@ -83,7 +74,7 @@ float decode_scale(ScaleEncoding e, std::uint32_t code) {
 template <class Offset>
 Result<BlockScaleGrid> read_grid(ScaleLayout layout, const ScaledShape& shape, std::span<const std::uint8_t> bytes,
                                  float tensor_scale_inv, std::uint64_t expected_bytes, Offset offset) {
-  const ScaleLayoutInfo* info = scale_layout_info(layout);
+  const ScaleLayoutTerm* info = scale_layout_info(layout);
   if (info == nullptr) return Status::error("expected a scale layout, got code " + std::to_string(static_cast<int>(layout)));
   if (shape.rows <= 0 || shape.cols <= 0) return Status::error("expected a nonempty operand");
   BlockScaleGrid g = empty_grid(*info, shape);
@@ -107,24 +98,8 @@ Result<BlockScaleGrid> read_grid(ScaleLayout layout, const ScaledShape& shape, s
 
 }  // namespace
 
-const ScaleLayoutInfo* scale_layout_info(ScaleLayout layout) {
-  for (const ScaleLayoutInfo& i : kLayouts) {
-    if (i.layout == layout) return &i;
-  }
-  return nullptr;
-}
-
-const ScaleLayoutInfo* scale_layout_from_name(std::string_view name) {
-  for (const ScaleLayoutInfo& i : kLayouts) {
-    if (name == i.name) return &i;
-  }
-  return nullptr;
-}
-
-std::span<const ScaleLayoutInfo> scale_layouts() { return kLayouts; }
-
 std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape) {
-  const ScaleLayoutInfo* info = scale_layout_info(layout);
+  const ScaleLayoutTerm* info = scale_layout_info(layout);
   if (info == nullptr || shape.rows <= 0 || shape.cols <= 0) return 0;
   return stored_elements(layout, empty_grid(*info, shape)) * static_cast<std::uint64_t>(encoding_bytes(info->encoding));
 }
@@ -139,7 +114,7 @@ Result<BlockScaleGrid> untile_scales(ScaleLayout layout, const ScaledShape& shap
 
 Result<BlockScaleGrid> compact_scales(ScaleLayout layout, const ScaledShape& shape, std::span<const std::uint8_t> bytes,
                                       float tensor_scale_inv) {
-  const ScaleLayoutInfo* info = scale_layout_info(layout);
+  const ScaleLayoutTerm* info = scale_layout_info(layout);
   std::uint64_t expected = 0;
   if (info != nullptr && shape.rows > 0 && shape.cols > 0) {
     const BlockScaleGrid g = empty_grid(*info, shape);

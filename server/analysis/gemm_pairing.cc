@@ -3,15 +3,15 @@
 namespace fp8scope::server {
 
 std::optional<GemmPair> GemmPairing::offer(Sample&& s) {
-  const bool is_x = s.header.operand() == v1::OPERAND_X;
-  if (s.header.gemm() != v1::GEMM_FPROP || (!is_x && s.header.operand() != v1::OPERAND_W) ||
+  const bool is_x = s.header.operand == Operand::kX;
+  if (s.header.gemm != GemmRole::kFprop || (!is_x && s.header.operand != Operand::kW) ||
       s.payload.size() > max_operand_bytes_ || s.payload.size() > max_pending_bytes_) {
     return std::nullopt;
   }
   const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
-                          s.header.layer() + '\x1f' + std::to_string(s.header.step());
-  const float scale_inv = s.header.scale_inv() > 0.0f ? s.header.scale_inv() : 1.0f;
-  Pending mine{key, is_x, s.client, s.header.layer(), s.header.step(), s.dtype, s.rows, s.cols, scale_inv,
+                          s.header.layer + '\x1f' + std::to_string(s.header.step);
+  const float scale_inv = s.header.scale_inv > 0.0f ? s.header.scale_inv : 1.0f;
+  Pending mine{key, is_x, s.client, s.header.layer, s.header.step, s.header.dtype, s.header.rows, s.header.cols, scale_inv,
                std::move(s.payload), std::move(s.lease)};
   std::lock_guard<std::mutex> lock(mu_);
   auto erase = [&](std::list<Pending>::iterator it) {

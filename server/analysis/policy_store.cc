@@ -1,23 +1,18 @@
 #include "fp8scope/analysis/policy_store.h"
 
 #include "fp8scope/pattern/layer_pattern.h"
-#include "fp8scope/wire/sampling_rule.h"
-#include "fp8scope/wire/wire.h"
 #include "fp8scope/ingest/sample_validation.h"
 
 namespace fp8scope::server {
 
-PolicyStore::PolicyStore() {
-  default_.set_version(version_);
-  default_.set_every_n_steps(kDefaultEveryNSteps);
-}
+PolicyStore::PolicyStore() { default_.version = version_; }
 
-const v1::Policy& PolicyStore::effective(const std::string& job) const {
+const SamplingPolicy& PolicyStore::effective(const std::string& job) const {
   const auto it = job.empty() ? by_job_.end() : by_job_.find(job);
   return it != by_job_.end() ? it->second : default_;
 }
 
-v1::Policy PolicyStore::get(const std::string& job) const {
+SamplingPolicy PolicyStore::get(const std::string& job) const {
   std::lock_guard<std::mutex> lock(mu_);
   return effective(job);
 }
@@ -29,26 +24,26 @@ void PolicyStore::notify(const std::string& job) {
   }
 }
 
-Result<v1::Policy> PolicyStore::set(v1::Policy policy) {
+Result<SamplingPolicy> PolicyStore::set(SamplingPolicy policy) {
   if (Status s = validate_policy(policy); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string job = policy.job();
+  const std::string job = policy.job;
   if (!job.empty() && by_job_.count(job) == 0 && by_job_.size() >= kMaxJobPolicies) {
     return Status::error(std::to_string(kMaxJobPolicies) + " jobs have a policy of their own already; let one "
                          "inherit the default first");
   }
-  policy.set_version(++version_);
+  policy.version = ++version_;
   (job.empty() ? default_ : by_job_[job]) = policy;
   notify(job);
   return policy;
 }
 
-Result<v1::Policy> PolicyStore::inherit(const std::string& job) {
+Result<SamplingPolicy> PolicyStore::inherit(const std::string& job) {
   if (job.empty()) return Status::error("inherit: name the job that should follow the default");
   std::lock_guard<std::mutex> lock(mu_);
   if (by_job_.erase(job) > 0) {
     // Its streams see a new version, so they take the default even if they had seen it before.
-    default_.set_version(++version_);
+    default_.version = ++version_;
     notify(job);
   }
   return default_;
@@ -66,23 +61,17 @@ void PolicyStore::unsubscribe(int id) {
   subscribers_.erase(id);
 }
 
-Status validate_policy(const v1::Policy& p) {
-  if (std::string error; !LayerPattern::compile(p.layer_regex(), &error)) {
+Status validate_policy(const SamplingPolicy& p) {
+  if (std::string error; !LayerPattern::compile(p.layer_regex, &error)) {
     return Status::error("layer_regex: not a layer pattern: " + error);
   }
-  for (int op : p.operands()) {
-    if (!wire::from_wire(static_cast<v1::Operand>(op))) return Status::error("operands: expected x, w or dy");
-  }
-  for (int r : p.recipes()) {
-    if (!wire::from_wire(static_cast<v1::Recipe>(r))) return Status::error("recipes: unknown recipe " + std::to_string(r));
-  }
-  if (p.every_n_steps() == 0) return Status::error("every_n_steps: expected 1 or more (1 = every step)");
-  if (!p.job().empty() && !valid_label(p.job())) {
+  if (p.every_n_steps == 0) return Status::error("every_n_steps: expected 1 or more (1 = every step)");
+  if (!p.job.empty() && !valid_label(p.job)) {
     return Status::error("job: expected 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
-  if (p.end_step() != 0 && p.end_step() <= p.start_step()) {
-    return Status::error("end_step " + std::to_string(p.end_step()) + " must be above start_step " +
-                         std::to_string(p.start_step()));
+  if (p.end_step != 0 && p.end_step <= p.start_step) {
+    return Status::error("end_step " + std::to_string(p.end_step) + " must be above start_step " +
+                         std::to_string(p.start_step));
   }
   return Status();
 }

@@ -5,7 +5,6 @@
 #include "fp8scope/kernels/code_digest.h"
 #include "fp8scope/kernels/observed_analysis.h"
 #include "fp8scope/kernels/recipe_analysis.h"
-#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
 namespace {
@@ -16,35 +15,29 @@ std::string hex_digest(std::uint64_t digest) {
   return text;
 }
 
-std::vector<RecipeKind> policy_recipes(const v1::Policy& p) {
-  std::vector<RecipeKind> kinds;
-  for (int r : p.recipes()) {
-    if (auto k = wire::from_wire(static_cast<v1::Recipe>(r))) kinds.push_back(*k);
-  }
-  if (kinds.empty()) kinds.assign(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds));
-  return kinds;
+std::vector<RecipeKind> policy_recipes(const SamplingPolicy& p) {
+  if (!p.recipes.empty()) return p.recipes;
+  return std::vector<RecipeKind>(kAllRecipeKinds.begin(), kAllRecipeKinds.end());
 }
-
-Operand operand_of(const Sample& s) { return wire::from_wire(s.header.operand()).value_or(Operand::kX); }
 
 }  // namespace
 
-Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const v1::Policy& policy) {
-  return dtype_is_codes(s.dtype) ? observed(s) : what_ifs(s, policy);
+Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const SamplingPolicy& policy) {
+  return dtype_is_codes(s.header.dtype) ? observed(s) : what_ifs(s, policy);
 }
 
 std::shared_ptr<DelayedScalingState> SampleAnalyzer::delayed_state(const Sample& s, const Recipe& recipe,
                                                                    CastFormat format) {
   const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
-                          s.header.layer() + '\x1f' + std::to_string(s.header.gemm()) + '\x1f' +
-                          std::to_string(s.header.operand()) + '\x1f' + std::to_string(static_cast<int>(format));
+                          s.header.layer + '\x1f' + gemm_name(s.header.gemm) + '\x1f' +
+                          operand_name(s.header.operand) + '\x1f' + std::to_string(static_cast<int>(format));
   std::lock_guard<std::mutex> lock(delayed_mu_);
   return delayed_.get_or_insert(key, [&] { return std::make_shared<DelayedScalingState>(recipe, format); });
 }
 
-Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const v1::Policy& policy) {
-  const Operand operand = operand_of(s);
-  const TensorView view{s.payload.data(), s.dtype, s.rows, s.cols, 1.0f};
+Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingPolicy& policy) {
+  const Operand operand = s.header.operand;
+  const TensorView view{s.payload.data(), s.header.dtype, s.header.rows, s.header.cols, 1.0f};
   std::vector<RecipePlan> plans;
   std::vector<std::shared_ptr<DelayedScalingState>> delayed;
   for (RecipeKind kind : policy_recipes(policy)) {
@@ -88,12 +81,12 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const v1::Polic
 Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   ObservedTensor t;
   t.codes = s.payload.data();
-  t.dtype = s.dtype;
-  t.shape = {s.rows, s.cols, s.k_is_outer};
-  t.layout = s.scale_layout;
-  t.scales = std::span<const std::uint8_t>(s.payload.data() + s.codes_bytes, s.payload.size() - s.codes_bytes);
-  const float per_tensor = s.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv()
-                                                                        : s.header.global_scale_inv();
+  t.dtype = s.header.dtype;
+  t.shape = {s.header.rows, s.header.cols, s.header.k_is_outer};
+  t.layout = s.header.scale_layout;
+  t.scales = std::span<const std::uint8_t>(s.payload.data() + s.header.codes_bytes, s.payload.size() - s.header.codes_bytes);
+  const float per_tensor = s.header.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv
+                                                                        : s.header.global_scale_inv;
   t.scale_inv = per_tensor > 0.0f ? per_tensor : 1.0f;  // 0: not given
   Result<ObservedAnalysis> analyzed = engine_.analyze_observed(t);
   if (!analyzed.ok()) return analyzed.status();
@@ -102,15 +95,15 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   a.te_amax = analyzed.value().te_amax;
   RecipeOutcome o;
   o.recipe = "observed";
-  o.format = code_format(s.dtype);
+  o.format = code_format(s.header.dtype);
   o.observed = true;
-  o.scale_layout = s.scale_layout;
+  o.scale_layout = s.header.scale_layout;
   o.stats = analyzed.value().stats;
   o.scale_min = o.stats.scale_min;
   o.scale_max = o.stats.scale_max;
-  if (s.scale_layout == ScaleLayout::kTensorScalar) o.scale = o.scale_min = o.scale_max = 1.0 / t.scale_inv;
+  if (s.header.scale_layout == ScaleLayout::kTensorScalar) o.scale = o.scale_min = o.scale_max = 1.0 / t.scale_inv;
   // Fingerprints of the job's own FP8 codes, for the inference check.
-  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), s.codes_bytes)));
+  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), s.header.codes_bytes)));
   a.recipes.push_back(std::move(o));
   return a;
 }

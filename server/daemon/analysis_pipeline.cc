@@ -53,7 +53,7 @@ void AnalysisPipeline::process(Sample& s) {
   if (!analysis.ok()) return drop(s, analysis.message());
   publisher_.publish(s, analysis.value());
   if (s.journal) d_.history->add(*s.journal);  // after its records: released once they are committed
-  if (!dtype_is_codes(s.dtype)) {
+  if (!dtype_is_codes(s.header.dtype)) {
     if (std::optional<GemmPair> pair = gemm_pairs_.offer(std::move(s))) {
       publisher_.publish_gemm_check(*pair, gemm_checker_.check(*pair));
     }
@@ -63,7 +63,7 @@ void AnalysisPipeline::process(Sample& s) {
 }
 
 void AnalysisPipeline::drop(const Sample& s, const std::string& why) {
-  spdlog::warn("analysis of {} from job {} failed: {}", s.header.layer(), s.client->job, why);
+  spdlog::warn("analysis of {} from job {} failed: {}", s.header.layer, s.client->job, why);
   d_.health->sample_dropped("analysis_error");
   if (s.journal) d_.journal->release(*s.journal);  // accounted for by the drop
 }

@@ -7,7 +7,6 @@
 
 #include "fp8scope/kernels/scale_layout.h"
 #include "fp8scope/kernels/scale_rules.h"
-#include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
 namespace {
@@ -68,10 +67,10 @@ bool SamplePublisher::exported(const RecipeOutcome& o) const {
 history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                                       double scale_current) const {
   history::HistoryRecord rec;
-  set_place(rec, time, *s.client, s.header.step(), s.header.layer());
-  rec.gemm = wire::from_wire(s.header.gemm()).value_or(GemmRole::kUnknown);
-  rec.operand = wire::from_wire(s.header.operand()).value_or(Operand::kX);
-  rec.dtype = dtype_name(s.dtype);
+  set_place(rec, time, *s.client, s.header.step, s.header.layer);
+  rec.gemm = s.header.gemm;
+  rec.operand = s.header.operand;
+  rec.dtype = dtype_name(s.header.dtype);
   rec.numel = static_cast<std::int64_t>(a.moments.numel);
   rec.recipe = o.recipe;
   rec.format = format_name(o.format);
@@ -86,8 +85,8 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   if (!o.observed) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
   rec.codes_digest = o.codes_digest;
   if (o.observed) {
-    if (const ScaleLayoutInfo* info = scale_layout_info(o.scale_layout)) rec.scale_layout = info->name;
-    rec.gemm_alpha = s.header.gemm_alpha();
+    if (const ScaleLayoutTerm* info = scale_layout_info(o.scale_layout)) rec.scale_layout = info->name;
+    rec.gemm_alpha = s.header.gemm_alpha;
     if (o.block_scaled()) {
       rec.scale_histogram.assign(std::begin(o.stats.scale_histogram), std::end(o.stats.scale_histogram));
     }
@@ -96,28 +95,18 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
 }
 
 void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
-  const std::string gemm = wire::gemm_name(s.header.gemm());
-  const std::string op = wire::operand_label(s.header.operand());
-  const prometheus::Labels tensor_labels{{"job", s.client->job}, {"layer", s.header.layer()}, {"gemm", gemm}, {"operand", op}};
+  const std::string gemm = gemm_name(s.header.gemm);
+  const std::string op = operand_name(s.header.operand);
+  const prometheus::Labels tensor_labels{{"job", s.client->job}, {"layer", s.header.layer}, {"gemm", gemm}, {"operand", op}};
   const std::uint32_t rank = s.client->rank;
   const double time = now_seconds();
   for (const StatisticMetric& m : tensor_metrics_) {
     series_.set(*m.metric, tensor_labels, rank, m.statistic->compute(a.moments, QuantStats{}));
   }
-  series_.set(last_step_, tensor_labels, rank, static_cast<double>(s.header.step()));
+  series_.set(last_step_, tensor_labels, rank, static_cast<double>(s.header.step));
 
-  v1::TensorSummary summary;
-  v1::TensorKey* key = summary.mutable_key();
-  key->set_job(s.client->job);
-  key->set_run(s.client->run);
-  key->set_rank(rank);
-  key->set_layer(s.header.layer());
-  key->set_gemm(s.header.gemm());
-  key->set_operand(s.header.operand());
-  summary.set_step(s.header.step());
-  summary.set_dtype(wire::to_wire(s.dtype));
-  *summary.mutable_shape() = s.header.shape();
-  summary.set_time(time);
+  TensorSummary summary{s.client->job, s.client->run, rank, s.header.layer, s.header.gemm, s.header.operand,
+                        s.header.step, s.header.dtype, s.header.shape, time, {}};
 
   std::map<CastFormat, double> current_by_format;  // of the exported recipes' formats
   for (const RecipeOutcome& o : a.recipes) {
@@ -127,16 +116,16 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     prometheus::Labels labels = tensor_labels;
     labels["format"] = format_name(o.format);
     labels["recipe"] = o.recipe;
-    v1::RecipeStats* rs = summary.add_recipes();
-    rs->set_recipe(o.recipe);
-    rs->set_format(format_name(o.format));
-    rs->set_scale(o.scale.value_or(o.scale_min));
-    rs->set_scale_max(o.scale_max);
-    rs->set_scale_current(current);
-    if (o.observed) rs->set_scale_mode(wire::to_wire(o.scale_layout));
+    RecipeSummary& rs = summary.recipes.emplace_back();
+    rs.recipe = o.recipe;
+    rs.format = o.format;
+    rs.scale = o.scale.value_or(o.scale_min);
+    rs.scale_max = o.scale_max;
+    rs.scale_current = current;
+    if (o.observed) rs.scale_layout = o.scale_layout;
     for (const Statistic& st : statistics()) {
       if (!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())) {
-        (*rs->mutable_statistics())[st.key] = st.compute(a.moments, o.stats);
+        rs.statistics.emplace_back(&st, st.compute(a.moments, o.stats));
       }
     }
     history_.add(record(s, a, o, time, current));
@@ -166,7 +155,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     labels["format"] = format_name(format);
     series_.set(scale_current_, labels, rank, current);
   }
-  tensors_.update(summary);
+  tensors_.update(std::move(summary));
 }
 
 void SamplePublisher::publish_gemm_check(const GemmPair& p, const std::vector<GemmCheckResult>& results) {

@@ -20,23 +20,27 @@ constexpr SortRule kSorts[] = {{"underflow", "underflow_ratio", false},
                                {"cosine", "cosine", true}};
 
 // The value a summary is sorted by; NaN when the recipe or statistic is missing.
-double sort_value(const v1::TensorSummary& s, const std::string& statistic, const std::string& recipe) {
-  for (const v1::RecipeStats& r : s.recipes()) {
-    if (r.recipe() != recipe) continue;
-    auto it = r.statistics().find(statistic);
-    return it == r.statistics().end() ? std::nan("") : it->second;
+double sort_value(const TensorSummary& s, const std::string& statistic, const std::string& recipe) {
+  for (const RecipeSummary& r : s.recipes) {
+    if (r.recipe == recipe) return r.statistic(statistic);
   }
   return std::nan("");
 }
 
 }  // namespace
 
-void TensorTable::update(const v1::TensorSummary& summary) {
-  const v1::TensorKey& k = summary.key();
-  std::string key = k.job() + '\x1f' + k.run() + '\x1f' + std::to_string(k.rank()) + '\x1f' + k.layer() + '\x1f' +
-                    std::to_string(k.gemm()) + '\x1f' + std::to_string(k.operand());
+double RecipeSummary::statistic(std::string_view key) const {
+  for (const auto& [st, value] : statistics) {
+    if (key == st->key) return value;
+  }
+  return std::nan("");
+}
+
+void TensorTable::update(TensorSummary summary) {
+  std::string key = summary.job + '\x1f' + summary.run + '\x1f' + std::to_string(summary.rank) + '\x1f' +
+                    summary.layer + '\x1f' + gemm_name(summary.gemm) + '\x1f' + operand_name(summary.operand);
   std::lock_guard<std::mutex> lock(mu_);
-  entries_.get_or_insert(key, [] { return v1::TensorSummary(); }) = summary;
+  entries_.get_or_insert(key, [] { return TensorSummary(); }) = std::move(summary);
 }
 
 Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uint32_t top,
@@ -52,26 +56,23 @@ Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uin
   // Sorted as pointers under the lock, and only what is shown is copied: a listing of every tensor
   // of a large table used to copy them all.
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const v1::TensorSummary*> out;
+  std::vector<const TensorSummary*> out;
   out.reserve(entries_.size());
-  entries_.for_each([&](const std::string&, const v1::TensorSummary& s) { out.push_back(&s); });
+  entries_.for_each([&](const std::string&, const TensorSummary& s) { out.push_back(&s); });
   // Asked for a recipe: only the tensors that have it (FP8 tensors have "observed" only), so
   // --top counts what will be shown.
   if (!recipe_in.empty()) {
-    std::erase_if(out, [&](const v1::TensorSummary* s) {
-      return std::none_of(s->recipes().begin(), s->recipes().end(),
-                          [&](const v1::RecipeStats& r) { return r.recipe() == recipe_in; });
+    std::erase_if(out, [&](const TensorSummary* s) {
+      return std::none_of(s->recipes.begin(), s->recipes.end(), [&](const RecipeSummary& r) { return r.recipe == recipe_in; });
     });
   }
-  auto key = [](const v1::TensorSummary* s) {
-    const v1::TensorKey& k = s->key();
-    return std::make_tuple(std::cref(k.job()), std::cref(k.run()), k.rank(), std::cref(k.layer()), static_cast<int>(k.gemm()),
-                           static_cast<int>(k.operand()));
+  auto key = [](const TensorSummary* s) {
+    return std::make_tuple(std::cref(s->job), std::cref(s->run), s->rank, std::cref(s->layer), s->gemm, s->operand);
   };
   std::sort(out.begin(), out.end(), [&](const auto* a, const auto* b) { return key(a) < key(b); });
   if (rule != nullptr) {
     // FP8 tensors have no what-if recipes: they sort by what was observed.
-    auto value = [&](const v1::TensorSummary* s) {
+    auto value = [&](const TensorSummary* s) {
       double v = sort_value(*s, rule->statistic, recipe);
       if (std::isnan(v)) v = sort_value(*s, rule->statistic, "observed");
       return v;

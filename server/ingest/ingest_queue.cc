@@ -11,8 +11,8 @@ IngestQueue::IngestQueue(int shards) {
 
 std::size_t tensor_key_hash(const Sample& s) {
   const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
-                          s.header.layer() + '\x1f' + std::to_string(s.header.gemm()) + '\x1f' +
-                          std::to_string(s.header.operand());
+                          s.header.layer + '\x1f' + gemm_name(s.header.gemm) + '\x1f' +
+                          operand_name(s.header.operand);
   return std::hash<std::string>{}(key);
 }
 

@@ -50,19 +50,12 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
                     "sample " + std::to_string(id) + " does not start with a header chunk at offset 0");
     }
     const HeaderCheck check = check_header(chunk.header(), limits_.max_sample_bytes);
-    if (!check.shape) return refuse(AssemblerEvent::Kind::kRejected, check.refusal.reason, check.refusal.message);
-    const std::uint64_t bytes = chunk.header().payload_bytes();
+    if (!check.header) return refuse(AssemblerEvent::Kind::kRejected, check.refusal.reason, check.refusal.message);
     current_.emplace();
     current_->lease = BudgetLease(budget_, 0);
     current_->client = client_;
-    current_->header = chunk.header();
-    current_->dtype = check.shape->dtype;
-    current_->rows = check.shape->rows;
-    current_->cols = check.shape->cols;
-    current_->scale_layout = check.shape->layout;
-    current_->k_is_outer = check.shape->k_is_outer;
-    current_->codes_bytes = check.shape->codes_bytes;
-    current_->payload.resize(bytes);
+    current_->header = std::move(*check.header);
+    current_->payload.resize(current_->header.codes_bytes + current_->header.scale_bytes);
     received_ = 0;
   }
   if (in.unreadable) return refuse(AssemblerEvent::Kind::kRejected, in.unreadable->reason, in.unreadable->message);

@@ -47,24 +47,26 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   if (!valid_label(h.layer())) {
     return refuse("bad_layer", "layer must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
-  if (!wire::from_wire(h.operand())) return refuse("bad_operand", "operand must be x, w or dy");
+  const std::optional<Operand> operand = wire::from_wire(h.operand());
+  if (!operand) return refuse("bad_operand", "operand must be x, w or dy");
   if (h.step() > kMaxStep) return refuse("bad_step", "step " + std::to_string(h.step()) + " is above " + std::to_string(kMaxStep));
-  if (!wire::from_wire(h.gemm())) return refuse("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
+  const std::optional<GemmRole> gemm = wire::from_wire(h.gemm());
+  if (!gemm) return refuse("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
   if (h.shape_size() > kMaxRank) {
     return refuse("bad_shape", "expected at most " + std::to_string(kMaxRank) + " dimensions, got " +
                                    std::to_string(h.shape_size()));
   }
-  SampleShape s;
+  SampleHeader s;
   s.dtype = *dtype;
-  s.numel = 1;
+  std::int64_t numel = 1;
   for (std::int64_t d : h.shape()) {
     if (d <= 0) return refuse("bad_shape", "expected every dimension > 0, got " + std::to_string(d));
-    if (s.numel > std::numeric_limits<std::int64_t>::max() / d) return refuse("bad_shape", "element count overflows");
-    s.numel *= d;
+    if (numel > std::numeric_limits<std::int64_t>::max() / d) return refuse("bad_shape", "element count overflows");
+    numel *= d;
   }
   s.cols = h.shape_size() == 0 ? 1 : h.shape(h.shape_size() - 1);
-  s.rows = s.numel / s.cols;
-  if (s.numel > std::numeric_limits<std::int64_t>::max() / 8) return refuse("bad_shape", "element count overflows");
+  s.rows = numel / s.cols;
+  if (numel > std::numeric_limits<std::int64_t>::max() / 8) return refuse("bad_shape", "element count overflows");
   s.codes_bytes = tensor_bytes(*dtype, static_cast<std::uint64_t>(s.rows), static_cast<std::uint64_t>(s.cols));
   if (s.codes_bytes == 0) {
     return refuse("bad_shape", "e2m1 codes come two a byte: expected an even last dimension, got " + std::to_string(s.cols));
@@ -72,25 +74,25 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   // The scale layout: unset means per-tensor for codes (what protocol 1 clients send) and none else.
   const bool codes = dtype_is_codes(*dtype);
   if (h.scale_mode() == v1::SCALE_MODE_UNSPECIFIED) {
-    s.layout = codes ? ScaleLayout::kTensorScalar : ScaleLayout::kNone;
+    s.scale_layout = codes ? ScaleLayout::kTensorScalar : ScaleLayout::kNone;
   } else if (const std::optional<ScaleLayout> layout = wire::from_wire(h.scale_mode())) {
-    s.layout = *layout;
+    s.scale_layout = *layout;
   } else {
     return refuse("bad_scale_mode", "unknown scale mode " + std::to_string(h.scale_mode()));
   }
-  if (codes == (s.layout == ScaleLayout::kNone)) {
+  if (codes == (s.scale_layout == ScaleLayout::kNone)) {
     return refuse("bad_scale_mode", std::string(dtype_name(*dtype)) + (codes ? " codes need a scale mode" :
                                                                               " data takes no scale mode"));
   }
   s.k_is_outer = h.k_is_outer();
-  if (s.layout != ScaleLayout::kNone && s.layout != ScaleLayout::kTensorScalar) {
+  if (is_block_layout(s.scale_layout)) {
     if (h.shape_size() != 2) {
       return refuse("bad_shape", "a block-scaled operand is one matrix: expected 2 dimensions, got " +
                                      std::to_string(h.shape_size()));
     }
-    s.scale_bytes = scale_tensor_bytes(s.layout, ScaledShape{s.rows, s.cols, s.k_is_outer});
+    s.scale_bytes = scale_tensor_bytes(s.scale_layout, ScaledShape{s.rows, s.cols, s.k_is_outer});
     if (h.scale_bytes() != s.scale_bytes) {
-      return refuse("size_mismatch", std::string(scale_layout_info(s.layout)->name) + " scales of this shape take " +
+      return refuse("size_mismatch", std::string(scale_layout_name(s.scale_layout)) + " scales of this shape take " +
                                          std::to_string(s.scale_bytes) + " bytes, the header says " +
                                          std::to_string(h.scale_bytes()));
     }
@@ -115,7 +117,16 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   if (!std::isfinite(h.gemm_alpha())) {
     return refuse("bad_scale", "gemm_alpha must be finite, got " + std::to_string(h.gemm_alpha()));
   }
-  return {s, {}};
+  s.step = h.step();
+  s.layer = h.layer();
+  s.gemm = *gemm;
+  s.operand = *operand;
+  s.shape.assign(h.shape().begin(), h.shape().end());
+  s.scale_inv = h.scale_inv();
+  s.global_scale_inv = h.global_scale_inv();
+  s.gemm_alpha = h.gemm_alpha();
+  s.source_call = h.source_call();
+  return {std::move(s), {}};
 }
 
 }  // namespace fp8scope::server

@@ -7,6 +7,7 @@
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/kernels/scale_layout.h"
+#include "fp8scope/services/policy_wire.h"
 #include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
@@ -112,13 +113,41 @@ grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* c
   return finish(context, grpc::Status::OK);
 }
 
+namespace {
+
+void tensor_to_wire(const TensorSummary& t, v1::TensorSummary& w) {
+  v1::TensorKey* key = w.mutable_key();
+  key->set_job(t.job);
+  key->set_run(t.run);
+  key->set_rank(t.rank);
+  key->set_layer(t.layer);
+  key->set_gemm(wire::to_wire(t.gemm));
+  key->set_operand(wire::to_wire(t.operand));
+  w.set_step(t.step);
+  w.set_dtype(wire::to_wire(t.dtype));
+  w.mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  w.set_time(t.time);
+  for (const RecipeSummary& r : t.recipes) {
+    v1::RecipeStats* rs = w.add_recipes();
+    rs->set_recipe(r.recipe);
+    rs->set_format(format_name(r.format));
+    rs->set_scale(r.scale);
+    rs->set_scale_max(r.scale_max);
+    rs->set_scale_current(r.scale_current);
+    if (r.scale_layout != ScaleLayout::kNone) rs->set_scale_mode(wire::to_wire(r.scale_layout));
+    for (const auto& [st, value] : r.statistics) (*rs->mutable_statistics())[st->key] = value;
+  }
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext* context,
                                                     const v1::ListTensorsRequest* request,
                                                     v1::ListTensorsResponse* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
   auto listed = deps_.tensors->list(request->sort(), request->top(), request->recipe());
   if (!listed.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, listed.message()});
-  for (auto& t : listed.value().tensors) *response->add_tensors() = std::move(t);
+  for (const TensorSummary& t : listed.value().tensors) tensor_to_wire(t, *response->add_tensors());
   response->set_total(listed.value().total);
   return finish(context, grpc::Status::OK);
 }
@@ -126,17 +155,19 @@ grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::GetPolicy(grpc::CallbackServerContext* context,
                                                   const v1::GetPolicyRequest* request, v1::Policy* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
-  *response = deps_.policy->get(request->job());
+  *response = policy_to_wire(deps_.policy->get(request->job()));
   return finish(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* AdminService::SetPolicy(grpc::CallbackServerContext* context,
                                                   const v1::SetPolicyRequest* request, v1::Policy* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
-  Result<v1::Policy> set =
-      request->inherit() ? deps_.policy->inherit(request->policy().job()) : deps_.policy->set(request->policy());
+  Result<SamplingPolicy> asked = policy_from_wire(request->policy());
+  if (!asked.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, asked.message()});
+  Result<SamplingPolicy> set =
+      request->inherit() ? deps_.policy->inherit(asked.value().job) : deps_.policy->set(std::move(asked).value());
   if (!set.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, set.message()});
-  *response = set.value();
+  *response = policy_to_wire(set.value());
   if (request->inherit()) {
     spdlog::info("job {} follows the default policy again (set by {})", request->policy().job(), context->peer());
   } else {
@@ -174,8 +205,8 @@ grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::Cal
     row->set_scale(r.scale);
     row->set_scale_max(r.scale_max);
     row->set_scale_current(r.scale_current);
-    if (const ScaleLayoutInfo* layout = scale_layout_from_name(r.scale_layout)) {
-      row->set_scale_mode(wire::to_wire(layout->layout));
+    if (const ScaleLayoutTerm* layout = scale_layout_from_name(r.scale_layout)) {
+      row->set_scale_mode(wire::to_wire(layout->value));
     }
     row->set_gemm_alpha(r.gemm_alpha);
     row->set_codes_digest(r.codes_digest);

@@ -8,8 +8,9 @@
 #include <map>
 #include <mutex>
 
+#include "fp8scope/services/policy_wire.h"
 #include "fp8scope/wire/wire.h"
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/client_drop.h"
 #include "fp8scope/ingest/sample_validation.h"
 
 namespace fp8scope::server {
@@ -182,13 +183,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
     send(welcome);
     // The current policy now, and every change later; the listener is removed in OnDone.
-    policy_subscription_ = deps_.policy->subscribe(info->job, [this](const v1::Policy& p) {
+    policy_subscription_ = deps_.policy->subscribe(info->job, [this](const SamplingPolicy& p) {
       v1::ServerMessage m;
-      *m.mutable_policy() = p;
+      *m.mutable_policy() = policy_to_wire(p);
       send(m);
     });
     v1::ServerMessage policy;
-    *policy.mutable_policy() = deps_.policy->get(info->job);
+    *policy.mutable_policy() = policy_to_wire(deps_.policy->get(info->job));
     send(policy);
     return grpc::Status::OK;
   }
@@ -247,15 +248,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
   // The client reports cumulative counts; the metrics get the increase since its last report.
-  // Reasons are a closed set (wire_enums.h); an unknown one (a newer client's) counts as "other",
+  // Reasons are a closed set (vocabulary/client_drop.h); an unknown one (a newer client's) counts as "other",
   // remembered for the first few so its running total is not counted twice, and counted once
   // beyond that, so neither metric series nor this stream's memory grow with what a client invents.
   void on_counters(const v1::ClientCounters& c) {
     std::uint64_t other = 0;
     for (const auto& [reason, total] : c.dropped()) {
-      const auto known = std::find(std::begin(kClientDropReasons), std::end(kClientDropReasons), reason);
-      if (known != std::end(kClientDropReasons)) {
-        std::uint64_t& seen = client_dropped_[*known];
+      if (const ClientDropTerm* known = vocabulary::row_named(kClientDrops, reason)) {
+        std::uint64_t& seen = client_dropped_[known->name];
         if (total > seen) deps_.health->sample_dropped("client_" + reason, total - seen);
         seen = std::max(seen, total);
         continue;

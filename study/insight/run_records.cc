@@ -58,7 +58,7 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
   RunRecords out;
   out.run = run;
   Status s = history.query(filter, [&](const history::HistoryRecord& r) {
-    TensorRecords& tensor = out.tensors[TensorKey{r.layer, history::gemm_name(r.gemm), operand_name(r.operand)}];
+    TensorRecords& tensor = out.tensors[TensorKey{r.layer, gemm_name(r.gemm), operand_name(r.operand)}];
     tensor.dtype = r.dtype;
     if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.scale_layout = r.scale_layout;
     RecordPoint& p = tensor.recipes[RecipeKey{r.recipe, r.format}].emplace_back();

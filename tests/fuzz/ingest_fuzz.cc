@@ -31,7 +31,7 @@ void analyze(const Sample& s) {
     p.recipe = default_recipe(k);
     plans.push_back(p);
   }
-  const TensorView view{s.payload.data(), s.dtype, s.rows, s.cols, s.header.scale_inv() > 0 ? s.header.scale_inv() : 1.0f};
+  const TensorView view{s.payload.data(), s.header.dtype, s.header.rows, s.header.cols, s.header.scale_inv > 0 ? s.header.scale_inv : 1.0f};
   (void)analyze_recipes(engine(), view, plans);
 }
 

@@ -54,7 +54,7 @@ history::HistoryRecord from_row(const v1::HistoryRow& row) {
   }
   r.codes_digest = row.codes_digest();
   if (const std::optional<ScaleLayout> layout = wire::from_wire(row.scale_mode())) {
-    if (const ScaleLayoutInfo* info = scale_layout_info(*layout)) r.scale_layout = info->name;
+    if (const ScaleLayoutTerm* info = scale_layout_info(*layout)) r.scale_layout = info->name;
   }
   r.gemm_alpha = row.gemm_alpha();
   return r;

@@ -167,7 +167,7 @@ TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {
   const ReadResult bad_ld = read_cublas_call("cublasGemmEx", false, false, 8, 4, 4, a, CUDA_R_32F, 4, 0, b, CUDA_R_32F,
                                              4, 0, 1, nullptr);
   CHECK_FALSE(bad_ld.call);
-  CHECK(bad_ld.reason == shm::kUnsupportedLayout);
+  CHECK(bad_ld.reason == shm::DropReason::kUnsupportedLayout);
 }
 
 TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what cannot be read", "[hook]") {
@@ -236,7 +236,7 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &future, sizeof future);
     r = read();
     CHECK_FALSE(r.call);
-    CHECK(r.reason == shm::kUnsupportedScaleMode);
+    CHECK(r.reason == shm::DropReason::kUnsupportedScaleMode);
   }
   SECTION("FP4 codes: two a byte, and the GEMM's alpha when it is a device pointer (TE's NVFP4)") {
     cublasLtMatrixLayout_t fp4 = nullptr;
@@ -256,13 +256,13 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
     const std::int32_t pointer_array = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
     cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &pointer_array, sizeof pointer_array);
     r = read();
-    CHECK(r.reason == shm::kPointerArrayBatch);
+    CHECK(r.reason == shm::DropReason::kPointerArrayBatch);
   }
   SECTION("other layout orders are counted") {
     const std::int32_t col32 = CUBLASLT_ORDER_COL32;
     cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_ORDER, &col32, sizeof col32);
     r = read();
-    CHECK(r.reason == shm::kUnsupportedLayout);
+    CHECK(r.reason == shm::DropReason::kUnsupportedLayout);
   }
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(la);

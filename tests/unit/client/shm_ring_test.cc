@@ -166,12 +166,13 @@ TEST_CASE("the policy seqlock hands out whole copies", "[shm]") {
 
 TEST_CASE("drop counters count by reason, and every reason has a metric-safe name", "[shm]") {
   Segment s(4096);
-  count_drop(s.header(), kRingFull, 3);
-  count_drop(s.header(), kGraphCapture);
-  count_drop(s.header(), kDropReasonCount);  // out of range: ignored
-  CHECK(s.header()->dropped[kRingFull] == 3);
-  CHECK(s.header()->dropped[kGraphCapture] == 1);
-  for (const char* name : kDropReasonNames) {
+  count_drop(s.header(), DropReason::kRingFull, 3);
+  count_drop(s.header(), DropReason::kGraphCapture);
+  count_drop(s.header(), static_cast<DropReason>(fp8scope::kClientDropCount));  // out of range: ignored
+  CHECK(s.header()->dropped[static_cast<int>(DropReason::kRingFull)] == 3);
+  CHECK(s.header()->dropped[static_cast<int>(DropReason::kGraphCapture)] == 1);
+  for (const fp8scope::ClientDropTerm& row : fp8scope::kClientDrops) {
+    const char* name = row.name;
     INFO(name);
     for (const char* c = name; *c != '\0'; ++c) CHECK(((*c >= 'a' && *c <= 'z') || *c == '_'));
   }

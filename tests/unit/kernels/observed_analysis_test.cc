@@ -32,7 +32,7 @@ float code_value(DType d, std::uint8_t c) {
 // Codes drawn over every value (NaN codes rarely), scales per block in the layout's encoding,
 // some blocks all zero, one block at each end of the scale range.
 Generated generate(DType dtype, ScaleLayout layout, const ScaledShape& shape, float factor, std::mt19937& rng) {
-  const ScaleLayoutInfo& info = *scale_layout_info(layout);
+  const ScaleLayoutTerm& info = *scale_layout_info(layout);
   Generated g;
   g.block_mn = info.block_mn == 0 ? shape.mn() : info.block_mn;
   g.block_k = info.block_k == 0 ? shape.k() : info.block_k;
@@ -157,12 +157,12 @@ void check(DType dtype, ScaleLayout layout, ScaledShape shape, std::mt19937& rng
 TEST_CASE("observed codes and block scales analyze as the element-by-element reference", "[observed]") {
   std::mt19937 rng(5);
   const ScaledShape shapes[] = {{1, 64, false}, {5, 160, false}, {130, 320, false}, {160, 5 * 32, true}, {200, 258, false}};
-  for (const ScaleLayoutInfo& info : scale_layouts()) {
+  for (const ScaleLayoutTerm& info : scale_layouts()) {
     for (DType dtype : {DType::kE4M3, DType::kE5M2, DType::kE2M1}) {
       for (const ScaledShape& shape : shapes) {
         INFO(info.name << " " << dtype_name(dtype) << " " << shape.rows << "x" << shape.cols
                        << (shape.k_is_outer ? " K outer" : ""));
-        check(dtype, info.layout, shape, rng);
+        check(dtype, info.value, shape, rng);
       }
     }
   }

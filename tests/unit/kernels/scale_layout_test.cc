@@ -24,7 +24,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // A random compact scale matrix in the layout's encoding, its documented layout, and the grid the
 // production code must read back.
 void check_layout(ScaleLayout layout, Case c, bool k_is_outer, std::mt19937& rng) {
-  const ScaleLayoutInfo& info = *scale_layout_info(layout);
+  const ScaleLayoutTerm& info = *scale_layout_info(layout);
   const std::int64_t block_mn = info.block_mn == 0 ? c.mn : info.block_mn;
   const std::int64_t block_k = info.block_k == 0 ? c.k : info.block_k;
   const std::int64_t mn_blocks = ceil_div(c.mn, block_mn), k_blocks = ceil_div(c.k, block_k);
@@ -69,9 +69,9 @@ void check_layout(ScaleLayout layout, Case c, bool k_is_outer, std::mt19937& rng
 TEST_CASE("every scale layout reads back as the documentation lays it out", "[scale_layout]") {
   std::mt19937 rng(11);
   const Case cases[] = {{1, 16}, {5, 160}, {127, 64}, {128, 512}, {129, 48}, {300, 1000}, {217, 256}, {1, 4096}};
-  for (const ScaleLayoutInfo& info : scale_layouts()) {
+  for (const ScaleLayoutTerm& info : scale_layouts()) {
     for (Case c : cases) {
-      for (bool k_is_outer : {false, true}) check_layout(info.layout, c, k_is_outer, rng);
+      for (bool k_is_outer : {false, true}) check_layout(info.value, c, k_is_outer, rng);
     }
   }
 }
@@ -112,6 +112,6 @@ TEST_CASE("a scale tensor of the wrong size is refused, naming both sizes", "[sc
   REQUIRE(!g.ok());
   CHECK(g.message() == "vec32_ue8m0 scales of a 128 x 64 (M/N x K) operand: expected 512 bytes, got 100");
   CHECK(!untile_scales(ScaleLayout::kNone, shape, bytes, 1.0f).ok());
-  CHECK(scale_layout_from_name("vec16_ue4m3")->layout == ScaleLayout::kVec16Ue4m3);
+  CHECK(scale_layout_from_name("vec16_ue4m3")->value == ScaleLayout::kVec16Ue4m3);
   CHECK(scale_layout_from_name("vec64") == nullptr);
 }

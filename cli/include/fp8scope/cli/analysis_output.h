@@ -18,10 +18,10 @@ nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& te
 nlohmann::ordered_json skipped_json(const std::string& file, const FileTensor& tensor);
 // The JSON object for a job's own codes ("observed") and the scales they were read with.
 nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
-                                     const ScaleLayoutInfo& layout, double seconds);
+                                     const ScaleLayoutTerm& layout, double seconds);
 
 void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport& report);
-void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutInfo& layout);
+void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutTerm& layout);
 void print_skipped(std::ostream& out, const FileTensor& tensor);
 
 std::string shape_text(const std::vector<std::int64_t>& shape);

@@ -9,7 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/gemm_role.h"
+#include "fp8scope/vocabulary/operand.h"
 
 namespace fp8scope::history {
 
@@ -75,26 +76,5 @@ struct SampleTicket {
   std::uint64_t boot = 0, seq = 0;
   std::uint32_t slot = 0;  // the journal's own handle, given back to it, not stored
 };
-
-// GEMM names as stored and shown (operands: recipe.h's x, w, dy).
-inline constexpr struct {
-  GemmRole gemm;
-  const char* name;
-} kGemmNames[] = {{GemmRole::kFprop, "fprop"}, {GemmRole::kDgrad, "dgrad"}, {GemmRole::kWgrad, "wgrad"},
-                  {GemmRole::kUnknown, "unknown"}};
-
-inline const char* gemm_name(GemmRole gemm) {
-  for (const auto& row : kGemmNames) {
-    if (row.gemm == gemm) return row.name;
-  }
-  return "unknown";
-}
-
-inline std::optional<GemmRole> gemm_from_name(std::string_view name) {
-  for (const auto& row : kGemmNames) {
-    if (name == row.name) return row.gemm;
-  }
-  return std::nullopt;
-}
 
 }  // namespace fp8scope::history

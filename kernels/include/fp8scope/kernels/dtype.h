@@ -1,6 +1,5 @@
-// Element types a sampled or loaded tensor can hold, and their exact conversion to fp32 (the x of
-// the numerics contract is fp32(input element)). One row per type; the converters are shared by the
-// CPU and CUDA engines.
+// The exact conversion of every element type (vocabulary/dtype.h) to fp32: the x of the numerics
+// contract is fp32(input element). Shared by the CPU and CUDA engines.
 #pragma once
 
 #include <cstddef>
@@ -10,52 +9,13 @@
 
 #include "fp8scope/kernels/float_cast.h"
 #include "fp8scope/kernels/host_device.h"
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/dtype.h"
 
 namespace fp8scope {
-
-struct DTypeInfo {
-  DType dtype;
-  const char* name;  // as fp8scope prints it
-  int bits;          // per element: 4 for FP4, whose codes come two a byte
-  bool codes;        // low-precision codes, whose values need their scales
-};
-
-inline constexpr DTypeInfo kDTypes[] = {
-    {DType::kF32, "f32", 32, false},  {DType::kBF16, "bf16", 16, false}, {DType::kF16, "f16", 16, false},
-    {DType::kF64, "f64", 64, false},  {DType::kE4M3, "e4m3", 8, true},   {DType::kE5M2, "e5m2", 8, true},
-    {DType::kE2M1, "e2m1", 4, true},
-};
-
-constexpr const DTypeInfo* dtype_info(DType d) {
-  for (const auto& row : kDTypes) {
-    if (row.dtype == d) return &row;
-  }
-  return nullptr;
-}
-constexpr int dtype_bits(DType d) { return dtype_info(d) ? dtype_info(d)->bits : 0; }
-// Bytes per element of the byte-addressed types; 0 for FP4 (see tensor_bytes) and unknown types.
-constexpr int dtype_bytes(DType d) { return dtype_bits(d) % 8 == 0 ? dtype_bits(d) / 8 : 0; }
-constexpr const char* dtype_name(DType d) { return dtype_info(d) ? dtype_info(d)->name : "invalid"; }
-constexpr bool dtype_is_codes(DType d) { return dtype_info(d) && dtype_info(d)->codes; }
-
-// Bytes of a rows x cols tensor stored densely (FP4: cols must be even, each row whole bytes);
-// 0 when the shape cannot be stored so.
-constexpr std::uint64_t tensor_bytes(DType d, std::uint64_t rows, std::uint64_t cols) {
-  const std::uint64_t row_bits = cols * static_cast<std::uint64_t>(dtype_bits(d));
-  return row_bits % 8 == 0 ? rows * (row_bits / 8) : 0;
-}
 
 // The cast format of a code dtype.
 constexpr CastFormat code_format(DType d) {
   return d == DType::kE5M2 ? CastFormat::kE5M2 : (d == DType::kE2M1 ? CastFormat::kE2M1 : CastFormat::kE4M3);
-}
-
-inline std::optional<DType> dtype_from_name(std::string_view name) {
-  for (const auto& row : kDTypes) {
-    if (name == row.name) return row.dtype;
-  }
-  return std::nullopt;
 }
 
 // BF16 is the high half of an fp32.

@@ -11,7 +11,8 @@
 
 #include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/status.h"
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/recipe_kind.h"
 
 namespace fp8scope {
 
@@ -41,19 +42,7 @@ struct Recipe {
   bool fp4() const { return forward_format == CastFormat::kE2M1; }
 };
 
-// The recipe names fp8scope accepts, in a stable order (the default analysis runs all of them).
-inline constexpr RecipeKind kAllRecipeKinds[] = {RecipeKind::kTensorCurrent, RecipeKind::kTensorDelayed,
-                                                 RecipeKind::kMxfp8,         RecipeKind::kBlock1x128,
-                                                 RecipeKind::kBlock128x128,  RecipeKind::kNvfp4,
-                                                 RecipeKind::kMxfp4};
-
-const char* recipe_name(RecipeKind kind);
-// "tensor_current, tensor_delayed, ...": every name, in that order, for messages.
-std::string recipe_name_list();
-std::optional<RecipeKind> recipe_kind_from_name(std::string_view name);
 std::optional<CastFormat> format_from_name(std::string_view name);
-std::optional<Operand> operand_from_name(std::string_view name);
-const char* operand_name(Operand op);
 
 // TE's defaults for each recipe.
 Recipe default_recipe(RecipeKind kind);

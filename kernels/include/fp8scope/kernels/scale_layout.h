@@ -21,25 +21,9 @@
 #include <vector>
 
 #include "fp8scope/kernels/status.h"
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope {
-
-// How one scale is stored.
-enum class ScaleEncoding : std::uint8_t { kF32, kUE8M0, kUE4M3 };
-
-struct ScaleLayoutInfo {
-  ScaleLayout layout;
-  const char* name;          // as the CLI and the history spell it: cuBLASLt's mode, lower case
-  ScaleEncoding encoding;
-  int block_mn;              // extent of a block along M/N (0: the whole of it)
-  int block_k;               // along K (0: the whole of it)
-};
-
-// nullptr for kNone and unknown values.
-const ScaleLayoutInfo* scale_layout_info(ScaleLayout layout);
-const ScaleLayoutInfo* scale_layout_from_name(std::string_view name);
-std::span<const ScaleLayoutInfo> scale_layouts();  // the layouts that carry scales
 
 // A stored operand: a row-major [rows, cols] tensor, cols contiguous; K runs along cols (the TN
 // case) unless k_is_outer.
@@ -57,7 +41,7 @@ std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape);
 // p * k_blocks + q, both as stored (the encoded bytes, little-endian for fp32) and decoded to the
 // scale_inv a value is multiplied by (NVFP4: times the per-tensor decode factor).
 struct BlockScaleGrid {
-  const ScaleLayoutInfo* info = nullptr;
+  const ScaleLayoutTerm* info = nullptr;
   std::int64_t block_mn = 0, block_k = 0;  // extents, whole dimensions resolved
   std::int64_t mn_blocks = 0, k_blocks = 0;
   std::vector<float> scale_inv;

@@ -1,15 +1,17 @@
-// Conversions between the wire enums (proto/fp8scope/v1) and fp8scope's own types and names, so
-// the daemon, the shipper and the CLI spell every label the same way.
+// The wire contract's enums (proto/fp8scope/v1) against the vocabulary's: every conversion goes
+// through the vocabulary's tables (a row's wire number), none by casting, so a value either has a
+// row or is refused. Protocol versions and chunk sizes.
 #pragma once
 
+#include <cstdint>
 #include <optional>
-#include <string>
-#include <string_view>
 
-#include "fp8scope/kernels/dtype.h"
-#include "fp8scope/kernels/recipe.h"
-#include "fp8scope/vocabulary/wire_enums.h"
 #include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/gemm_role.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/recipe_kind.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::wire {
 
@@ -23,27 +25,22 @@ inline constexpr std::uint64_t kMaxChunkBytes = 4u << 20;  // the protocol's lar
 // sending stream, so smaller chunks bound the daemon's memory; 1 MiB is as fast as 4 on loopback.
 inline constexpr std::uint64_t kDaemonChunkBytes = 1u << 20;
 
-std::optional<DType> from_wire(v1::DType d);
+// Ours to the wire's: UNSPECIFIED for a value no row has.
 v1::DType to_wire(DType d);
-
-std::optional<RecipeKind> from_wire(v1::Recipe r);
-v1::Recipe to_wire(RecipeKind r);
-
-std::optional<Operand> from_wire(v1::Operand o);
+v1::Gemm to_wire(GemmRole g);
 v1::Operand to_wire(Operand o);
-
-std::optional<ScaleLayout> from_wire(v1::ScaleMode m);
+v1::Recipe to_wire(RecipeKind r);
 v1::ScaleMode to_wire(ScaleLayout l);
 
+// The wire's to ours: nothing for UNSPECIFIED, for values this side does not model
+// (SCALE_MODE_OTHER) and for any number a peer may send.
+std::optional<DType> from_wire(v1::DType d);
 std::optional<GemmRole> from_wire(v1::Gemm g);
-v1::Gemm to_wire(GemmRole g);
+std::optional<Operand> from_wire(v1::Operand o);
+std::optional<RecipeKind> from_wire(v1::Recipe r);
+std::optional<ScaleLayout> from_wire(v1::ScaleMode m);
 
 // The oldest protocol that can carry this sample: 2 for FP4 codes or a scale tensor, else 1.
 std::uint32_t required_protocol(const v1::TensorHeader& header);
-
-// Label values: "fprop", "dgrad", "wgrad", "unknown"; "x", "w", "dy".
-const char* gemm_name(v1::Gemm g);
-std::optional<v1::Gemm> gemm_from_name(std::string_view name);
-const char* operand_label(v1::Operand o);
 
 }  // namespace fp8scope::wire

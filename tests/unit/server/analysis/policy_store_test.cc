@@ -9,26 +9,26 @@ using namespace fp8scope;
 using namespace fp8scope::server;
 
 namespace {
-v1::Policy every(std::uint64_t n, const std::string& job = "") {
-  v1::Policy p;
-  p.set_every_n_steps(n);
-  p.set_job(job);
+SamplingPolicy every(std::uint64_t n, const std::string& job = "") {
+  SamplingPolicy p;
+  p.every_n_steps = n;
+  p.job = job;
   return p;
 }
 }  // namespace
 
 TEST_CASE("set assigns the next version and notifies subscribers until they unsubscribe", "[policy]") {
   PolicyStore store;
-  CHECK(store.get().version() == 1);
-  CHECK(store.get().every_n_steps() == 10);
+  CHECK(store.get().version == 1);
+  CHECK(store.get().every_n_steps == 10);
   std::vector<std::uint64_t> heard;
-  const int id = store.subscribe("pretrain", [&](const v1::Policy& p) { heard.push_back(p.version()); });
-  v1::Policy p = every(10);
-  p.set_layer_regex("attn");
-  p.set_version(77);  // ignored: the store numbers versions
+  const int id = store.subscribe("pretrain", [&](const SamplingPolicy& p) { heard.push_back(p.version); });
+  SamplingPolicy p = every(10);
+  p.layer_regex = "attn";
+  p.version = 77;  // ignored: the store numbers versions
   REQUIRE(store.set(p).ok());
-  CHECK(store.get().version() == 2);
-  CHECK(store.get().layer_regex() == "attn");
+  CHECK(store.get().version == 2);
+  CHECK(store.get().layer_regex == "attn");
   store.unsubscribe(id);
   REQUIRE(store.set(p).ok());
   CHECK(heard == std::vector<std::uint64_t>{2});
@@ -37,14 +37,14 @@ TEST_CASE("set assigns the next version and notifies subscribers until they unsu
 TEST_CASE("a job's own policy reaches that job's streams only, until it inherits the default again", "[policy]") {
   PolicyStore store;
   std::vector<std::uint64_t> a, b;
-  store.subscribe("a", [&](const v1::Policy& p) { a.push_back(p.every_n_steps()); });
-  store.subscribe("b", [&](const v1::Policy& p) { b.push_back(p.every_n_steps()); });
+  store.subscribe("a", [&](const SamplingPolicy& p) { a.push_back(p.every_n_steps); });
+  store.subscribe("b", [&](const SamplingPolicy& p) { b.push_back(p.every_n_steps); });
 
   REQUIRE(store.set(every(1, "a")).ok());  // `fp8scope run --job a --every 1`
-  CHECK(store.get("a").every_n_steps() == 1);
-  CHECK(store.get("a").job() == "a");
-  CHECK(store.get("b").every_n_steps() == 10);  // b follows the default, untouched
-  CHECK(store.get("b").job().empty());
+  CHECK(store.get("a").every_n_steps == 1);
+  CHECK(store.get("a").job == "a");
+  CHECK(store.get("b").every_n_steps == 10);  // b follows the default, untouched
+  CHECK(store.get("b").job.empty());
   CHECK(a == std::vector<std::uint64_t>{1});
   CHECK(b.empty());
 
@@ -54,28 +54,25 @@ TEST_CASE("a job's own policy reaches that job's streams only, until it inherits
 
   const auto inherited = store.inherit("a");
   REQUIRE(inherited.ok());
-  CHECK(inherited.value().every_n_steps() == 5);
-  CHECK(store.get("a").every_n_steps() == 5);
+  CHECK(inherited.value().every_n_steps == 5);
+  CHECK(store.get("a").every_n_steps == 5);
   CHECK(a == std::vector<std::uint64_t>{1, 5});
-  CHECK(store.get("a").version() > 3);  // newer than anything a's streams have seen
+  CHECK(store.get("a").version > 3);  // newer than anything a's streams have seen
 }
 
 TEST_CASE("policies that cannot be applied are refused", "[policy]") {
   PolicyStore store;
-  v1::Policy bad = every(10);
-  bad.set_layer_regex("([unclosed");
+  SamplingPolicy bad = every(10);
+  bad.layer_regex = "([unclosed";
   CHECK(store.set(bad).message().find("layer_regex: not a layer pattern: missing ']' at offset 10") == 0);
   bad = every(10);
-  bad.add_operands(static_cast<v1::Operand>(9));
-  CHECK(!store.set(bad).ok());
-  bad = every(10);
-  bad.set_start_step(10);
-  bad.set_end_step(5);
+  bad.start_step = 10;
+  bad.end_step = 5;
   CHECK(store.set(bad).message() == "end_step 5 must be above start_step 10");
   CHECK(store.set(every(0)).message() == "every_n_steps: expected 1 or more (1 = every step)");
   CHECK(store.set(every(1, "bad\njob")).message().find("job: expected 1..200 printable ASCII") == 0);
   CHECK(!store.inherit("").ok());
-  CHECK(store.get().version() == 1);  // nothing changed
+  CHECK(store.get().version == 1);  // nothing changed
 }
 
 TEST_CASE("the jobs with a policy of their own are bounded", "[policy]") {

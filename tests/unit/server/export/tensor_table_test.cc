@@ -7,15 +7,14 @@ using namespace fp8scope;
 using namespace fp8scope::server;
 
 namespace {
-v1::TensorSummary summary(const std::string& layer, double underflow, double cosine, double time) {
-  v1::TensorSummary s;
-  s.mutable_key()->set_job("j");
-  s.mutable_key()->set_layer(layer);
-  s.set_time(time);
-  v1::RecipeStats* r = s.add_recipes();
-  r->set_recipe("tensor_current");
-  (*r->mutable_statistics())["underflow_ratio"] = underflow;
-  (*r->mutable_statistics())["cosine"] = cosine;
+TensorSummary summary(const std::string& layer, double underflow, double cosine, double time) {
+  TensorSummary s;
+  s.job = "j";
+  s.layer = layer;
+  s.time = time;
+  RecipeSummary& r = s.recipes.emplace_back();
+  r.recipe = "tensor_current";
+  r.statistics = {{find_statistic("underflow_ratio"), underflow}, {find_statistic("cosine"), cosine}};
   return s;
 }
 }  // namespace
@@ -29,23 +28,23 @@ TEST_CASE("sorted worst first, limited to top, latest value per tensor", "[tenso
   auto by_underflow = t.list("underflow", 2, "");
   REQUIRE(by_underflow.ok());
   REQUIRE(by_underflow.value().tensors.size() == 2);
-  CHECK(by_underflow.value().tensors[0].key().layer() == "a");
-  CHECK(by_underflow.value().tensors[1].key().layer() == "b");
+  CHECK(by_underflow.value().tensors[0].layer == "a");
+  CHECK(by_underflow.value().tensors[1].layer == "b");
   auto by_cosine = t.list("cosine", 0, "tensor_current");
-  CHECK(by_cosine.value().tensors[0].key().layer() == "b");
+  CHECK(by_cosine.value().tensors[0].layer == "b");
   CHECK(!t.list("speed", 0, "").ok());
 }
 
 TEST_CASE("asked for a recipe, only the tensors that have it count toward top", "[tensor_table]") {
   TensorTable t(100);
   t.update(summary("bf16", 0.1, 0.99, 1));
-  v1::TensorSummary fp8 = summary("fp8", 0.0, 1.0, 2);
-  fp8.mutable_recipes(0)->set_recipe("observed");
+  TensorSummary fp8 = summary("fp8", 0.0, 1.0, 2);
+  fp8.recipes[0].recipe = "observed";
   t.update(fp8);
   auto observed = t.list("", 1, "observed");
   REQUIRE(observed.ok());
   REQUIRE(observed.value().tensors.size() == 1);
-  CHECK(observed.value().tensors[0].key().layer() == "fp8");
+  CHECK(observed.value().tensors[0].layer == "fp8");
   CHECK(t.list("", 0, "").value().tensors.size() == 2);
 }
 
@@ -55,11 +54,11 @@ TEST_CASE("a full table evicts the least recently updated tensor", "[tensor_tabl
   t.update(summary("b", 0, 1, 2));
   t.update(summary("c", 0, 1, 3));
   CHECK(t.size() == 2);
-  for (const auto& s : t.list("", 0, "").value().tensors) CHECK(s.key().layer() != "a");
+  for (const auto& s : t.list("", 0, "").value().tensors) CHECK(s.layer != "a");
   t.update(summary("b", 0, 1, 4));  // b is now the most recent: c goes next
   t.update(summary("d", 0, 1, 5));
   std::vector<std::string> left;
-  for (const auto& s : t.list("", 0, "").value().tensors) left.push_back(s.key().layer());
+  for (const auto& s : t.list("", 0, "").value().tensors) left.push_back(s.layer);
   CHECK(left == std::vector<std::string>{"b", "d"});
 }
 
@@ -70,8 +69,8 @@ TEST_CASE("a listing is bounded, and says how many tensors there were", "[tensor
   REQUIRE(all.ok());
   CHECK(all.value().tensors.size() == TensorTable::kMaxListed);
   CHECK(all.value().total == 3000);
-  CHECK(all.value().tensors[0].key().layer() == "layer0");  // by key
+  CHECK(all.value().tensors[0].layer == "layer0");  // by key
   auto worst = t.list("underflow", 5, "");
   REQUIRE(worst.value().tensors.size() == 5);
-  CHECK(worst.value().tensors[0].recipes(0).statistics().at("underflow_ratio") == Approx(0.096));
+  CHECK(worst.value().tensors[0].recipes[0].statistic("underflow_ratio") == Approx(0.096));
 }

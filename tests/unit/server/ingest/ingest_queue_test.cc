@@ -13,8 +13,8 @@ Sample sample(const std::string& layer, std::uint64_t step) {
   client->job = "j";
   client->run = "r";
   s.client = client;
-  s.header.set_layer(layer);
-  s.header.set_step(step);
+  s.header.layer = layer;
+  s.header.step = step;
   return s;
 }
 }  // namespace
@@ -30,8 +30,8 @@ TEST_CASE("samples of one tensor come out of one FIFO in the order they went in"
   std::map<std::string, int> shard_of;
   for (int shard = 0; shard < 3; ++shard) {
     while (auto s = q.pop(shard)) {
-      seen[s->header.layer()].push_back(s->header.step());
-      CHECK(shard_of.emplace(s->header.layer(), shard).first->second == shard);
+      seen[s->header.layer].push_back(s->header.step);
+      CHECK(shard_of.emplace(s->header.layer, shard).first->second == shard);
     }
   }
   for (const auto& [layer, steps] : seen) {
@@ -46,7 +46,7 @@ TEST_CASE("pop blocks until a sample arrives, and returns nothing once closed an
   auto s = q.pop(0);
   producer.join();
   REQUIRE(s);
-  CHECK(s->header.step() == 1);
+  CHECK(s->header.step == 1);
   q.close();
   CHECK(!q.pop(0));
 }

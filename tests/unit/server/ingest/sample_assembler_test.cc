@@ -53,8 +53,8 @@ TEST_CASE("a sample in three chunks completes and holds its bytes until released
   REQUIRE(events.size() == 1);
   REQUIRE(events[0].kind == AssemblerEvent::Kind::kComplete);
   REQUIRE(events[0].sample);
-  CHECK(events[0].sample->rows == 4);
-  CHECK(events[0].sample->cols == 64);
+  CHECK(events[0].sample->header.rows == 4);
+  CHECK(events[0].sample->header.cols == 64);
   CHECK(events[0].sample->payload.size() == 1024);
   events[0].sample->lease.reset();
   CHECK(f.budget.used() == 0);

@@ -33,7 +33,7 @@ v1::TensorHeader header(std::int64_t rows, std::int64_t cols, v1::DType dtype, v
 
 std::string refusal(const v1::TensorHeader& h) {
   const HeaderCheck c = check_header(h, 1 << 20);
-  CHECK_FALSE(c.shape);
+  CHECK_FALSE(c.header);
   return c.refusal.reason;
 }
 
@@ -43,13 +43,13 @@ TEST_CASE("a protocol 1 FP8 header without a scale mode means one per-tensor sca
   v1::TensorHeader h = header(4, 64, v1::DTYPE_E4M3, v1::SCALE_MODE_UNSPECIFIED, 256, 0);
   h.set_scale_inv(0.25f);
   const HeaderCheck c = check_header(h, 1 << 20);
-  REQUIRE(c.shape);
-  CHECK(c.shape->layout == ScaleLayout::kTensorScalar);
-  CHECK(c.shape->scale_bytes == 0);
+  REQUIRE(c.header);
+  CHECK(c.header->scale_layout == ScaleLayout::kTensorScalar);
+  CHECK(c.header->scale_bytes == 0);
   CHECK(wire::required_protocol(h) == 1);
   const v1::TensorHeader bf16 = header(4, 64, v1::DTYPE_BF16, v1::SCALE_MODE_UNSPECIFIED, 512, 0);
-  REQUIRE(check_header(bf16, 1 << 20).shape);
-  CHECK(check_header(bf16, 1 << 20).shape->layout == ScaleLayout::kNone);
+  REQUIRE(check_header(bf16, 1 << 20).header);
+  CHECK(check_header(bf16, 1 << 20).header->scale_layout == ScaleLayout::kNone);
   CHECK(wire::required_protocol(bf16) == 1);
 }
 
@@ -57,23 +57,23 @@ TEST_CASE("MXFP8 and NVFP4 operands carry their tiled scale tensor after the cod
   // E4M3 130 x 64 with 1x32 E8M0 scales: 130 rows pad to 256, 2 K-blocks to 4: 1024 bytes.
   const v1::TensorHeader mx = header(130, 64, v1::DTYPE_E4M3, v1::SCALE_MODE_VEC32_UE8M0, 130 * 64, 1024);
   const HeaderCheck m = check_header(mx, 1 << 20);
-  REQUIRE(m.shape);
-  CHECK(m.shape->layout == ScaleLayout::kVec32Ue8m0);
-  CHECK(m.shape->codes_bytes == 130 * 64);
-  CHECK(m.shape->scale_bytes == 1024);
+  REQUIRE(m.header);
+  CHECK(m.header->scale_layout == ScaleLayout::kVec32Ue8m0);
+  CHECK(m.header->codes_bytes == 130 * 64);
+  CHECK(m.header->scale_bytes == 1024);
   CHECK(wire::required_protocol(mx) == 2);
   // E2M1 32 x 48 (two codes a byte) with 1x16 UE4M3 scales: 32 rows pad to 128, 3 K-blocks to 4.
   const v1::TensorHeader nv = header(32, 48, v1::DTYPE_E2M1, v1::SCALE_MODE_VEC16_UE4M3, 32 * 24, 512);
   const HeaderCheck n = check_header(nv, 1 << 20);
-  REQUIRE(n.shape);
-  CHECK(n.shape->dtype == DType::kE2M1);
-  CHECK(n.shape->codes_bytes == 768);
+  REQUIRE(n.header);
+  CHECK(n.header->dtype == DType::kE2M1);
+  CHECK(n.header->codes_bytes == 768);
   CHECK(wire::required_protocol(nv) == 2);
   // 1x128 fp32 scales, K along the rows (k_is_outer): 300 x 8 has 3 K-blocks of 8 columns: 96 bytes.
   v1::TensorHeader vec = header(300, 8, v1::DTYPE_E4M3, v1::SCALE_MODE_VEC128_F32, 2400, 96);
   vec.set_k_is_outer(true);
-  REQUIRE(check_header(vec, 1 << 20).shape);
-  CHECK(check_header(vec, 1 << 20).shape->k_is_outer);
+  REQUIRE(check_header(vec, 1 << 20).header);
+  CHECK(check_header(vec, 1 << 20).header->k_is_outer);
   // FP4 codes with one per-tensor scale still need protocol 2 (the dtype is new).
   CHECK(wire::required_protocol(header(2, 2, v1::DTYPE_E2M1, v1::SCALE_MODE_TENSOR_SCALAR, 2, 0)) == 2);
 }

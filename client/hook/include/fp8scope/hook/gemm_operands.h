@@ -11,7 +11,10 @@
 #include <optional>
 
 #include "fp8scope/shm/shm_ring.h"
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/gemm_role.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::hook {
 
@@ -83,7 +86,7 @@ MatmulShape read_matmul_shape(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t 
 // Reads cublasLtMatmul's descriptors. Either the call, or the reason it cannot be sampled.
 struct ReadResult {
   std::optional<GemmCall> call;
-  shm::DropReason reason = shm::kUnsupportedDtype;
+  shm::DropReason reason = shm::DropReason::kUnsupportedDtype;
 };
 ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream);

@@ -68,8 +68,8 @@ class Shipper {
   bool outage_reported_ = false;
   // What the daemon has counted of each drop reason on earlier streams: a new stream reports only
   // the rest (the daemon sums the increase per stream).
-  std::uint64_t reported_[shm::kDropReasonCount] = {};
-  std::uint64_t reported_this_stream_[shm::kDropReasonCount] = {};
+  std::uint64_t reported_[kClientDropCount] = {};
+  std::uint64_t reported_this_stream_[kClientDropCount] = {};
   std::deque<v1::ScalarEvent> scalars_waiting_;  // scalars logged while the daemon was away
   std::uint64_t scalars_lost_ = 0;
 };

@@ -14,7 +14,11 @@
 #include <iterator>
 #include <optional>
 
-#include "fp8scope/vocabulary/wire_enums.h"
+#include "fp8scope/vocabulary/client_drop.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/gemm_role.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::shm {
 
@@ -23,31 +27,14 @@ inline constexpr std::uint32_t kLayoutVersion = 2;  // 2: records carry scale te
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
-// Why a sample never reached the daemon. The names become the daemon's `client_<name>` drop reasons.
-enum DropReason : std::uint32_t {
-  kRingFull,           // the shipper is behind (or gone): no room in the shared ring
-  kStagingFull,        // no room in the hook's device staging ring
-  kBudget,             // the policy's bytes-per-step budget was spent
-  kTooLarge,           // the operand is larger than the ring or the staging buffer
-  kGraphCapture,       // the call was made while its stream was being captured into a CUDA graph
-  kUnsupportedDtype,   // an operand type the statistics do not cover (int8, FP4, complex, ...)
-  kUnsupportedLayout,  // a layout order other than row or column major
-  kPointerArrayBatch,  // batches given as arrays of pointers
-  kUnsupportedScaleMode,  // a scale mode this cuBLASLt cannot have set, or one fp8scope does not know
-  kNoContext,          // no current CUDA context, or another one than the hook's
-  kCudaError,          // a driver call failed; the hook stopped sampling
-  kDaemonUnreachable,  // the shipper could not reach fp8scoped
-  kDaemonRefused,      // the daemon dropped or rejected the sample
-  kDaemonTooOld,       // FP4 codes or a scale tensor, for a daemon that reads protocol 1 only
-  kDropReasonCount
-};
-inline constexpr const auto& kDropReasonNames = kClientDropReasons;
-static_assert(std::size(kClientDropReasons) == kDropReasonCount, "a drop reason without its wire name");
+// Why a sample never reached the daemon (vocabulary/client_drop.h): the ring's counters, by row.
+using DropReason = ClientDrop;
 
 enum class RecordKind : std::uint32_t { kPadding = 1, kSample = 2, kStep = 3, kScalar = 4 };
 
 // One record's header; a sample's payload (the codes, then their scale tensor) follows it. Enum
-// fields carry the wire values (wire_enums.h: GemmRole, Operand, DType, ScaleLayout).
+// fields carry the vocabulary's values (GemmRole, Operand, DType, ScaleLayout); the shipper turns
+// them into wire values through its tables.
 struct alignas(kAlign) RecordHeader {
   std::uint32_t magic;
   RecordKind kind;
@@ -71,7 +58,7 @@ struct alignas(kAlign) RecordHeader {
 struct PolicyCopy {
   std::uint64_t version = 0;  // the daemon's policy version; 0 = none received yet
   std::uint64_t every_n_steps = 0, start_step = 0, end_step = 0, max_bytes_per_step = 0;
-  std::uint32_t operand_mask = 0;  // bit (1 << wire Operand); 0 = all
+  std::uint32_t operand_mask = 0;  // bit (1 << Operand value); 0 = all
   char layer_regex[1024] = {};     // NUL-terminated
 };
 
@@ -89,7 +76,7 @@ struct alignas(kAlign) Header {
   std::uint32_t producer_pid;
   alignas(kAlign) std::atomic<std::uint64_t> head;  // bytes the hook has published (monotonic)
   alignas(kAlign) std::atomic<std::uint64_t> tail;  // bytes the shipper is done with (monotonic)
-  alignas(kAlign) std::atomic<std::uint64_t> dropped[kDropReasonCount];
+  alignas(kAlign) std::atomic<std::uint64_t> dropped[kClientDropCount];
   std::atomic<std::uint64_t> samples_published, bytes_published, samples_sent, bytes_sent;
   std::atomic<std::uint32_t> shipper_connected;
   alignas(kAlign) PolicyBlock policy;
@@ -121,7 +108,8 @@ inline bool valid(const void* base, std::size_t total_bytes) {
 inline std::byte* data(Header* h) { return reinterpret_cast<std::byte*>(h) + h->data_offset; }
 
 inline void count_drop(Header* h, DropReason reason, std::uint64_t n = 1) {
-  if (h != nullptr && reason < kDropReasonCount) h->dropped[reason].fetch_add(n, std::memory_order_relaxed);
+  const auto i = static_cast<std::size_t>(reason);
+  if (h != nullptr && i < kClientDropCount) h->dropped[i].fetch_add(n, std::memory_order_relaxed);
 }
 
 // The producer's side. `reserved` is the producer's own position (ahead of head while records

@@ -5,15 +5,32 @@
 // it applies to under the store's lock, so no callback runs after unsubscribe returns.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "fp8scope/kernels/status.h"
-#include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/recipe_kind.h"
+#include "fp8scope/wire/sampling_rule.h"
 
 namespace fp8scope::server {
+
+// What the training processes sample and the daemon evaluates (the wire's Policy, which the
+// services convert: services/policy_wire.h).
+struct SamplingPolicy {
+  std::uint64_t version = 0;        // increases on every change
+  std::string job;                  // whose own policy this is; "" = the default of every other job
+  std::string layer_regex;          // a layer pattern; "" = every layer
+  std::vector<Operand> operands;    // empty = x, w and dy
+  std::uint64_t every_n_steps = kDefaultEveryNSteps;
+  std::uint64_t start_step = 0, end_step = 0;  // end exclusive; 0 = no end
+  std::uint64_t max_bytes_per_step = 0;        // per process; 0 = no limit
+  std::vector<RecipeKind> recipes;  // what the daemon evaluates; empty = every recipe
+};
 
 class PolicyStore {
  public:
@@ -23,25 +40,25 @@ class PolicyStore {
   PolicyStore();
 
   // The policy `job` follows: its own, else the default ("" = the default).
-  v1::Policy get(const std::string& job = "") const;
-  // Validates and installs policy.job()'s own policy, or the default when it is "" (the version
+  SamplingPolicy get(const std::string& job = "") const;
+  // Validates and installs policy.job's own policy, or the default when it is "" (the version
   // is assigned here, one counter for all), then notifies the streams it applies to.
-  Result<v1::Policy> set(v1::Policy policy);
+  Result<SamplingPolicy> set(SamplingPolicy policy);
   // Drops a job's own policy: it follows the default again (returned).
-  Result<v1::Policy> inherit(const std::string& job);
+  Result<SamplingPolicy> inherit(const std::string& job);
 
-  using Listener = std::function<void(const v1::Policy&)>;
+  using Listener = std::function<void(const SamplingPolicy&)>;
   int subscribe(const std::string& job, Listener listener);
   void unsubscribe(int id);
 
  private:
-  const v1::Policy& effective(const std::string& job) const;  // under mu_
+  const SamplingPolicy& effective(const std::string& job) const;  // under mu_
   void notify(const std::string& job);                         // under mu_; "" = every job without its own
 
   mutable std::mutex mu_;
   std::uint64_t version_ = 1;
-  v1::Policy default_;
-  std::map<std::string, v1::Policy> by_job_;
+  SamplingPolicy default_;
+  std::map<std::string, SamplingPolicy> by_job_;
   struct Subscriber {
     std::string job;
     Listener listener;
@@ -50,8 +67,8 @@ class PolicyStore {
   int next_id_ = 1;
 };
 
-// Checks a policy: a regex that compiles, known operands and recipes, sampling every 1 or more
-// steps, a sane step range, a job name that is a valid label.
-Status validate_policy(const v1::Policy& policy);
+// Checks a policy: a regex that compiles, sampling every 1 or more steps, a sane step range, a job
+// name that is a valid label.
+Status validate_policy(const SamplingPolicy& policy);
 
 }  // namespace fp8scope::server

@@ -14,7 +14,7 @@
 
 #include "fp8scope/kernels/delayed_scaling.h"
 #include "fp8scope/kernels/stats_engine.h"
-#include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/analysis/lru_map.h"
 #include "fp8scope/ingest/sample.h"
 
@@ -45,10 +45,10 @@ class SampleAnalyzer {
   // Delayed-scaling histories are kept for the `max_tensors` most recently sampled (tensor, format)s.
   SampleAnalyzer(StatsEngine& engine, std::size_t max_tensors) : engine_(engine), delayed_(max_tensors) {}
 
-  Result<SampleAnalysis> analyze(const Sample& s, const v1::Policy& policy);
+  Result<SampleAnalysis> analyze(const Sample& s, const SamplingPolicy& policy);
 
  private:
-  Result<SampleAnalysis> what_ifs(const Sample& s, const v1::Policy& policy);
+  Result<SampleAnalysis> what_ifs(const Sample& s, const SamplingPolicy& policy);
   Result<SampleAnalysis> observed(const Sample& s);
   std::shared_ptr<DelayedScalingState> delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
 

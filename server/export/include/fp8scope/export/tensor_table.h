@@ -9,11 +9,43 @@
 #include <vector>
 
 #include "fp8scope/analysis/lru_map.h"
-
+#include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/kernels/status.h"
-#include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/gemm_role.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::server {
+
+// What one recipe (or the job's own cast, "observed") did to a tensor's latest sample.
+struct RecipeSummary {
+  std::string recipe;
+  CastFormat format = CastFormat::kE4M3;
+  double scale = 0;          // per-tensor recipes: the scale applied; blocks: the smallest
+  double scale_max = 0;      // blocks: the largest block scale
+  double scale_current = 0;  // what current scaling would choose in this recipe's format
+  ScaleLayout scale_layout = ScaleLayout::kNone;  // observed: how the job laid out its scales
+  std::vector<std::pair<const Statistic*, double>> statistics;  // those that apply, in table order
+
+  // NaN when the statistic is not among them.
+  double statistic(std::string_view key) const;
+};
+
+// A tensor's latest sample, as `fp8scope tensors` lists it (the Admin service puts it on the wire).
+struct TensorSummary {
+  std::string job, run;
+  std::uint32_t rank = 0;
+  std::string layer;
+  GemmRole gemm = GemmRole::kUnknown;
+  Operand operand = Operand::kX;
+  std::uint64_t step = 0;
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;
+  double time = 0;  // seconds since the Unix epoch
+  std::vector<RecipeSummary> recipes;
+};
 
 class TensorTable {
  public:
@@ -21,10 +53,10 @@ class TensorTable {
 
   explicit TensorTable(std::size_t capacity) : entries_(capacity) {}
 
-  void update(const v1::TensorSummary& summary);
+  void update(TensorSummary summary);
 
   struct Listing {
-    std::vector<v1::TensorSummary> tensors;
+    std::vector<TensorSummary> tensors;
     std::size_t total = 0;  // the tensors that matched, before top and kMaxListed
   };
   // Worst first by `sort` (underflow, overflow, mse: highest; cosine: lowest) read from `recipe`
@@ -36,7 +68,7 @@ class TensorTable {
 
  private:
   mutable std::mutex mu_;
-  LruMap<std::string, v1::TensorSummary> entries_;
+  LruMap<std::string, TensorSummary> entries_;
 };
 
 }  // namespace fp8scope::server

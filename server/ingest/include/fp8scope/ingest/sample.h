@@ -13,9 +13,10 @@
 #include "fp8scope/ingest/ack_journal.h"
 #include "fp8scope/ingest/byte_budget.h"
 #include "fp8scope/ingest/payload_pool.h"
-#include "fp8scope/kernels/dtype.h"
-#include "fp8scope/vocabulary/wire_enums.h"
-#include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/gemm_role.h"
+#include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::server {
 
@@ -27,14 +28,30 @@ struct ClientInfo {
   std::uint32_t rank = 0, world_size = 0, pid = 0;
 };
 
+// A sample's header in the domain's words: ingest converts the wire's TensorHeader into this once
+// (sample_validation.h), and nothing after ingest sees protobuf.
+struct SampleHeader {
+  std::uint64_t step = 0;
+  std::string layer;
+  GemmRole gemm = GemmRole::kUnknown;
+  Operand operand = Operand::kX;
+  DType dtype = DType::kF32;
+  std::vector<std::int64_t> shape;  // logical shape in elements, last dimension contiguous
+  std::int64_t rows = 0, cols = 0;  // the tensor as a matrix: cols is the last dimension
+  ScaleLayout scale_layout = ScaleLayout::kNone;  // kTensorScalar: codes with one scale_inv
+  bool k_is_outer = false;                        // block scales run along the first dimension
+  float scale_inv = 0;         // kTensorScalar: the dequantization scale in use; 0 means 1
+  float global_scale_inv = 0;  // NVFP4: the per-tensor factor the block scales multiply; 0 = not known
+  float gemm_alpha = 0;        // the GEMM's alpha when the sender read it; 0 = not read
+  std::string source_call;     // "cublasLtMatmul", "push", ...
+  std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes (or values), then the scale tensor
+
+  std::int64_t numel() const { return rows * cols; }
+};
+
 struct Sample {
   std::shared_ptr<const ClientInfo> client;
-  v1::TensorHeader header;
-  DType dtype = DType::kF32;
-  std::int64_t rows = 0, cols = 0;  // the last dimension is cols
-  ScaleLayout scale_layout = ScaleLayout::kNone;  // kTensorScalar: codes with header.scale_inv
-  bool k_is_outer = false;
-  std::uint64_t codes_bytes = 0;  // the payload: codes (or values), then the scale tensor
+  SampleHeader header;
   Payload payload;
   BudgetLease lease;
   std::optional<JournalTicket> journal;  // held from its ACCEPTED ack until its records are stored

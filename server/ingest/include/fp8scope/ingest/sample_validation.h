@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "fp8scope/ingest/sample.h"
 #include "fp8scope/kernels/dtype.h"
 #include "fp8scope/kernels/scale_layout.h"
 #include "fp8scope/kernels/status.h"
@@ -23,23 +24,15 @@ struct Refusal {
   std::string message;  // for the log and the client's Ack
 };
 
-struct SampleShape {
-  DType dtype = DType::kF32;
-  std::int64_t numel = 0, rows = 0, cols = 0;
-  ScaleLayout layout = ScaleLayout::kNone;  // kTensorScalar for codes without a scale tensor
-  bool k_is_outer = false;
-  std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes, then the scale tensor
-};
-
 // A label value fp8scope will put into metrics: 1..kMaxLabelBytes printable ASCII.
 bool valid_label(const std::string& value);
 
 // nullopt when the Hello is acceptable.
 std::optional<Refusal> check_hello(const v1::Hello& hello);
 
-// The shape of a sample whose header is sound, or why it is not.
+// A sound header in the domain's words, or why it is not sound.
 struct HeaderCheck {
-  std::optional<SampleShape> shape;
+  std::optional<SampleHeader> header;
   Refusal refusal;
 };
 HeaderCheck check_header(const v1::TensorHeader& header, std::uint64_t max_sample_bytes);

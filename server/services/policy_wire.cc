@@ -1,0 +1,43 @@
+#include "fp8scope/services/policy_wire.h"
+
+#include "fp8scope/wire/wire.h"
+
+namespace fp8scope::server {
+
+v1::Policy policy_to_wire(const SamplingPolicy& p) {
+  v1::Policy w;
+  w.set_version(p.version);
+  w.set_job(p.job);
+  w.set_layer_regex(p.layer_regex);
+  for (Operand op : p.operands) w.add_operands(wire::to_wire(op));
+  w.set_every_n_steps(p.every_n_steps);
+  w.set_start_step(p.start_step);
+  w.set_end_step(p.end_step);
+  w.set_max_bytes_per_step(p.max_bytes_per_step);
+  for (RecipeKind r : p.recipes) w.add_recipes(wire::to_wire(r));
+  return w;
+}
+
+Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
+  SamplingPolicy p;
+  p.version = w.version();
+  p.job = w.job();
+  p.layer_regex = w.layer_regex();
+  for (int op : w.operands()) {
+    const std::optional<Operand> o = wire::from_wire(static_cast<v1::Operand>(op));
+    if (!o) return Status::error("operands: expected x, w or dy, got " + std::to_string(op));
+    p.operands.push_back(*o);
+  }
+  p.every_n_steps = w.every_n_steps();
+  p.start_step = w.start_step();
+  p.end_step = w.end_step();
+  p.max_bytes_per_step = w.max_bytes_per_step();
+  for (int r : w.recipes()) {
+    const std::optional<RecipeKind> k = wire::from_wire(static_cast<v1::Recipe>(r));
+    if (!k) return Status::error("recipes: unknown recipe " + std::to_string(r));
+    p.recipes.push_back(*k);
+  }
+  return p;
+}
+
+}  // namespace fp8scope::server

@@ -1,0 +1,58 @@
+// The what-if recipes (wire Recipe); kernels/src/recipe.cc holds each one's rules.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fp8scope/vocabulary/term_table.h"
+
+namespace fp8scope {
+
+// id, name (a metric label value and what the CLI and policies accept), wire number; in the
+// stable order fp8scope lists and runs them.
+#define FP8SCOPE_RECIPE_KINDS(ROW)                                                                     \
+  ROW(TensorCurrent, "tensor_current", 1) /* TE Float8CurrentScaling: one scale from this amax */       \
+  ROW(TensorDelayed, "tensor_delayed", 2) /* TE DelayedScaling: one scale from an amax history */       \
+  ROW(Mxfp8, "mxfp8", 3)                  /* TE MXFP8BlockScaling: E8M0 scale per 1x32 row block */     \
+  ROW(Block1x128, "block_1x128", 4)       /* TE Float8BlockScaling / DeepSeek-V3 activations */         \
+  ROW(Block128x128, "block_128x128", 5)   /* TE Float8BlockScaling / DeepSeek-V3 weights */             \
+  ROW(Nvfp4, "nvfp4", 6)                  /* TE NVFP4BlockScaling: E2M1, UE4M3 scale per 1x16 (16x16) */ \
+  ROW(Mxfp4, "mxfp4", 7)                  /* OCP MXFP4: E2M1, E8M0 scale per 1x32 block */
+
+enum class RecipeKind : std::uint8_t { FP8SCOPE_RECIPE_KINDS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
+
+struct RecipeKindTerm {
+  RecipeKind value;
+  const char* name;
+  std::uint32_t wire;
+};
+
+inline constexpr RecipeKindTerm kRecipeKinds[] = {
+#define FP8SCOPE_ROW(id, name, wire) {RecipeKind::k##id, name, wire},
+    FP8SCOPE_RECIPE_KINDS(FP8SCOPE_ROW)
+#undef FP8SCOPE_ROW
+};
+static_assert(vocabulary::well_formed(kRecipeKinds));
+
+// Every recipe, in that order (the default analysis runs all of them).
+inline constexpr auto kAllRecipeKinds = [] {
+  std::array<RecipeKind, std::size(kRecipeKinds)> all{};
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = kRecipeKinds[i].value;
+  return all;
+}();
+
+constexpr const char* recipe_name(RecipeKind kind) { return vocabulary::name_of(kRecipeKinds, kind); }
+constexpr std::optional<RecipeKind> recipe_kind_from_name(std::string_view name) {
+  return vocabulary::value_named(kRecipeKinds, name);
+}
+// "tensor_current, tensor_delayed, ...": every name, in order, for messages.
+inline std::string recipe_name_list() {
+  std::string names;
+  for (const RecipeKindTerm& r : kRecipeKinds) names += std::string(names.empty() ? "" : ", ") + r.name;
+  return names;
+}
+
+}  // namespace fp8scope
