@@ -3,206 +3,25 @@
 #include <libpq-fe.h>
 
 #include <charconv>
-#include <cmath>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
 
+#include "columns.h"
 #include "fp8scope/pattern/layer_pattern.h"
-#include "fp8scope/kernels/recipe.h"
-#include "fp8scope/kernels/statistics_table.h"
-#include "schema_migrations.h"
+#include "postgres_connection.h"
+#include "postgres_migrations.h"
 
 namespace fp8scope::history {
 namespace {
 
-// Owns a PGresult.
-class PgResult {
- public:
-  explicit PgResult(PGresult* r = nullptr) : r_(r) {}
-  ~PgResult() { PQclear(r_); }
-  PgResult(PgResult&& o) noexcept : r_(o.r_) { o.r_ = nullptr; }
-  PgResult& operator=(PgResult&& o) noexcept {
-    std::swap(r_, o.r_);
-    return *this;
+template <class Record>
+void copy_rows(CopyRows& out, const std::vector<Column<Record>>& columns, const std::vector<Record>& rows) {
+  for (const Record& r : rows) {
+    put_row(columns, r, out);
+    out.end_row();
   }
-  PGresult* get() const { return r_; }
-  ExecStatusType status() const { return PQresultStatus(r_); }
-  bool null(int row, int col) const { return PQgetisnull(r_, row, col) != 0; }
-  std::string text(int row, int col) const { return PQgetvalue(r_, row, col); }
-  double real(int row, int col) const {
-    if (null(row, col)) return std::nan("");
-    const char* v = PQgetvalue(r_, row, col);
-    double d = 0;
-    if (std::from_chars(v, v + PQgetlength(r_, row, col), d).ec != std::errc()) d = std::strtod(v, nullptr);  // Infinity
-    return d;
-  }
-  std::int64_t integer(int row, int col) const {
-    std::int64_t i = 0;
-    const char* v = PQgetvalue(r_, row, col);
-    std::from_chars(v, v + PQgetlength(r_, row, col), i);
-    return i;
-  }
-  // A bigint[] in text form: {1,2,3}.
-  std::vector<std::uint64_t> counts(int row, int col) const {
-    std::vector<std::uint64_t> out;
-    if (null(row, col)) return out;
-    const char* p = PQgetvalue(r_, row, col);
-    const char* end = p + PQgetlength(r_, row, col);
-    while (p < end) {
-      if (*p == '{' || *p == ',' || *p == '}') {
-        ++p;
-        continue;
-      }
-      std::uint64_t v = 0;
-      auto [next, ec] = std::from_chars(p, end, v);
-      if (ec != std::errc()) break;
-      out.push_back(v);
-      p = next;
-    }
-    return out;
-  }
-
- private:
-  PGresult* r_;
-};
-
-// COPY's text format: tab-separated, \N for NULL, backslash escapes.
-class CopyRows {
- public:
-  void text(const std::string& s) {
-    sep();
-    for (char c : s) {
-      switch (c) {
-        case '\\': buf_ += "\\\\"; break;
-        case '\t': buf_ += "\\t"; break;
-        case '\n': buf_ += "\\n"; break;
-        case '\r': buf_ += "\\r"; break;
-        default: buf_ += c;
-      }
-    }
-  }
-  void null() {
-    sep();
-    buf_ += "\\N";
-  }
-  void text_or_null(const std::string& s) { s.empty() ? null() : text(s); }
-  void integer(std::int64_t v) {
-    sep();
-    char b[24];
-    buf_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-  }
-  void real(double v) {
-    sep();
-    if (std::isnan(v)) {
-      buf_ += "NaN";
-    } else if (std::isinf(v)) {
-      buf_ += v > 0 ? "Infinity" : "-Infinity";
-    } else {
-      char b[32];
-      buf_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-    }
-  }
-  void real_or_null(double v) { std::isnan(v) ? null() : real(v); }
-  void counts(const std::vector<std::uint64_t>& v) {
-    if (v.empty()) return null();
-    sep();
-    buf_ += '{';
-    char b[24];
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (i) buf_ += ',';
-      buf_.append(b, std::to_chars(b, b + sizeof b, v[i]).ptr);
-    }
-    buf_ += '}';
-  }
-  void end_row() {
-    buf_ += '\n';
-    first_ = true;
-  }
-  const std::string& data() const { return buf_; }
-
- private:
-  void sep() {
-    if (!first_) buf_ += '\t';
-    first_ = false;
-  }
-  std::string buf_;
-  bool first_ = true;
-};
-
-std::string stat_column(const Statistic& s) { return std::string("stat_") + s.key; }
-
-// Every row begins with its key: time, job, run, host, rank, step.
-template <typename Row>
-void copy_key(CopyRows& c, const Row& r) {
-  c.real(r.time);
-  c.text(r.job);
-  c.text(r.run);
-  c.text(r.host);
-  c.integer(r.rank);
-  c.integer(static_cast<std::int64_t>(r.step));
-}
-
-template <typename Row>
-void read_key(const PgResult& q, Row& r) {
-  r.time = q.real(0, 0);
-  r.job = q.text(0, 1);
-  r.run = q.text(0, 2);
-  r.host = q.text(0, 3);
-  r.rank = static_cast<std::uint32_t>(q.integer(0, 4));
-  r.step = static_cast<std::uint64_t>(q.integer(0, 5));
-}
-
-// The columns of fp8scope.records in COPY and SELECT order, statistics last.
-std::string record_columns() {
-  std::string c = "time, job, run, host, rank, step, layer, gemm, operand, dtype, numel, recipe, format, scale, "
-                  "scale_max, scale_current, histogram, codes_digest, scale_layout, gemm_alpha, scale_histogram";
-  for (const Statistic& s : statistics()) c += ", " + stat_column(s);
-  return c;
-}
-constexpr const char* kScalarColumns = "time, job, run, host, rank, step, name, value";
-constexpr const char* kGemmOutputColumns =
-    "time, job, run, host, rank, step, layer, accumulate, numel, scale_x, scale_w, mse, cosine, max_rel_error";
-
-// Everything fp8scope creates lives in schema fp8scope, so a shared database keeps its own tables.
-const Migration<PGconn*> kMigrations[] = {
-    {1, "records, GEMM outputs, scalars and stored samples, indexed for reports, Grafana and retention",
-     [](PGconn*& db) -> Status {
-       PgResult r(PQexec(db, R"sql(
-CREATE TABLE fp8scope.records (
-  id BIGSERIAL PRIMARY KEY, time DOUBLE PRECISION NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL,
-  host TEXT NOT NULL, rank INTEGER NOT NULL, step BIGINT NOT NULL, layer TEXT NOT NULL, gemm TEXT NOT NULL,
-  operand TEXT NOT NULL, dtype TEXT NOT NULL, numel BIGINT NOT NULL, recipe TEXT NOT NULL, format TEXT NOT NULL,
-  scale DOUBLE PRECISION, scale_max DOUBLE PRECISION, scale_current DOUBLE PRECISION, histogram BIGINT[],
-  codes_digest TEXT, scale_layout TEXT, gemm_alpha DOUBLE PRECISION, scale_histogram BIGINT[]);
-CREATE INDEX records_by_run ON fp8scope.records (run, id);
-CREATE INDEX records_by_run_layer_step ON fp8scope.records (run, layer, step);
-CREATE INDEX records_by_time ON fp8scope.records (time);
-CREATE TABLE fp8scope.gemm_outputs (
-  id BIGSERIAL PRIMARY KEY, time DOUBLE PRECISION NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL,
-  host TEXT NOT NULL, rank INTEGER NOT NULL, step BIGINT NOT NULL, layer TEXT NOT NULL, accumulate TEXT NOT NULL,
-  numel BIGINT NOT NULL, scale_x DOUBLE PRECISION, scale_w DOUBLE PRECISION, mse DOUBLE PRECISION,
-  cosine DOUBLE PRECISION, max_rel_error DOUBLE PRECISION);
-CREATE INDEX gemm_outputs_by_run ON fp8scope.gemm_outputs (run, step);
-CREATE INDEX gemm_outputs_by_time ON fp8scope.gemm_outputs (time);
-CREATE TABLE fp8scope.scalars (
-  id BIGSERIAL PRIMARY KEY, time DOUBLE PRECISION NOT NULL, job TEXT NOT NULL, run TEXT NOT NULL,
-  host TEXT NOT NULL, rank INTEGER NOT NULL, step BIGINT NOT NULL, name TEXT NOT NULL, value DOUBLE PRECISION);
-CREATE INDEX scalars_by_run ON fp8scope.scalars (run, name, step);
-CREATE INDEX scalars_by_time ON fp8scope.scalars (time);
-CREATE TABLE fp8scope.stored_samples (
-  id BIGSERIAL PRIMARY KEY, writer TEXT NOT NULL, boot BIGINT NOT NULL, seq BIGINT NOT NULL);
-CREATE INDEX stored_samples_by_writer ON fp8scope.stored_samples (writer, id);
-)sql"));
-       return r.status() == PGRES_COMMAND_OK ? Status() : Status::error(PQerrorMessage(db));
-     }},
-};
-constexpr int kLatestVersion = 1;
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 class PostgresBackend final : public Backend {
@@ -233,7 +52,7 @@ class PostgresBackend final : public Backend {
   // A connection that dropped (the server restarted, the network failed) is reset before use.
   Status ready(PGconn* db) const;
   Status error(PGconn* db, const std::string& what) const {
-    return Status::error(location_ + ": " + what + ": " + trim(PQerrorMessage(db)));
+    return Status::error(location_ + ": " + what + ": " + trim_message(PQerrorMessage(db)));
   }
   Status command(PGconn* db, const std::string& sql, const std::vector<std::string>& params = {}) const;
   Status copy(PGconn* db, const std::string& table_and_columns, const std::string& rows) const;
@@ -257,7 +76,7 @@ Status PostgresBackend::ready(PGconn* db) const {
   if (PQstatus(db) == CONNECTION_OK) return Status();
   PQreset(db);
   if (PQstatus(db) == CONNECTION_OK) return Status();
-  return Status::error("cannot reach PostgreSQL at " + location_ + ": " + trim(PQerrorMessage(db)));
+  return Status::error("cannot reach PostgreSQL at " + location_ + ": " + trim_message(PQerrorMessage(db)));
 }
 
 Status PostgresBackend::command(PGconn* db, const std::string& sql, const std::vector<std::string>& params) const {
@@ -285,40 +104,9 @@ Status PostgresBackend::write(const WriteBatch& batch) {
   std::lock_guard<std::mutex> lock(write_mu_);
   if (Status s = ready(write_db_); !s.ok()) return s;
   CopyRows records, outputs, scalars, marks;
-  for (const HistoryRecord& r : batch.records) {
-    copy_key(records, r);
-    records.text(r.layer);
-    records.text(gemm_name(r.gemm));
-    records.text(operand_name(r.operand));
-    records.text(r.dtype);
-    records.integer(r.numel);
-    records.text(r.recipe);
-    records.text(r.format);
-    for (double v : {r.scale, r.scale_max, r.scale_current}) records.real(v);
-    records.counts(r.histogram);
-    records.text_or_null(r.codes_digest);
-    records.text_or_null(r.scale_layout);
-    r.gemm_alpha == 0 ? records.null() : records.real(r.gemm_alpha);
-    records.counts(r.scale_histogram);
-    for (std::size_t k = 0; k < statistics().size(); ++k) {
-      records.real_or_null(k < r.statistics.size() ? r.statistics[k] : std::nan(""));
-    }
-    records.end_row();
-  }
-  for (const GemmOutputRecord& g : batch.gemm_outputs) {
-    copy_key(outputs, g);
-    outputs.text(g.layer);
-    outputs.text(g.accumulate);
-    outputs.integer(g.numel);
-    for (double v : {g.scale_x, g.scale_w, g.mse, g.cosine, g.max_rel_error}) outputs.real_or_null(v);
-    outputs.end_row();
-  }
-  for (const ScalarRecord& s : batch.scalars) {
-    copy_key(scalars, s);
-    scalars.text(s.name);
-    scalars.real(s.value);
-    scalars.end_row();
-  }
+  copy_rows(records, record_columns(), batch.records);
+  copy_rows(outputs, gemm_output_columns(), batch.gemm_outputs);
+  copy_rows(scalars, scalar_columns(), batch.scalars);
   for (const SampleTicket& t : batch.stored_samples) {
     marks.text(writer_);
     marks.integer(static_cast<std::int64_t>(t.boot));
@@ -330,9 +118,9 @@ Status PostgresBackend::write(const WriteBatch& batch) {
     s = command(write_db_, "DELETE FROM fp8scope.stored_samples WHERE writer = $1 AND id <= $2",
                 {writer_, std::to_string(stored_samples_done_)});
   }
-  if (s.ok()) s = copy(write_db_, "fp8scope.records (" + record_columns() + ")", records.data());
-  if (s.ok()) s = copy(write_db_, std::string("fp8scope.gemm_outputs (") + kGemmOutputColumns + ")", outputs.data());
-  if (s.ok()) s = copy(write_db_, std::string("fp8scope.scalars (") + kScalarColumns + ")", scalars.data());
+  if (s.ok()) s = copy(write_db_, "fp8scope.records (" + column_names(record_columns()) + ")", records.data());
+  if (s.ok()) s = copy(write_db_, "fp8scope.gemm_outputs (" + column_names(gemm_output_columns()) + ")", outputs.data());
+  if (s.ok()) s = copy(write_db_, "fp8scope.scalars (" + column_names(scalar_columns()) + ")", scalars.data());
   if (s.ok()) s = copy(write_db_, "fp8scope.stored_samples (writer, boot, seq)", marks.data());
   std::int64_t last_mark = 0;
   if (s.ok() && !batch.stored_samples.empty()) {
@@ -473,167 +261,60 @@ Status PostgresBackend::query(const HistoryFilter& f, const std::function<bool(c
   Result<std::optional<LayerPattern>> pattern = compile_filter(f);
   if (!pattern.ok()) return pattern.status();
   std::vector<std::string> params;
-  std::string sql = "SELECT " + record_columns() + ", id" + filter_where(f, params) + " ORDER BY id";
+  std::string sql = "SELECT id, layer, " + column_names(record_columns()) + filter_where(f, params) + " ORDER BY id";
   if (f.limit != 0 && !pattern.value()) sql += " LIMIT " + std::to_string(f.limit);
   std::uint32_t rows = 0;
   return stream(sql, params, [&](const PgResult& q) {
-    if (pattern.value() && !pattern.value()->search(q.text(0, 6))) return true;
+    if (pattern.value() && !pattern.value()->search(q.text(0, 1))) return true;
     HistoryRecord r;
-    read_key(q, r);
-    r.layer = q.text(0, 6);
-    r.gemm = gemm_from_name(q.text(0, 7)).value_or(GemmRole::kUnknown);
-    r.operand = operand_from_name(q.text(0, 8)).value_or(Operand::kX);
-    r.dtype = q.text(0, 9);
-    r.numel = q.integer(0, 10);
-    r.recipe = q.text(0, 11);
-    r.format = q.text(0, 12);
-    r.scale = q.real(0, 13);
-    r.scale_max = q.real(0, 14);
-    r.scale_current = q.real(0, 15);
-    r.histogram = q.counts(0, 16);
-    r.codes_digest = q.text(0, 17);
-    r.scale_layout = q.text(0, 18);
-    r.gemm_alpha = q.null(0, 19) ? 0 : q.real(0, 19);
-    r.scale_histogram = q.counts(0, 20);
-    for (std::size_t k = 0; k < statistics().size(); ++k) r.statistics.push_back(q.real(0, 21 + static_cast<int>(k)));
-    r.id = static_cast<std::uint64_t>(q.integer(0, 21 + static_cast<int>(statistics().size())));
+    PgRow row(q, 2);
+    if (!get_row(record_columns(), row, r)) return true;
+    r.id = static_cast<std::uint64_t>(q.integer(0, 0));
     return each(r) && (f.limit == 0 || ++rows < f.limit);
   });
 }
 
 Status PostgresBackend::query_scalars(const std::string& run, const std::string& name,
                                       const std::function<bool(const ScalarRecord&)>& each) const {
-  return stream(std::string("SELECT ") + kScalarColumns +
+  return stream("SELECT " + column_names(scalar_columns()) +
                     " FROM fp8scope.scalars WHERE ($1 = '' OR run = $1) AND ($2 = '' OR name = $2) ORDER BY step, rank, id",
                 {run, name}, [&](const PgResult& q) {
                   ScalarRecord s;
-                  read_key(q, s);
-                  s.name = q.text(0, 6);
-                  s.value = q.real(0, 7);
-                  return each(s);
+                  PgRow row(q, 0);
+                  return !get_row(scalar_columns(), row, s) || each(s);
                 });
 }
 
 Status PostgresBackend::query_gemm_outputs(const std::string& run,
                                            const std::function<bool(const GemmOutputRecord&)>& each) const {
-  return stream(std::string("SELECT ") + kGemmOutputColumns +
+  return stream("SELECT " + column_names(gemm_output_columns()) +
                     " FROM fp8scope.gemm_outputs WHERE ($1 = '' OR run = $1) ORDER BY step, id",
                 {run}, [&](const PgResult& q) {
                   GemmOutputRecord g;
-                  read_key(q, g);
-                  g.layer = q.text(0, 6);
-                  g.accumulate = q.text(0, 7);
-                  g.numel = q.integer(0, 8);
-                  g.scale_x = q.real(0, 9);
-                  g.scale_w = q.real(0, 10);
-                  g.mse = q.real(0, 11);
-                  g.cosine = q.real(0, 12);
-                  g.max_rel_error = q.real(0, 13);
-                  return each(g);
+                  PgRow row(q, 0);
+                  return !get_row(gemm_output_columns(), row, g) || each(g);
                 });
-}
-
-Result<PGconn*> connect(const std::string& url, const std::string& location) {
-  // The URL's own settings win over these defaults (libpq expands dbname last).
-  const char* keys[] = {"connect_timeout", "application_name", "dbname", nullptr};
-  const char* values[] = {"10", "fp8scope", url.c_str(), nullptr};
-  PGconn* db = PQconnectdbParams(keys, values, 1);
-  if (db == nullptr) return Status::error(location + ": out of memory");
-  if (PQstatus(db) != CONNECTION_OK) {
-    Status s = Status::error("cannot connect to PostgreSQL at " + location + ": " + trim(PQerrorMessage(db)));
-    PQfinish(db);
-    return s;
-  }
-  PgResult quiet(PQexec(db, "SET client_min_messages = warning"));
-  return db;
-}
-
-// The schema's version, under an advisory lock so that daemons starting together migrate once.
-Status migrate(PGconn* db, const std::string& location) {
-  auto run = [&](const char* sql) -> Status {
-    PgResult r(PQexec(db, sql));
-    if (r.status() == PGRES_COMMAND_OK || r.status() == PGRES_TUPLES_OK) return Status();
-    return Status::error(location + ": " + trim(PQerrorMessage(db)));
-  };
-  Status s = run("BEGIN");
-  if (s.ok()) s = run("SELECT pg_advisory_xact_lock(8389431)");
-  if (s.ok()) s = run("CREATE SCHEMA IF NOT EXISTS fp8scope");
-  if (s.ok()) s = run("CREATE TABLE IF NOT EXISTS fp8scope.schema_version (version INTEGER NOT NULL, time DOUBLE PRECISION NOT NULL)");
-  int at = 0;
-  if (s.ok()) {
-    PgResult v(PQexec(db, "SELECT COALESCE(MAX(version), 0) FROM fp8scope.schema_version"));
-    if (v.status() != PGRES_TUPLES_OK) {
-      s = Status::error(location + ": " + trim(PQerrorMessage(db)));
-    } else {
-      at = static_cast<int>(v.integer(0, 0));
-    }
-  }
-  if (s.ok()) s = check_schema_version(at, kLatestVersion, location);
-  for (const Migration<PGconn*>& m : kMigrations) {
-    if (!s.ok() || m.version <= at) continue;
-    PGconn* handle = db;
-    s = m.apply(handle);
-    if (s.ok()) {
-      s = run(("INSERT INTO fp8scope.schema_version VALUES (" + std::to_string(m.version) +
-               ", extract(epoch from now()))").c_str());
-    }
-    if (!s.ok()) s = Status::error(location + ": schema migration to version " + std::to_string(m.version) + " (" + m.change + ") failed: " + s.message());
-  }
-  for (const Statistic& st : statistics()) {
-    if (s.ok()) s = run(("ALTER TABLE fp8scope.records ADD COLUMN IF NOT EXISTS " + stat_column(st) + " DOUBLE PRECISION").c_str());
-  }
-  if (s.ok()) return run("COMMIT");
-  PgResult(PQexec(db, "ROLLBACK"));
-  return s;
-}
-
-Status check_readable(PGconn* db, const std::string& location) {
-  PgResult v(PQexec(db, "SELECT COALESCE(MAX(version), 0) FROM fp8scope.schema_version"));
-  if (v.status() != PGRES_TUPLES_OK) {
-    return Status::error(location + ": no fp8scope history there (no fp8scope.schema_version table; a daemon started "
-                                    "with --history on this database creates it)");
-  }
-  return check_schema_version(static_cast<int>(v.integer(0, 0)), kLatestVersion, location);
 }
 
 }  // namespace
 
-std::string redact_url(const std::string& url) {
-  std::string out = url;
-  const std::size_t scheme = out.find("://");
-  if (scheme != std::string::npos) {
-    const std::size_t start = scheme + 3;
-    const std::size_t at = out.find('@', start);
-    const std::size_t slash = out.find('/', start);
-    if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
-      const std::size_t colon = out.find(':', start);
-      if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
-    }
-  }
-  for (std::size_t p = out.find("password="); p != std::string::npos; p = out.find("password=", p + 1)) {
-    const std::size_t end = out.find('&', p);
-    out.replace(p + 9, (end == std::string::npos ? out.size() : end) - p - 9, "***");
-  }
-  return out;
-}
-
 Result<std::unique_ptr<Backend>> open_postgres_backend(const std::string& url, const std::string& writer) {
   const std::string location = redact_url(url);
-  Result<PGconn*> reader = connect(url, location);
+  Result<PGconn*> reader = connect_postgres(url, location);
   if (!reader.ok()) return reader.status();
   if (writer.empty()) {
-    if (Status s = check_readable(reader.value(), location); !s.ok()) {
+    if (Status s = check_postgres_readable(reader.value(), location); !s.ok()) {
       PQfinish(reader.value());
       return s;
     }
     return std::unique_ptr<Backend>(new PostgresBackend(url, writer, nullptr, reader.value()));
   }
-  Result<PGconn*> w = connect(url, location);
+  Result<PGconn*> w = connect_postgres(url, location);
   if (!w.ok()) {
     PQfinish(reader.value());
     return w.status();
   }
-  if (Status s = migrate(w.value(), location); !s.ok()) {
+  if (Status s = migrate_postgres(w.value(), location); !s.ok()) {
     PQfinish(reader.value());
     PQfinish(w.value());
     return s;

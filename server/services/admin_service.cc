@@ -8,6 +8,7 @@
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/kernels/scale_layout.h"
 #include "fp8scope/services/policy_wire.h"
+#include "fp8scope/wire/history_rows.h"
 #include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
@@ -62,19 +63,10 @@ struct Batches {
 };
 
 Result<history::HistoryFilter> history_filter(const v1::HistoryQuery& q) {
-  history::HistoryFilter f;
-  f.job = q.job();
-  f.run = q.run();
-  f.layer_regex = q.layer_regex();
+  history::HistoryFilter f = wire::filter_from_wire(q);
   if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
     return Status::error("layer_regex: not a layer pattern: " + error);
   }
-  if (q.gemm() != v1::GEMM_UNSPECIFIED) f.gemm = wire::from_wire(q.gemm());
-  if (q.operand() != v1::OPERAND_UNSPECIFIED) f.operand = wire::from_wire(q.operand());
-  f.recipe = q.recipe();
-  f.min_step = q.min_step();
-  f.max_step = q.max_step();
-  f.after_id = q.after_id();
   f.limit = q.limit() == 0 || q.limit() > kMaxHistoryRows ? kMaxHistoryRows : q.limit();
   return f;
 }
@@ -186,33 +178,7 @@ grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::Cal
   if (!f.ok()) return new Writer({}, {grpc::StatusCode::INVALID_ARGUMENT, f.message()});
   Batches<v1::HistoryBatch> out;
   const Status s = deps_.history->reader().query(f.value(), [&](const history::HistoryRecord& r) {
-    v1::HistoryRow* row = out.add();
-    row->set_id(r.id);
-    row->set_time(r.time);
-    v1::TensorKey* key = row->mutable_key();
-    key->set_job(r.job);
-    key->set_run(r.run);
-    key->set_rank(r.rank);
-    key->set_layer(r.layer);
-    key->set_gemm(wire::to_wire(r.gemm));
-    key->set_operand(wire::to_wire(r.operand));
-    row->set_host(r.host);
-    row->set_step(r.step);
-    row->set_dtype(r.dtype);
-    row->set_numel(static_cast<std::uint64_t>(r.numel));
-    row->set_recipe(r.recipe);
-    row->set_format(r.format);
-    row->set_scale(r.scale);
-    row->set_scale_max(r.scale_max);
-    row->set_scale_current(r.scale_current);
-    if (const ScaleLayoutTerm* layout = scale_layout_from_name(r.scale_layout)) {
-      row->set_scale_mode(wire::to_wire(layout->value));
-    }
-    row->set_gemm_alpha(r.gemm_alpha);
-    row->set_codes_digest(r.codes_digest);
-    for (std::size_t k = 0; k < statistics().size() && k < r.statistics.size(); ++k) {
-      if (!std::isnan(r.statistics[k])) (*row->mutable_statistics())[statistics()[k].key] = r.statistics[k];
-    }
+    wire::record_to_wire(r, *out.add());
     return true;
   });
   return new Writer(std::move(out.batches), to_grpc(s));
@@ -235,15 +201,7 @@ grpc::ServerWriteReactor<v1::ScalarBatch>* AdminService::QueryScalars(grpc::Call
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new Writer({}, a);
   Batches<v1::ScalarBatch> out;
   const Status s = deps_.history->reader().query_scalars(q->run(), q->name(), [&](const history::ScalarRecord& r) {
-    v1::ScalarRow* row = out.add();
-    row->set_time(r.time);
-    row->set_job(r.job);
-    row->set_run(r.run);
-    row->set_host(r.host);
-    row->set_rank(r.rank);
-    row->set_step(r.step);
-    row->set_name(r.name);
-    row->set_value(r.value);
+    wire::scalar_to_wire(r, *out.add());
     return true;
   });
   return new Writer(std::move(out.batches), to_grpc(s));
@@ -255,21 +213,7 @@ grpc::ServerWriteReactor<v1::GemmOutputBatch>* AdminService::QueryGemmOutputs(gr
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new Writer({}, a);
   Batches<v1::GemmOutputBatch> out;
   const Status s = deps_.history->reader().query_gemm_outputs(q->run(), [&](const history::GemmOutputRecord& r) {
-    v1::GemmOutputRow* row = out.add();
-    row->set_time(r.time);
-    row->set_job(r.job);
-    row->set_run(r.run);
-    row->set_host(r.host);
-    row->set_rank(r.rank);
-    row->set_step(r.step);
-    row->set_layer(r.layer);
-    row->set_accumulate(r.accumulate);
-    row->set_numel(r.numel);
-    row->set_scale_x(r.scale_x);
-    row->set_scale_w(r.scale_w);
-    row->set_mse(r.mse);
-    row->set_cosine(r.cosine);
-    row->set_max_rel_error(r.max_rel_error);
+    wire::gemm_output_to_wire(r, *out.add());
     return true;
   });
   return new Writer(std::move(out.batches), to_grpc(s));

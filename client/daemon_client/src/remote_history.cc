@@ -6,7 +6,7 @@
 
 #include "fp8scope/kernels/scale_layout.h"
 #include "fp8scope/kernels/statistics_table.h"
-#include "fp8scope/wire/wire.h"
+#include "fp8scope/wire/history_rows.h"
 
 namespace fp8scope {
 namespace {
@@ -14,51 +14,6 @@ namespace {
 // A streaming read may take long (millions of rows); it is bounded by the daemon's page size and
 // this deadline rather than by the short connect timeout.
 constexpr double kStreamSeconds = 3600;
-
-v1::HistoryQuery to_query(const history::HistoryFilter& f) {
-  v1::HistoryQuery q;
-  q.set_job(f.job);
-  q.set_run(f.run);
-  q.set_layer_regex(f.layer_regex);
-  if (f.gemm) q.set_gemm(wire::to_wire(*f.gemm));
-  if (f.operand) q.set_operand(wire::to_wire(*f.operand));
-  q.set_recipe(f.recipe);
-  q.set_min_step(f.min_step);
-  q.set_max_step(f.max_step);
-  q.set_after_id(f.after_id);
-  return q;
-}
-
-history::HistoryRecord from_row(const v1::HistoryRow& row) {
-  history::HistoryRecord r;
-  r.id = row.id();
-  r.time = row.time();
-  r.job = row.key().job();
-  r.run = row.key().run();
-  r.host = row.host();
-  r.rank = row.key().rank();
-  r.step = row.step();
-  r.layer = row.key().layer();
-  r.gemm = wire::from_wire(row.key().gemm()).value_or(GemmRole::kUnknown);
-  r.operand = wire::from_wire(row.key().operand()).value_or(Operand::kX);
-  r.dtype = row.dtype();
-  r.numel = static_cast<std::int64_t>(row.numel());
-  r.recipe = row.recipe();
-  r.format = row.format();
-  r.scale = row.scale();
-  r.scale_max = row.scale_max();
-  r.scale_current = row.scale_current();
-  for (const Statistic& s : statistics()) {
-    const auto it = row.statistics().find(s.key);
-    r.statistics.push_back(it == row.statistics().end() ? std::nan("") : it->second);
-  }
-  r.codes_digest = row.codes_digest();
-  if (const std::optional<ScaleLayout> layout = wire::from_wire(row.scale_mode())) {
-    if (const ScaleLayoutTerm* info = scale_layout_info(*layout)) r.scale_layout = info->name;
-  }
-  r.gemm_alpha = row.gemm_alpha();
-  return r;
-}
 
 }  // namespace
 
@@ -96,7 +51,7 @@ Status RemoteHistoryReader::error(const grpc::Status& status) const {
 
 Status RemoteHistoryReader::query(const history::HistoryFilter& filter,
                                   const std::function<bool(const history::HistoryRecord&)>& each) const {
-  v1::HistoryQuery q = to_query(filter);
+  v1::HistoryQuery q = wire::filter_to_wire(filter);
   std::uint64_t left = filter.limit == 0 ? std::numeric_limits<std::uint64_t>::max() : filter.limit;
   for (;;) {
     const std::uint32_t page = static_cast<std::uint32_t>(std::min<std::uint64_t>(left, kPageRows));
@@ -110,7 +65,7 @@ Status RemoteHistoryReader::query(const history::HistoryFilter& filter,
       for (const v1::HistoryRow& row : batch.rows()) {
         ++rows;
         q.set_after_id(row.id());
-        if (!each(from_row(row))) {
+        if (!each(wire::record_from_wire(row))) {
           stopped = true;
           break;
         }
@@ -130,7 +85,7 @@ Status RemoteHistoryReader::query(const history::HistoryFilter& filter,
 Result<std::uint64_t> RemoteHistoryReader::count(const history::HistoryFilter& filter) const {
   auto ctx = context();
   v1::HistoryCount n;
-  if (const grpc::Status s = stub_->CountHistory(ctx.get(), to_query(filter), &n); !s.ok()) return error(s);
+  if (const grpc::Status s = stub_->CountHistory(ctx.get(), wire::filter_to_wire(filter), &n); !s.ok()) return error(s);
   return n.records();
 }
 
@@ -163,9 +118,7 @@ Status RemoteHistoryReader::query_scalars(const std::string& run, const std::str
   auto reader = stub_->QueryScalars(ctx.get(), q);
   const grpc::Status s = read_rows(
       *ctx, *reader,
-      [](const v1::ScalarRow& r) {
-        return history::ScalarRecord{r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.name(), r.value()};
-      },
+      wire::scalar_from_wire,
       each);
   return s.ok() ? Status() : error(s);
 }
@@ -178,11 +131,7 @@ Status RemoteHistoryReader::query_gemm_outputs(const std::string& run,
   auto reader = stub_->QueryGemmOutputs(ctx.get(), q);
   const grpc::Status s = read_rows(
       *ctx, *reader,
-      [](const v1::GemmOutputRow& r) {
-        return history::GemmOutputRecord{r.time(),  r.job(),        r.run(),     r.host(),    r.rank(),
-                                         r.step(),  r.layer(),      r.accumulate(), r.numel(), r.scale_x(),
-                                         r.scale_w(), r.mse(),      r.cosine(),  r.max_rel_error()};
-      },
+      wire::gemm_output_from_wire,
       each);
   return s.ok() ? Status() : error(s);
 }

@@ -10,6 +10,7 @@
 #include <limits>
 #include <thread>
 
+#include "support/filled_records.h"
 #include "support/postgres_server.h"
 #include "support/temp_dir.h"
 #include "fp8scope/history/history_store.h"
@@ -74,6 +75,42 @@ std::vector<HistoryRecord> read_all(const HistoryReader& reader, HistoryFilter f
 }
 
 }  // namespace
+
+TEST_CASE("every field of every record type, as the column lists fill them, comes back equal", "[history]") {
+  const std::string backend = GENERATE("sqlite", "postgresql");
+  INFO("backend " << backend);
+  TempDir dir;
+  const std::string location = fresh_history(backend, dir);
+  const HistoryRecord r = testing::filled(record_columns());
+  const ScalarRecord s = testing::filled(scalar_columns());
+  const GemmOutputRecord g = testing::filled(gemm_output_columns());
+  {
+    auto store = open_store(location);
+    store->add(r);
+    store->add(s);
+    store->add(g);
+    REQUIRE(store->flush().ok());
+  }
+  auto reader = open_history_reader(location);
+  REQUIRE(reader.ok());
+  std::vector<HistoryRecord> rows = read_all(*reader.value());
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].id > 0);
+  rows[0].id = 0;
+  CHECK(rows[0] == r);
+  std::vector<ScalarRecord> scalars;
+  REQUIRE(reader.value()->query_scalars("", "", [&](const ScalarRecord& x) {
+    scalars.push_back(x);
+    return true;
+  }).ok());
+  CHECK(scalars == std::vector<ScalarRecord>{s});
+  std::vector<GemmOutputRecord> outputs;
+  REQUIRE(reader.value()->query_gemm_outputs("", [&](const GemmOutputRecord& x) {
+    outputs.push_back(x);
+    return true;
+  }).ok());
+  CHECK(outputs == std::vector<GemmOutputRecord>{g});
+}
 
 TEST_CASE("records, GEMM outputs and scalars are stored, filtered, paged and kept across reopening", "[history]") {
   const std::string backend = GENERATE("sqlite", "postgresql");

@@ -1,6 +1,8 @@
 // What the history keeps: a tensor's statistics under one recipe at one step, the GEMM check's
 // output error, the scalars a job logs (loss), and the filters that read them back. One node's
-// daemon or a whole job's share one schema: host, rank and run are part of every key.
+// daemon or a whole job's share one schema: host, rank and run are part of every key. The stores'
+// columns for these fields are declared once, in history/src/columns.cc; the wire's, in
+// proto/history_rows.cc.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,8 @@ struct HistoryRecord {
   std::string scale_layout;
   double gemm_alpha = 0;
   std::vector<std::uint64_t> scale_histogram;
+
+  bool operator==(const HistoryRecord&) const = default;
 };
 
 // The daemon's GEMM check of one layer at one step: the FP8 GEMM's output against the
@@ -50,6 +54,8 @@ struct GemmOutputRecord {
   std::int64_t numel = 0;         // output elements compared
   double scale_x = 0, scale_w = 0;
   double mse = 0, cosine = 0, max_rel_error = 0;
+
+  bool operator==(const GemmOutputRecord&) const = default;
 };
 
 struct ScalarRecord {
@@ -59,6 +65,8 @@ struct ScalarRecord {
   std::uint64_t step = 0;
   std::string name;
   double value = 0;
+
+  bool operator==(const ScalarRecord&) const = default;
 };
 
 struct HistoryFilter {

@@ -1,0 +1,144 @@
+#include "columns.h"
+
+#include <cmath>
+
+#include "fp8scope/kernels/statistics_table.h"
+
+namespace fp8scope::history {
+namespace {
+
+// When a value is stored as NULL instead (and what NULL reads back as).
+enum class Null { kNever, kEmpty, kNaN, kZero };
+
+template <class R>
+Column<R> text(std::string name, std::string R::*field, Null null = Null::kNever) {
+  return {std::move(name), SqlType::kText, null == Null::kNever,
+          [=](const R& r, FieldSink& s) { null == Null::kEmpty && (r.*field).empty() ? s.null() : s.text(r.*field); },
+          [=](const FieldSource& s, R& r) {
+            r.*field = s.text();
+            return true;
+          }};
+}
+
+template <class R>
+Column<R> real(std::string name, double R::*field, Null null = Null::kNever) {
+  return {std::move(name), SqlType::kReal, null == Null::kNever,
+          [=](const R& r, FieldSink& s) {
+            const double v = r.*field;
+            (null == Null::kNaN && std::isnan(v)) || (null == Null::kZero && v == 0) ? s.null() : s.real(v);
+          },
+          [=](const FieldSource& s, R& r) {
+            r.*field = null == Null::kZero && s.null() ? 0.0 : s.real();
+            return true;
+          }};
+}
+
+template <class R, class I>
+Column<R> integer(std::string name, I R::*field) {
+  return {std::move(name), SqlType::kInteger, true,
+          [=](const R& r, FieldSink& s) { s.integer(static_cast<std::int64_t>(r.*field)); },
+          [=](const FieldSource& s, R& r) {
+            r.*field = static_cast<I>(s.integer());
+            return true;
+          }};
+}
+
+template <class R>
+Column<R> counts(std::string name, std::vector<std::uint64_t> R::*field) {
+  return {std::move(name), SqlType::kCounts, false,
+          [=](const R& r, FieldSink& s) { (r.*field).empty() ? s.null() : s.counts(r.*field); },
+          [=](const FieldSource& s, R& r) {
+            r.*field = s.counts();
+            return true;
+          }};
+}
+
+// Every row's key comes first: when, whose, which step.
+template <class R>
+std::vector<Column<R>> key_columns() {
+  return {real<R>("time", &R::time),      text<R>("job", &R::job),           text<R>("run", &R::run),
+          text<R>("host", &R::host),      integer<R>("rank", &R::rank),      integer<R>("step", &R::step)};
+}
+
+std::vector<Column<HistoryRecord>> make_record_columns() {
+  using R = HistoryRecord;
+  std::vector<Column<R>> c = key_columns<R>();
+  c.push_back(text<R>("layer", &R::layer));
+  c.push_back({"gemm", SqlType::kText, true, [](const R& r, FieldSink& s) { s.text(gemm_name(r.gemm)); },
+               [](const FieldSource& s, R& r) {
+                 r.gemm = gemm_from_name(s.text()).value_or(GemmRole::kUnknown);
+                 return true;
+               }});
+  // A SQLite file from before schema version 2 keeps GEMM checks among the records (operand "y"):
+  // not a record this build reads.
+  c.push_back({"operand", SqlType::kText, true, [](const R& r, FieldSink& s) { s.text(operand_name(r.operand)); },
+               [](const FieldSource& s, R& r) {
+                 const std::optional<Operand> op = operand_from_name(s.text());
+                 r.operand = op.value_or(Operand::kX);
+                 return op.has_value();
+               }});
+  c.push_back(text<R>("dtype", &R::dtype));
+  c.push_back(integer<R>("numel", &R::numel));
+  c.push_back(text<R>("recipe", &R::recipe));
+  c.push_back(text<R>("format", &R::format));
+  c.push_back(real<R>("scale", &R::scale, Null::kNaN));
+  c.push_back(real<R>("scale_max", &R::scale_max, Null::kNaN));
+  c.push_back(real<R>("scale_current", &R::scale_current, Null::kNaN));
+  c.push_back(counts<R>("histogram", &R::histogram));
+  c.push_back(text<R>("codes_digest", &R::codes_digest, Null::kEmpty));
+  c.push_back(text<R>("scale_layout", &R::scale_layout, Null::kEmpty));
+  c.push_back(real<R>("gemm_alpha", &R::gemm_alpha, Null::kZero));
+  c.push_back(counts<R>("scale_histogram", &R::scale_histogram));
+  const std::size_t n = statistics().size();
+  for (std::size_t k = 0; k < n; ++k) {
+    c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,
+                 [k](const R& r, FieldSink& s) {
+                   const double v = k < r.statistics.size() ? r.statistics[k] : std::nan("");
+                   std::isnan(v) ? s.null() : s.real(v);
+                 },
+                 [k, n](const FieldSource& s, R& r) {
+                   r.statistics.resize(n, std::nan(""));
+                   r.statistics[k] = s.real();
+                   return true;
+                 }});
+  }
+  return c;
+}
+
+std::vector<Column<GemmOutputRecord>> make_gemm_output_columns() {
+  using R = GemmOutputRecord;
+  std::vector<Column<R>> c = key_columns<R>();
+  c.push_back(text<R>("layer", &R::layer));
+  c.push_back(text<R>("accumulate", &R::accumulate));
+  c.push_back(integer<R>("numel", &R::numel));
+  for (auto [name, field] : {std::pair{"scale_x", &R::scale_x}, {"scale_w", &R::scale_w}, {"mse", &R::mse},
+                             {"cosine", &R::cosine}, {"max_rel_error", &R::max_rel_error}}) {
+    c.push_back(real<R>(name, field, Null::kNaN));
+  }
+  return c;
+}
+
+std::vector<Column<ScalarRecord>> make_scalar_columns() {
+  using R = ScalarRecord;
+  std::vector<Column<R>> c = key_columns<R>();
+  c.push_back(text<R>("name", &R::name));
+  c.push_back(real<R>("value", &R::value, Null::kNaN));
+  return c;
+}
+
+}  // namespace
+
+const std::vector<Column<HistoryRecord>>& record_columns() {
+  static const std::vector<Column<HistoryRecord>> c = make_record_columns();
+  return c;
+}
+const std::vector<Column<GemmOutputRecord>>& gemm_output_columns() {
+  static const std::vector<Column<GemmOutputRecord>> c = make_gemm_output_columns();
+  return c;
+}
+const std::vector<Column<ScalarRecord>>& scalar_columns() {
+  static const std::vector<Column<ScalarRecord>> c = make_scalar_columns();
+  return c;
+}
+
+}  // namespace fp8scope::history

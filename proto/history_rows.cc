@@ -1,0 +1,140 @@
+#include "fp8scope/wire/history_rows.h"
+
+#include <cmath>
+
+#include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/wire/wire.h"
+
+namespace fp8scope::wire {
+
+void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
+  row.set_id(r.id);
+  row.set_time(r.time);
+  v1::TensorKey* key = row.mutable_key();
+  key->set_job(r.job);
+  key->set_run(r.run);
+  key->set_rank(r.rank);
+  key->set_layer(r.layer);
+  key->set_gemm(to_wire(r.gemm));
+  key->set_operand(to_wire(r.operand));
+  row.set_host(r.host);
+  row.set_step(r.step);
+  row.set_dtype(r.dtype);
+  row.set_numel(static_cast<std::uint64_t>(r.numel));
+  row.set_recipe(r.recipe);
+  row.set_format(r.format);
+  row.set_scale(r.scale);
+  row.set_scale_max(r.scale_max);
+  row.set_scale_current(r.scale_current);
+  for (std::size_t k = 0; k < statistics().size() && k < r.statistics.size(); ++k) {
+    if (!std::isnan(r.statistics[k])) (*row.mutable_statistics())[statistics()[k].key] = r.statistics[k];
+  }
+  if (const ScaleLayoutTerm* layout = scale_layout_from_name(r.scale_layout)) row.set_scale_mode(to_wire(layout->value));
+  row.set_gemm_alpha(r.gemm_alpha);
+  row.set_codes_digest(r.codes_digest);
+  row.mutable_histogram()->Add(r.histogram.begin(), r.histogram.end());
+  row.mutable_scale_histogram()->Add(r.scale_histogram.begin(), r.scale_histogram.end());
+}
+
+history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
+  history::HistoryRecord r;
+  r.id = row.id();
+  r.time = row.time();
+  r.job = row.key().job();
+  r.run = row.key().run();
+  r.host = row.host();
+  r.rank = row.key().rank();
+  r.step = row.step();
+  r.layer = row.key().layer();
+  r.gemm = from_wire(row.key().gemm()).value_or(GemmRole::kUnknown);
+  r.operand = from_wire(row.key().operand()).value_or(Operand::kX);
+  r.dtype = row.dtype();
+  r.numel = static_cast<std::int64_t>(row.numel());
+  r.recipe = row.recipe();
+  r.format = row.format();
+  r.scale = row.scale();
+  r.scale_max = row.scale_max();
+  r.scale_current = row.scale_current();
+  for (const Statistic& s : statistics()) {
+    const auto it = row.statistics().find(s.key);
+    r.statistics.push_back(it == row.statistics().end() ? std::nan("") : it->second);
+  }
+  if (const std::optional<ScaleLayout> layout = from_wire(row.scale_mode())) {
+    if (const ScaleLayoutTerm* info = scale_layout_info(*layout)) r.scale_layout = info->name;
+  }
+  r.gemm_alpha = row.gemm_alpha();
+  r.codes_digest = row.codes_digest();
+  r.histogram.assign(row.histogram().begin(), row.histogram().end());
+  r.scale_histogram.assign(row.scale_histogram().begin(), row.scale_histogram().end());
+  return r;
+}
+
+void scalar_to_wire(const history::ScalarRecord& s, v1::ScalarRow& row) {
+  row.set_time(s.time);
+  row.set_job(s.job);
+  row.set_run(s.run);
+  row.set_host(s.host);
+  row.set_rank(s.rank);
+  row.set_step(s.step);
+  row.set_name(s.name);
+  row.set_value(s.value);
+}
+
+history::ScalarRecord scalar_from_wire(const v1::ScalarRow& r) {
+  return history::ScalarRecord{r.time(), r.job(), r.run(), r.host(), r.rank(), r.step(), r.name(), r.value()};
+}
+
+void gemm_output_to_wire(const history::GemmOutputRecord& g, v1::GemmOutputRow& row) {
+  row.set_time(g.time);
+  row.set_job(g.job);
+  row.set_run(g.run);
+  row.set_host(g.host);
+  row.set_rank(g.rank);
+  row.set_step(g.step);
+  row.set_layer(g.layer);
+  row.set_accumulate(g.accumulate);
+  row.set_numel(g.numel);
+  row.set_scale_x(g.scale_x);
+  row.set_scale_w(g.scale_w);
+  row.set_mse(g.mse);
+  row.set_cosine(g.cosine);
+  row.set_max_rel_error(g.max_rel_error);
+}
+
+history::GemmOutputRecord gemm_output_from_wire(const v1::GemmOutputRow& r) {
+  return history::GemmOutputRecord{r.time(),    r.job(),   r.run(),        r.host(),  r.rank(),
+                                   r.step(),    r.layer(), r.accumulate(), r.numel(), r.scale_x(),
+                                   r.scale_w(), r.mse(),   r.cosine(),     r.max_rel_error()};
+}
+
+v1::HistoryQuery filter_to_wire(const history::HistoryFilter& f) {
+  v1::HistoryQuery q;
+  q.set_job(f.job);
+  q.set_run(f.run);
+  q.set_layer_regex(f.layer_regex);
+  if (f.gemm) q.set_gemm(to_wire(*f.gemm));
+  if (f.operand) q.set_operand(to_wire(*f.operand));
+  q.set_recipe(f.recipe);
+  q.set_min_step(f.min_step);
+  q.set_max_step(f.max_step);
+  q.set_limit(f.limit);
+  q.set_after_id(f.after_id);
+  return q;
+}
+
+history::HistoryFilter filter_from_wire(const v1::HistoryQuery& q) {
+  history::HistoryFilter f;
+  f.job = q.job();
+  f.run = q.run();
+  f.layer_regex = q.layer_regex();
+  f.gemm = from_wire(q.gemm());
+  f.operand = from_wire(q.operand());
+  f.recipe = q.recipe();
+  f.min_step = q.min_step();
+  f.max_step = q.max_step();
+  f.limit = q.limit();
+  f.after_id = q.after_id();
+  return f;
+}
+
+}  // namespace fp8scope::wire
