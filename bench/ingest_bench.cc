@@ -25,7 +25,6 @@
 #include "fp8scope/daemon/daemon.h"
 #include "fp8scope/daemon/memory_tuning.h"
 #include "fp8scope/export/health_metrics.h"
-#include "fp8scope/history/history_store.h"
 #include "fp8scope/ingest/ingest_queue.h"
 #include "fp8scope/services/ingest_service.h"
 #include "fp8scope/analysis/policy_store.h"
@@ -168,17 +167,23 @@ void BM_RawUnixSocket(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size()));
 }
 
+// The journal's folder.
+std::string fresh_dir() {
+  const auto dir = std::filesystem::temp_directory_path() / ("fp8scope-ingest-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
 // The daemon's real ingest path (gRPC server, IngestService, reassembly, budget, queue) with a
 // consumer that releases samples instead of analyzing them, so the figure is the ingest path's own
 // and not the CPU the analysis takes on the same two cores.
 struct IngestOnly {
-  std::string dir = (std::filesystem::temp_directory_path() / ("fp8scope-ingest-" + std::to_string(getpid()))).string();
+  std::string dir = fresh_dir();
   prometheus::Registry registry;
   server::ByteBudget budget{8ull << 30};
   server::IngestQueue queue{1};
   server::PolicyStore policy;
   server::HealthMetrics health{registry, "bench", "none", budget.capacity()};
-  std::unique_ptr<history::HistoryStore> history = std::move(history::HistoryStore::open(dir, {})).value();
   std::unique_ptr<server::AckJournal> journal = std::move(server::AckJournal::open(dir + "/accepted.journal")).value();
   server::AccessCheck access{""};
   std::unique_ptr<server::SharedRegions> regions;
@@ -189,7 +194,7 @@ struct IngestOnly {
   IngestOnly(bool unix_socket, bool shared_memory) {
     if (shared_memory) regions = std::move(server::SharedRegions::open(dir + ".shm")).value();
     service = std::make_unique<server::IngestService>(
-        server::IngestDeps{&policy, &budget, &queue, &health, history.get(), journal.get(), &access,
+        server::IngestDeps{&policy, &budget, &queue, &health, journal.get(), &access,
                            server::AssemblerLimits{1ull << 30, wire::kDaemonChunkBytes}, 256ull << 20, "bench",
                            std::chrono::seconds(30), regions.get()});
     grpc::ServerBuilder b;
@@ -203,9 +208,11 @@ struct IngestOnly {
     server = b.BuildAndStart();
     if (!unix_socket) address = "127.0.0.1:" + std::to_string(port);
     consumer = std::thread([this] {
-      while (auto s = queue.pop(0)) {
-        s->lease.reset();
-        if (s->journal) journal->release(*s->journal);
+      while (auto item = queue.pop(0)) {
+        if (server::Sample* s = std::get_if<server::Sample>(&*item)) {
+          s->lease.reset();
+          if (s->journal) journal->release(*s->journal);
+        }
       }
     });
   }
@@ -213,7 +220,6 @@ struct IngestOnly {
     server->Shutdown(std::chrono::system_clock::now());
     queue.close();
     consumer.join();
-    history.reset();
     std::filesystem::remove_all(dir);
     std::filesystem::remove(dir + ".sock");
   }

@@ -36,14 +36,19 @@ std::uint64_t AnalysisPipeline::drain(std::chrono::steady_clock::time_point dead
 }
 
 void AnalysisPipeline::worker(int shard) {
-  while (std::optional<Sample> s = d_.queue->pop(shard)) {
+  while (std::optional<IngestItem> item = d_.queue->pop(shard)) {
+    if (ScalarMark* scalar = std::get_if<ScalarMark>(&*item)) {
+      publisher_.publish_scalar(*scalar);
+      continue;
+    }
+    Sample& s = std::get<Sample>(*item);
     if (abandon_) {  // its journal slot stays taken: the next start counts it as lost
       ++abandoned_;
       d_.health->sample_dropped("shutdown");
     } else {
-      process(*s);
+      process(s);
     }
-    s->lease.reset();
+    s.lease.reset();
     d_.health->set_queue_bytes(d_.budget->used());
   }
 }

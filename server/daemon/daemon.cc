@@ -138,6 +138,12 @@ struct Daemon::Impl {
   std::condition_variable stop_cv;
   bool stopping = false;
 
+  Result<std::vector<AckJournal::Leftover>> open_stores();
+  Status open_metrics();
+  Status build_stages();
+  Status settle_leftovers(const std::vector<AckJournal::Leftover>& lost);
+  Status serve(const std::shared_ptr<grpc::ServerCredentials>& creds);
+
   void housekeep() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stop_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stopping; })) {
@@ -169,6 +175,121 @@ Daemon::~Daemon() {
 std::string Daemon::grpc_address() const { return impl_->grpc_address; }
 std::string Daemon::metrics_address() const { return impl_->metrics_address; }
 
+// Opening: the data dir, the history and the journal, and what the previous daemon acknowledged
+// and did not store (its journal's samples without records).
+Result<std::vector<AckJournal::Leftover>> Daemon::Impl::open_stores() {
+  const DaemonConfig& c = config;
+  if (Status s = prepare_data_dir(c.data_dir); !s.ok()) return s;
+  history::HistoryStoreOptions history_options;
+  history_options.writer = host_name() + ":" + std::filesystem::absolute(c.data_dir).lexically_normal().string();
+  history_options.retention_days = c.retention_days;
+  Result<std::unique_ptr<history::HistoryStore>> opened =
+      history::HistoryStore::open(c.history.empty() ? c.data_dir : c.history, history_options);
+  if (!opened.ok()) return opened.status();
+  history = std::move(opened).value();
+  Result<std::unique_ptr<AckJournal>> j = AckJournal::open(c.data_dir + "/accepted.journal");
+  if (!j.ok()) return j.status();
+  journal = std::move(j).value();
+  return unstored_leftovers(*history, journal->leftovers());
+}
+
+Status Daemon::Impl::open_metrics() {
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(config.metrics);
+  } catch (const std::exception& e) {
+    return Status::error("--metrics " + config.metrics + ": cannot listen: " + e.what());
+  }
+  exposer->RegisterCollectable(registry, "/metrics");
+  exposer->RegisterCollectable(health_endpoint, "/health");
+  metrics_address = host_port(config.metrics, exposer->GetListeningPorts().front());
+  return Status();
+}
+
+// Counts and says what the previous daemon lost, then starts the journal afresh.
+Status Daemon::Impl::settle_leftovers(const std::vector<AckJournal::Leftover>& lost) {
+  if (!lost.empty()) {
+    std::map<std::string, std::uint64_t> by_job;
+    for (const AckJournal::Leftover& l : lost) ++by_job[l.job];
+    std::string jobs;
+    for (const auto& [job, n] : by_job) jobs += (jobs.empty() ? "" : ", ") + job + ": " + std::to_string(n);
+    spdlog::warn("the previous fp8scoped stopped before storing {} samples it had acknowledged as accepted ({})",
+                 lost.size(), jobs);
+    health->acknowledged_lost_before_start(lost.size());
+  }
+  if (Status s = journal->start_fresh(); !s.ok()) return s;
+  if (Status s = history->forget_stored_samples(); !s.ok()) return s;
+  history->on_stored_sample([j = journal.get(), h = health.get()](const JournalTicket& t, bool stored) {
+    j->release(t);
+    if (!stored) h->acknowledged_lost(1);
+  });
+  return Status();
+}
+
+// The stages a sample passes through, wired to each other.
+Status Daemon::Impl::build_stages() {
+  const DaemonConfig& c = config;
+  budget = std::make_unique<ByteBudget>(c.queue_budget_bytes);
+  queue = std::make_unique<IngestQueue>(c.analysis_workers);
+  SeriesOptions series_options;
+  series_options.max_series = c.max_series;
+  series_options.ttl = std::chrono::duration<double>(c.series_ttl_seconds);
+  series_options.per_rank = c.per_rank_metrics;
+  series = std::make_unique<TensorSeries>(*registry, series_options);
+  health = std::make_unique<HealthMetrics>(*registry, kDaemonVersion, backend, c.queue_budget_bytes);
+  health->set_records_stored(history->stored());
+  tensors = std::make_unique<TensorTable>(c.max_tensors);
+  pipeline = std::make_unique<AnalysisPipeline>(
+      PipelineDeps{queue.get(), budget.get(), engine.get(), &policy, series.get(), health.get(), history.get(),
+                   journal.get(), tensors.get(), gemm.get(), c.max_tensors,
+                   MetricExport{metric_recipe_kinds(c.metric_recipes).value(), c.log2_histogram_metrics}});
+  Result<std::unique_ptr<SharedRegions>> regions = open_shared_regions(c);
+  if (!regions.ok()) return regions.status();
+  shared_regions = std::move(regions).value();
+  ingest = std::make_unique<IngestService>(IngestDeps{
+      &policy, budget.get(), queue.get(), health.get(), journal.get(), &access,
+      AssemblerLimits{c.max_sample_bytes, wire::kDaemonChunkBytes}, c.max_inflight_bytes, kDaemonVersion,
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(c.stall_timeout_seconds)),
+      shared_regions.get()});
+  admin = std::make_unique<AdminService>(AdminDeps{&policy, tensors.get(), history.get(), health.get(), series.get(),
+                                                   budget.get(), journal.get(), &access, kDaemonVersion, backend,
+                                                   c.data_dir});
+  return Status();
+}
+
+// The gRPC server with the limits every stream lives under.
+Status Daemon::Impl::serve(const std::shared_ptr<grpc::ServerCredentials>& creds) {
+  const DaemonConfig& c = config;
+  grpc::ServerBuilder builder;
+  // gRPC binds with SO_REUSEPORT by default: a second daemon (or anyone on the host) on the same
+  // port would start and take half the connections. A port in use must be a start-up error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int port = 0;
+  builder.AddListeningPort(c.listen, creds, &port);
+  builder.RegisterService(ingest.get());
+  builder.RegisterService(admin.get());
+  // One chunk plus its header; anything larger is refused by gRPC itself.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kDaemonChunkBytes + (64 << 10)));
+  // A fixed flow-control window per stream: gRPC's bandwidth probing grows it to several MiB per
+  // stream, memory outside any budget; a 1 MiB window is as fast on loopback (ingest_bench).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(wire::kDaemonChunkBytes));
+  // A peer that stops answering pings (a stopped or vanished process, a dead link) is disconnected
+  // within the stall timeout: a ping after half of it without traffic, and half of it for the answer.
+  const int keepalive_ms = static_cast<int>(c.stall_timeout_seconds * 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // an idle stream is pinged too
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  server = builder.BuildAndStart();
+  if (!server || (c.listen.rfind("unix:", 0) != 0 && port == 0)) {
+    return Status::error("--listen " + c.listen +
+                         ": cannot listen: the address is in use (another fp8scoped?) or not valid on this host");
+  }
+  grpc_address = host_port(c.listen, port);
+  return Status();
+}
+
 Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   if (Status s = validate(c); !s.ok()) return s;
   auto d = std::make_unique<Impl>();
@@ -185,104 +306,12 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonConfig& c) {
   d->backend = engine.value().backend;
   d->engine = std::move(engine.value().engine);
   d->gemm = std::move(engine.value().gemm);
-  if (Status s = prepare_data_dir(c.data_dir); !s.ok()) return s;
-  history::HistoryStoreOptions history_options;
-  history_options.writer = host_name() + ":" + std::filesystem::absolute(c.data_dir).lexically_normal().string();
-  history_options.retention_days = c.retention_days;
-  Result<std::unique_ptr<history::HistoryStore>> history =
-      history::HistoryStore::open(c.history.empty() ? c.data_dir : c.history, history_options);
-  if (!history.ok()) return history.status();
-  d->history = std::move(history).value();
-  Result<std::unique_ptr<AckJournal>> journal = AckJournal::open(c.data_dir + "/accepted.journal");
-  if (!journal.ok()) return journal.status();
-  d->journal = std::move(journal).value();
-  // What the previous daemon acknowledged and did not store: its journal's samples without records.
-  Result<std::vector<AckJournal::Leftover>> lost = unstored_leftovers(*d->history, d->journal->leftovers());
+  Result<std::vector<AckJournal::Leftover>> lost = d->open_stores();
   if (!lost.ok()) return lost.status();
-
-  try {
-    d->exposer = std::make_unique<prometheus::Exposer>(c.metrics);
-  } catch (const std::exception& e) {
-    return Status::error("--metrics " + c.metrics + ": cannot listen: " + e.what());
-  }
-  d->exposer->RegisterCollectable(d->registry, "/metrics");
-  d->exposer->RegisterCollectable(d->health_endpoint, "/health");
-  d->metrics_address = host_port(c.metrics, d->exposer->GetListeningPorts().front());
-
-  d->budget = std::make_unique<ByteBudget>(c.queue_budget_bytes);
-  d->queue = std::make_unique<IngestQueue>(c.analysis_workers);
-  SeriesOptions series_options;
-  series_options.max_series = c.max_series;
-  series_options.ttl = std::chrono::duration<double>(c.series_ttl_seconds);
-  series_options.per_rank = c.per_rank_metrics;
-  d->series = std::make_unique<TensorSeries>(*d->registry, series_options);
-  d->health = std::make_unique<HealthMetrics>(*d->registry, kDaemonVersion, d->backend, c.queue_budget_bytes);
-  d->health->set_records_stored(d->history->stored());
-  if (!lost.value().empty()) {
-    std::map<std::string, std::uint64_t> by_job;
-    for (const AckJournal::Leftover& l : lost.value()) ++by_job[l.job];
-    std::string jobs;
-    for (const auto& [job, n] : by_job) jobs += (jobs.empty() ? "" : ", ") + job + ": " + std::to_string(n);
-    spdlog::warn("the previous fp8scoped stopped before storing {} samples it had acknowledged as accepted ({})",
-                 lost.value().size(), jobs);
-    d->health->acknowledged_lost_before_start(lost.value().size());
-  }
-  if (Status s = d->journal->start_fresh(); !s.ok()) return s;
-  if (Status s = d->history->forget_stored_samples(); !s.ok()) return s;
-  d->history->on_stored_sample([journal = d->journal.get(), health = d->health.get()](const JournalTicket& t, bool stored) {
-    journal->release(t);
-    if (!stored) health->acknowledged_lost(1);
-  });
-  d->tensors = std::make_unique<TensorTable>(c.max_tensors);
-  d->pipeline = std::make_unique<AnalysisPipeline>(PipelineDeps{d->queue.get(), d->budget.get(), d->engine.get(),
-                                                                &d->policy, d->series.get(), d->health.get(),
-                                                                d->history.get(), d->journal.get(), d->tensors.get(),
-                                                                d->gemm.get(), c.max_tensors,
-                                                                MetricExport{metric_recipe_kinds(c.metric_recipes).value(),
-                                                                             c.log2_histogram_metrics}});
-  Result<std::unique_ptr<SharedRegions>> regions = open_shared_regions(c);
-  if (!regions.ok()) return regions.status();
-  d->shared_regions = std::move(regions).value();
-  d->ingest = std::make_unique<IngestService>(IngestDeps{&d->policy, d->budget.get(), d->queue.get(), d->health.get(),
-                                                         d->history.get(), d->journal.get(), &d->access,
-                                                         AssemblerLimits{c.max_sample_bytes, wire::kDaemonChunkBytes},
-                                                         c.max_inflight_bytes, kDaemonVersion,
-                                                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                             std::chrono::duration<double>(c.stall_timeout_seconds)),
-                                                         d->shared_regions.get()});
-  d->admin = std::make_unique<AdminService>(AdminDeps{&d->policy, d->tensors.get(), d->history.get(), d->health.get(),
-                                                      d->series.get(), d->budget.get(), d->journal.get(), &d->access,
-                                                      kDaemonVersion,
-                                                      d->backend, c.data_dir});
-
-  grpc::ServerBuilder builder;
-  // gRPC binds with SO_REUSEPORT by default: a second daemon (or anyone on the host) on the same
-  // port would start and take half the connections. A port in use must be a start-up error.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int port = 0;
-  builder.AddListeningPort(c.listen, creds.value(), &port);
-  builder.RegisterService(d->ingest.get());
-  builder.RegisterService(d->admin.get());
-  // One chunk plus its header; anything larger is refused by gRPC itself.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kDaemonChunkBytes + (64 << 10)));
-  // A fixed flow-control window per stream: gRPC's bandwidth probing grows it to several MiB per
-  // stream, memory outside any budget; a 1 MiB window is as fast on loopback (ingest_bench).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(wire::kDaemonChunkBytes));
-  // A peer that stops answering pings (a stopped or vanished process, a dead link) is disconnected
-  // within the stall timeout: a ping after half of it without traffic, and half of it for the answer.
-  const int keepalive_ms = static_cast<int>(c.stall_timeout_seconds * 500);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // an idle stream is pinged too
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  d->server = builder.BuildAndStart();
-  if (!d->server || (c.listen.rfind("unix:", 0) != 0 && port == 0)) {
-    return Status::error("--listen " + c.listen +
-                         ": cannot listen: the address is in use (another fp8scoped?) or not valid on this host");
-  }
-  d->grpc_address = host_port(c.listen, port);
+  if (Status s = d->open_metrics(); !s.ok()) return s;
+  if (Status s = d->build_stages(); !s.ok()) return s;
+  if (Status s = d->settle_leftovers(lost.value()); !s.ok()) return s;
+  if (Status s = d->serve(creds.value()); !s.ok()) return s;
   d->pipeline->start();
   d->housekeeping = std::thread([impl = d.get()] { impl->housekeep(); });
   if (!c.ready_file.empty()) {

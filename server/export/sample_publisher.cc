@@ -17,16 +17,15 @@ double now_seconds() {
 
 const MetricDef& metric(const char* name) { return *find_metric(name); }
 
-// The fields that place any history record of a client's sample: when, whose, which step and layer.
+// The fields that place any history record of a client's: when, whose, which step.
 template <class Record>
-void set_place(Record& rec, double time, const ClientInfo& client, std::uint64_t step, const std::string& layer) {
+void set_place(Record& rec, double time, const ClientInfo& client, std::uint64_t step) {
   rec.time = time;
   rec.job = client.job;
   rec.run = client.run;
   rec.host = client.host;
   rec.rank = client.rank;
   rec.step = step;
-  rec.layer = layer;
 }
 
 }  // namespace
@@ -67,7 +66,8 @@ bool SamplePublisher::exported(const RecipeOutcome& o) const {
 history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                                       double scale_current) const {
   history::HistoryRecord rec;
-  set_place(rec, time, *s.client, s.header.step, s.header.layer);
+  set_place(rec, time, *s.client, s.header.step);
+  rec.layer = s.header.layer;
   rec.gemm = s.header.gemm;
   rec.operand = s.header.operand;
   rec.dtype = dtype_name(s.header.dtype);
@@ -166,7 +166,8 @@ void SamplePublisher::publish_gemm_check(const GemmPair& p, const std::vector<Ge
     series_.set(gemm_cosine_, labels, p.client->rank, r.cosine);
     series_.set(gemm_max_rel_error_, labels, p.client->rank, r.max_rel_error);
     history::GemmOutputRecord rec;
-    set_place(rec, time, *p.client, p.step, p.layer);
+    set_place(rec, time, *p.client, p.step);
+    rec.layer = p.layer;
     rec.accumulate = r.accumulate;
     rec.numel = static_cast<std::int64_t>(r.rows * r.n);
     rec.scale_x = r.scale_x;
@@ -176,6 +177,14 @@ void SamplePublisher::publish_gemm_check(const GemmPair& p, const std::vector<Ge
     rec.max_rel_error = r.max_rel_error;
     history_.add(std::move(rec));
   }
+}
+
+void SamplePublisher::publish_scalar(const ScalarMark& m) {
+  history::ScalarRecord rec;
+  set_place(rec, m.time, *m.client, m.step);
+  rec.name = m.name;
+  rec.value = m.value;
+  history_.add(std::move(rec));
 }
 
 }  // namespace fp8scope::server

@@ -16,22 +16,39 @@ std::size_t tensor_key_hash(const Sample& s) {
   return std::hash<std::string>{}(key);
 }
 
+std::size_t process_key_hash(const ClientInfo& c) {
+  return std::hash<std::string>{}(c.job + '\x1f' + c.run + '\x1f' + std::to_string(c.rank));
+}
+
 void IngestQueue::push(Sample sample) {
   Shard& s = *shards_[tensor_key_hash(sample) % shards_.size()];
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    s.samples.push_back(std::move(sample));
+    s.items.emplace_back(std::move(sample));
   }
   s.ready.notify_one();
 }
 
-std::optional<Sample> IngestQueue::pop(int shard) {
+bool IngestQueue::push(ScalarMark scalar) {
+  Shard& s = *shards_[process_key_hash(*scalar.client) % shards_.size()];
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.scalars >= kMaxScalarsPerShard) return false;
+    ++s.scalars;
+    s.items.emplace_back(std::move(scalar));
+  }
+  s.ready.notify_one();
+  return true;
+}
+
+std::optional<IngestItem> IngestQueue::pop(int shard) {
   Shard& s = *shards_[static_cast<std::size_t>(shard)];
   std::unique_lock<std::mutex> lock(s.mu);
-  s.ready.wait(lock, [&] { return s.closed || !s.samples.empty(); });
-  if (s.samples.empty()) return std::nullopt;
-  Sample out = std::move(s.samples.front());
-  s.samples.pop_front();
+  s.ready.wait(lock, [&] { return s.closed || !s.items.empty(); });
+  if (s.items.empty()) return std::nullopt;
+  IngestItem out = std::move(s.items.front());
+  s.items.pop_front();
+  if (std::holds_alternative<ScalarMark>(out)) --s.scalars;
   return out;
 }
 
@@ -49,7 +66,7 @@ std::size_t IngestQueue::size() const {
   std::size_t n = 0;
   for (const auto& s : shards_) {
     std::lock_guard<std::mutex> lock(s->mu);
-    n += s->samples.size();
+    n += s->items.size();
   }
   return n;
 }

@@ -117,25 +117,27 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     switch (m.kind_case()) {
       case v1::ClientMessage::kHello: return on_hello(m.hello());
       case v1::ClientMessage::kChunk: on_chunk(m.chunk()); return grpc::Status::OK;
-      case v1::ClientMessage::kStep: {
-        if (m.step().step() > kMaxStep) return scalar_refused("a step above " + std::to_string(kMaxStep));
-        deps_.history->add(history::ScalarRecord{now_seconds(), client_->job, client_->run, client_->host, client_->rank, m.step().step(),
-                                        "step_started", now_seconds()});
-        return grpc::Status::OK;
-      }
+      case v1::ClientMessage::kStep: return on_scalar(m.step().step(), "step_started", now_seconds());
       case v1::ClientMessage::kScalar: {
-        if (m.scalar().step() > kMaxStep) return scalar_refused("a step above " + std::to_string(kMaxStep));
         if (!valid_label(m.scalar().name())) {
           return scalar_refused("a name that is not 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
         }
-        deps_.history->add(history::ScalarRecord{now_seconds(), client_->job, client_->run, client_->host, client_->rank, m.scalar().step(),
-                                        m.scalar().name(), m.scalar().value()});
-        return grpc::Status::OK;
+        return on_scalar(m.scalar().step(), m.scalar().name(), m.scalar().value());
       }
       case v1::ClientMessage::kCounters: on_counters(m.counters()); return grpc::Status::OK;
       case v1::ClientMessage::KIND_NOT_SET: break;
     }
     return {grpc::StatusCode::INVALID_ARGUMENT, "empty ClientMessage"};
+  }
+
+  // A step mark or scalar, queued for the history like a sample; dropped and counted when history
+  // cannot keep it or the queue holds too many.
+  grpc::Status on_scalar(std::uint64_t step, const std::string& name, double value) {
+    if (step > kMaxStep) return scalar_refused("a step above " + std::to_string(kMaxStep));
+    if (!deps_.queue->push(ScalarMark{client_, now_seconds(), step, name, value})) {
+      deps_.health->sample_dropped("scalar_queue_full");
+    }
+    return grpc::Status::OK;
   }
 
   // A step mark or scalar history cannot keep: counted and dropped, the stream goes on (told once).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/recipe.h"
 
 namespace fp8scope::insight {
@@ -38,16 +39,14 @@ std::vector<double> series(const std::vector<RecordPoint>* points, StudiedStatis
   return out;
 }
 
-const Threshold& threshold(const char* signal) {
-  for (const Threshold& t : advice_thresholds()) {
-    if (std::string(t.signal) == signal) return t;
-  }
-  std::abort();  // a signal name below that the table lacks: a programming error
-}
-
+// Every signal the advice reads has a row (advice_test checks kAdviceSignals against the table);
+// one without would raise no concern.
 const Levels& levels(const char* signal, bool fp4) {
-  const Threshold& t = threshold(signal);
-  return fp4 ? t.fp4 : t.fp8;
+  static constexpr Levels kNoConcern{0, HUGE_VAL, HUGE_VAL};
+  for (const Threshold& t : advice_thresholds()) {
+    if (std::string(t.signal) == signal) return fp4 ? t.fp4 : t.fp8;
+  }
+  return kNoConcern;
 }
 
 // 0 at `fine`, 0.5 at `concern`, 1 at `severe`, linear between; works for both directions.
@@ -79,9 +78,6 @@ std::string shown(double v, const char* fmt) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return format(fmt, v);
 }
-
-// E4M3 spans log2(448 / 2^-9) binades from its smallest subnormal to its max.
-const double kE4m3Binades = std::log2(448.0) + 9.0;
 
 double max_of(const std::vector<double>& v) {
   double m = std::nan("");
@@ -155,6 +151,181 @@ const std::vector<Threshold>& advice_thresholds() {
   return table;
 }
 
+namespace {
+
+// The series one tensor's advice reads: the what-ifs (the run's own, or the baseline's when the
+// run has none, as an FP8 run's tensors arrive already cast) and the job's own codes.
+struct Sources {
+  const std::vector<RecordPoint>* current = nullptr;   // the judging recipe (current scaling or the job's block recipe)
+  const std::vector<RecordPoint>* delayed = nullptr;   // delayed scaling (per-tensor jobs only)
+  const std::vector<RecordPoint>* observed = nullptr;  // the job's own codes
+  const std::vector<RecordPoint>* mxfp8 = nullptr;     // the finer recipe an FP4 tensor may take
+  std::string current_format = "e4m3";
+  bool block = false;  // the job cast with block scales
+  bool fp4 = false;    // judged by FP4's levels
+};
+
+Sources choose_sources(const TensorKey& key, const TensorRecords& own, const RunRecords& run,
+                       const RunRecords* baseline, TensorAdvice& a) {
+  Sources src;
+  // A block-scaled job's tensors are judged by the what-if of the recipe it cast them with.
+  src.block = own.block_scaled();
+  a.observed_layout = own.scale_layout;
+  a.what_if_recipe = own.matching_recipe();
+  const std::optional<RecipeKind> kind = recipe_kind_from_name(a.what_if_recipe);
+  src.fp4 = kind && default_recipe(*kind).fp4();
+  const TensorRecords* what_if = &own;
+  a.what_if_source = run.run;
+  if (own.find(a.what_if_recipe) == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {
+    if (auto it = baseline->tensors.find(key); it != baseline->tensors.end()) {
+      what_if = &it->second;
+      a.what_if_source = baseline->run;
+    }
+  }
+  src.current = what_if->find(a.what_if_recipe, &src.current_format);
+  src.delayed = src.block ? nullptr : what_if->find("tensor_delayed", src.current != nullptr ? nullptr : &src.current_format);
+  if (src.current == nullptr && src.delayed == nullptr) a.what_if_source.clear();
+  std::string observed_format;
+  src.observed = own.find("observed", &observed_format);
+  if (src.observed != nullptr) a.observed_format = observed_format;
+  src.mxfp8 = what_if->find("mxfp8");
+  return src;
+}
+
+// The figures the advice rests on: medians and means of the sampled steps, the lag, the blame at
+// loss onsets, and a replay of delayed scaling on the run's own amaxes.
+void measure(const TensorKey& key, const Sources& src, const std::vector<Attribution>& onsets, int sampling_interval,
+             TensorAdvice& a) {
+  a.saturation_observed = mean_of(series(src.observed, "saturation_ratio"));
+  a.underflow_current = median_of(series(src.current, "underflow_ratio"));
+  a.sqnr_current_db = median_of(series(src.current, "sqnr_db"));
+  std::vector<double> cosine = series(src.current, "cosine");
+  for (double& c : cosine) c = 1.0 - c;
+  a.one_minus_cosine = median_of(cosine);
+  a.overflow_delayed = mean_of(series(src.delayed, "overflow_ratio"));
+  // The job's own scales when it ran FP8 (what really lagged), else the delayed what-if's. Block
+  // scales come from each block's own amax: nothing lags.
+  a.lagging_share = std::nan("");
+  const auto* lag_source = src.block ? nullptr : (src.observed != nullptr ? src.observed : src.delayed);
+  if (lag_source != nullptr && !lag_source->empty()) {
+    std::size_t lagging = 0;
+    for (const RecordPoint& p : *lag_source) lagging += p.scale > p.scale_current * (1.0 + 1e-6);
+    a.lagging_share = static_cast<double>(lagging) / static_cast<double>(lag_source->size());
+  }
+  for (const Attribution& onset : onsets) {
+    if (!onset.suspects.empty() && onset.suspects.front().tensor == key && onset.suspects.front().score >= kBlameScore) {
+      ++a.spike_blame;
+    }
+  }
+  // The run's own amaxes when it has them (the observed FP8 data dequantized), for the replay of
+  // delayed scaling (which block-scaled jobs do not use).
+  const auto* amax_source = src.observed != nullptr ? src.observed : src.current != nullptr ? src.current : src.delayed;
+  const std::string amax_format = src.observed != nullptr ? a.observed_format : src.current_format;
+  if (amax_source != nullptr && !src.block) {
+    std::vector<AmaxPoint> amax;
+    for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
+    a.replay = suggest_delayed_scaling(amax, format_from_name(amax_format).value_or(CastFormat::kE4M3), sampling_interval);
+  }
+}
+
+// Where the job ran FP8 its own scales say whether delayed scaling clipped (the lag); the delayed
+// what-if, replayed on sampled steps only, would overstate it.
+double what_if_overflow(const Sources& src, const TensorAdvice& a) {
+  return src.observed != nullptr ? std::nan("") : a.overflow_delayed;
+}
+
+// The risk: the worst of the signals' levels, and which signal it was.
+void score(const Sources& src, TensorAdvice& a) {
+  const double values[] = {a.underflow_current, what_if_overflow(src, a), a.sqnr_current_db,
+                           a.one_minus_cosine,  a.lagging_share,            static_cast<double>(a.spike_blame)};
+  static_assert(std::size(values) == std::size(kAdviceSignals));
+  for (std::size_t i = 0; i < std::size(values); ++i) {
+    const double l = level(levels(kAdviceSignals[i], src.fp4), values[i]);
+    if (l > a.risk) a.risk = l, a.driver = kAdviceSignals[i];
+  }
+}
+
+// Binades from a format's smallest subnormal to its max, from its row.
+double binades(const FloatFormat& f) { return std::log2(max_value(f) / min_subnormal(f)); }
+
+// The reason for delayed-scaling advice: the onsets it led, the lag, what a replay found.
+std::string lag_reason(const Sources& src, const TensorAdvice& a, bool lagging, bool tuning_fixes) {
+  const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
+  const double share = 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0);
+  std::string why = a.spike_blame > 0 ? format("it moved most at %zu loss onset(s)", a.spike_blame) : "";
+  // The lag is a reason only where there is one: a tensor blamed for a spike whose scale never
+  // exceeded current scaling's is not described by "at 0% of the sampled steps".
+  if (lagging || share > 0) {
+    why += why.empty() ? "" : "; ";
+    why += src.observed != nullptr
+               ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
+                        "(%s of its FP8 codes at +-max)",
+                        share, shown(a.saturation_observed, "%.3g").c_str())
+               : format("delayed scaling clips %s of the elements and its scale exceeds current's at %.0f%% of "
+                        "the sampled steps",
+                        shown(a.overflow_delayed, "%.3g").c_str(), share);
+  }
+  if (tuning_fixes) {
+    why += format("; replay: amax_history_len=%d margin=%d clips no sampled step (TE's default clips %zu)",
+                  r->best.history_len, r->best.margin, r->te_default.clipped_steps);
+  } else if (r != nullptr) {
+    why += format("; no history length or margin up to 4 stops the clipping (best clips %zu of %zu steps)",
+                  r->best.clipped_steps, r->best.steps);
+  }
+  return why;
+}
+
+// One recommendation and its reason, from the figures.
+void recommend(const TensorKey& key, const Sources& src, TensorAdvice& a) {
+  // The gradient's span in binades: the BF16 tensor's (the run's or the baseline's) when there is
+  // one; the job's own E4M3 codes cannot span more than E4M3 holds, so filling it is the sign.
+  const std::vector<RecordPoint>* bf16_source = src.current != nullptr ? src.current : src.delayed;
+  const double range = median_of(series(bf16_source != nullptr ? bf16_source : src.observed, "dynamic_range_log2"));
+  const double range_limit = bf16_source != nullptr ? binades(kE4M3) : binades(kE4M3) - 1.0;
+  const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true, src.fp4) ||
+                                  at_least("sqnr_db", a.sqnr_current_db, true, src.fp4) ||
+                                  at_least("1-cosine", a.one_minus_cosine, true, src.fp4);
+  const bool lagging = at_least("overflow_ratio", what_if_overflow(src, a), false) ||
+                       at_least("lagging_share", a.lagging_share, false);
+  // An FP4 job's tensor that its recipe loses but MXFP8 holds: the finer recipe, not BF16.
+  const double mxfp8_sqnr = median_of(series(src.mxfp8, "sqnr_db"));
+  const bool mxfp8_holds = src.fp4 && src.mxfp8 != nullptr &&
+                           !at_least("underflow_ratio", median_of(series(src.mxfp8, "underflow_ratio")), true) &&
+                           !at_least("sqnr_db", mxfp8_sqnr, true);
+  const std::string cast_by = src.block ? std::string("the job's recipe (") + a.what_if_recipe + ")" : "current scaling";
+  const std::string underflow = shown(a.underflow_current, "%.3g"), sqnr = shown(a.sqnr_current_db, "%.1f");
+  if (!src.block && key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > range_limit) {
+    a.recommendation = Recommendation::kE5m2ForDy;
+    a.reason = format("the gradient spans %.1f binades%s; E4M3 holds %.1f, E5M2 %.1f", range,
+                      bf16_source != nullptr ? "" : " of E4M3 codes", binades(kE4M3), binades(kE5M2));
+  } else if (lossy_even_current && mxfp8_holds) {
+    a.recommendation = Recommendation::kFinerRecipe;
+    a.finer_recipe = "mxfp8";
+    a.reason = format("%s loses too much (underflow %s, SQNR %s dB); mxfp8 keeps SQNR at %s dB", cast_by.c_str(),
+                      underflow.c_str(), sqnr.c_str(), shown(mxfp8_sqnr, "%.1f").c_str());
+  } else if (lossy_even_current) {
+    a.recommendation = Recommendation::kFallBackToBf16;
+    a.reason = format("even %s loses too much: underflow %s, SQNR %s dB, 1-cosine %s", cast_by.c_str(),
+                      underflow.c_str(), sqnr.c_str(), shown(a.one_minus_cosine, "%.3g").c_str());
+  } else if (lagging || a.spike_blame > 0) {
+    const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
+    const bool tuning_fixes = r != nullptr && r->best.clipped_steps == 0 && r->te_default.clipped_steps > 0;
+    a.recommendation = tuning_fixes ? Recommendation::kTuneDelayed : Recommendation::kCurrentScaling;
+    a.reason = lag_reason(src, a, lagging, tuning_fixes);
+  } else {
+    a.recommendation = Recommendation::kKeepFp8;
+    a.reason = src.block ? format("under %s: underflow %s, SQNR %s dB: within the thresholds", a.what_if_recipe.c_str(),
+                                  underflow.c_str(), sqnr.c_str())
+                         : format("underflow %s, SQNR %s dB, delayed overflow %s: within the thresholds",
+                                  underflow.c_str(), sqnr.c_str(), shown(a.overflow_delayed, "%.3g").c_str());
+  }
+  if (a.recommendation != Recommendation::kFallBackToBf16 && a.recommendation != Recommendation::kFinerRecipe) {
+    a.autoswitch = autoswitch_for(src.current, src.fp4);
+  }
+}
+
+}  // namespace
+
 RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, const RunRecords* baseline) {
   RunAdvice out;
   out.run = run.run;
@@ -162,142 +333,10 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
   for (const auto& [key, own] : run.tensors) {
     TensorAdvice a;
     a.tensor = key;
-    // A block-scaled job's tensors are judged by the what-if of the recipe it cast them with.
-    const bool block = own.block_scaled();
-    a.observed_layout = own.scale_layout;
-    a.what_if_recipe = own.matching_recipe();
-    const std::optional<RecipeKind> kind = recipe_kind_from_name(a.what_if_recipe);
-    const bool fp4 = kind && default_recipe(*kind).fp4();  // judged by FP4's levels
-    const TensorRecords* what_if = &own;
-    a.what_if_source = run.run;
-    if (own.find(a.what_if_recipe) == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {
-      if (auto it = baseline->tensors.find(key); it != baseline->tensors.end()) {
-        what_if = &it->second;
-        a.what_if_source = baseline->run;
-      }
-    }
-    std::string current_format = "e4m3";
-    const auto* current = what_if->find(a.what_if_recipe, &current_format);
-    const auto* delayed = block ? nullptr : what_if->find("tensor_delayed", current != nullptr ? nullptr : &current_format);
-    if (current == nullptr && delayed == nullptr) a.what_if_source.clear();
-    std::string observed_format;
-    const auto* observed = own.find("observed", &observed_format);
-    if (observed != nullptr) a.observed_format = observed_format;
-    a.saturation_observed = mean_of(series(observed, "saturation_ratio"));
-    a.underflow_current = median_of(series(current, "underflow_ratio"));
-    a.sqnr_current_db = median_of(series(current, "sqnr_db"));
-    std::vector<double> cosine = series(current, "cosine");
-    for (double& c : cosine) c = 1.0 - c;
-    a.one_minus_cosine = median_of(cosine);
-    a.overflow_delayed = mean_of(series(delayed, "overflow_ratio"));
-    // The job's own scales when it ran FP8 (what really lagged), else the delayed what-if's. Block
-    // scales come from each block's own amax: nothing lags.
-    a.lagging_share = std::nan("");
-    const auto* lag_source = block ? nullptr : (observed != nullptr ? observed : delayed);
-    if (lag_source != nullptr && !lag_source->empty()) {
-      std::size_t lagging = 0;
-      for (const RecordPoint& p : *lag_source) lagging += p.scale > p.scale_current * (1.0 + 1e-6);
-      a.lagging_share = static_cast<double>(lagging) / static_cast<double>(lag_source->size());
-    }
-    for (const Attribution& onset : onsets) {
-      if (!onset.suspects.empty() && onset.suspects.front().tensor == key && onset.suspects.front().score >= kBlameScore) {
-        ++a.spike_blame;
-      }
-    }
-    // The run's own amaxes when it has them (the observed FP8 data dequantized), for the replay of
-    // delayed scaling (which block-scaled jobs do not use).
-    const std::vector<RecordPoint>* amax_source = observed != nullptr ? observed : current != nullptr ? current : delayed;
-    if (observed != nullptr) current_format = observed_format;
-    if (amax_source != nullptr && !block) {
-      std::vector<AmaxPoint> amax;
-      for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
-      a.replay = suggest_delayed_scaling(amax, format_from_name(current_format).value_or(CastFormat::kE4M3),
-                                         run.sampling_interval);
-    }
-
-    // Where the job ran FP8 its own scales say whether delayed scaling clipped (the lag); the
-    // delayed what-if, replayed on sampled steps only, would overstate it.
-    const double what_if_overflow = observed != nullptr ? std::nan("") : a.overflow_delayed;
-    const std::pair<const char*, double> signals[] = {{"underflow_ratio", a.underflow_current},
-                                                      {"overflow_ratio", what_if_overflow},
-                                                      {"sqnr_db", a.sqnr_current_db},
-                                                      {"1-cosine", a.one_minus_cosine},
-                                                      {"lagging_share", a.lagging_share},
-                                                      {"spike_blame", static_cast<double>(a.spike_blame)}};
-    for (const auto& [signal, value] : signals) {
-      const double l = level(levels(signal, fp4), value);
-      if (l > a.risk) a.risk = l, a.driver = signal;
-    }
-
-    // The gradient's span in binades: the BF16 tensor's (the run's or the baseline's) when there is
-    // one; the job's own E4M3 codes cannot span more than E4M3 holds, so filling it is the sign.
-    const std::vector<RecordPoint>* bf16_source = current != nullptr ? current : delayed;
-    const double range = median_of(series(bf16_source != nullptr ? bf16_source : observed, "dynamic_range_log2"));
-    const double range_limit = bf16_source != nullptr ? kE4m3Binades : kE4m3Binades - 1.0;
-    const bool lossy_even_current = at_least("underflow_ratio", a.underflow_current, true, fp4) ||
-                                    at_least("sqnr_db", a.sqnr_current_db, true, fp4) ||
-                                    at_least("1-cosine", a.one_minus_cosine, true, fp4);
-    const bool lagging = at_least("overflow_ratio", what_if_overflow, false) ||
-                         at_least("lagging_share", a.lagging_share, false);
-    // An FP4 job's tensor that its recipe loses but MXFP8 holds: the finer recipe, not BF16.
-    const auto* mxfp8 = what_if->find("mxfp8");
-    const bool mxfp8_holds = fp4 && mxfp8 != nullptr &&
-                             !at_least("underflow_ratio", median_of(series(mxfp8, "underflow_ratio")), true) &&
-                             !at_least("sqnr_db", median_of(series(mxfp8, "sqnr_db")), true);
-    const std::string cast_by = block ? std::string("the job's recipe (") + a.what_if_recipe + ")" : "current scaling";
-    if (!block && key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > range_limit) {
-      a.recommendation = Recommendation::kE5m2ForDy;
-      a.reason = format("the gradient spans %.1f binades%s; E4M3 holds %.1f, E5M2 %.1f", range,
-                        bf16_source != nullptr ? "" : " of E4M3 codes", kE4m3Binades, std::log2(57344.0) + 16.0);
-    } else if (lossy_even_current && mxfp8_holds) {
-      a.recommendation = Recommendation::kFinerRecipe;
-      a.finer_recipe = "mxfp8";
-      a.reason = format("%s loses too much (underflow %s, SQNR %s dB); mxfp8 keeps SQNR at %s dB", cast_by.c_str(),
-                        shown(a.underflow_current, "%.3g").c_str(), shown(a.sqnr_current_db, "%.1f").c_str(),
-                        shown(median_of(series(mxfp8, "sqnr_db")), "%.1f").c_str());
-    } else if (lossy_even_current) {
-      a.recommendation = Recommendation::kFallBackToBf16;
-      a.reason = format("even %s loses too much: underflow %s, SQNR %s dB, 1-cosine %s", cast_by.c_str(),
-                        shown(a.underflow_current, "%.3g").c_str(), shown(a.sqnr_current_db, "%.1f").c_str(),
-                        shown(a.one_minus_cosine, "%.3g").c_str());
-    } else if (lagging || a.spike_blame > 0) {
-      const ReplaySuggestion* r = a.replay ? &*a.replay : nullptr;
-      const bool tuning_fixes = r != nullptr && r->best.clipped_steps == 0 && r->te_default.clipped_steps > 0;
-      a.recommendation = tuning_fixes ? Recommendation::kTuneDelayed : Recommendation::kCurrentScaling;
-      const double share = 100.0 * (std::isfinite(a.lagging_share) ? a.lagging_share : 0.0);
-      std::string why = a.spike_blame > 0 ? format("it moved most at %zu loss onset(s)", a.spike_blame) : "";
-      // The lag is a reason only where there is one: a tensor blamed for a spike whose scale never
-      // exceeded current scaling's is not described by "at 0% of the sampled steps".
-      if (lagging || share > 0) {
-        why += why.empty() ? "" : "; ";
-        why += observed != nullptr
-                   ? format("the job's own scale exceeded current scaling's at %.0f%% of the sampled steps "
-                            "(%s of its FP8 codes at +-max)",
-                            share, shown(a.saturation_observed, "%.3g").c_str())
-                   : format("delayed scaling clips %s of the elements and its scale exceeds current's at %.0f%% of "
-                            "the sampled steps",
-                            shown(a.overflow_delayed, "%.3g").c_str(), share);
-      }
-      if (tuning_fixes) {
-        why += format("; replay: amax_history_len=%d margin=%d clips no sampled step (TE's default clips %zu)",
-                      r->best.history_len, r->best.margin, r->te_default.clipped_steps);
-      } else if (r != nullptr) {
-        why += format("; no history length or margin up to 4 stops the clipping (best clips %zu of %zu steps)",
-                      r->best.clipped_steps, r->best.steps);
-      }
-      a.reason = why;
-    } else {
-      a.recommendation = Recommendation::kKeepFp8;
-      const std::string sqnr = shown(a.sqnr_current_db, "%.1f");
-      a.reason = block ? format("under %s: underflow %s, SQNR %s dB: within the thresholds", a.what_if_recipe.c_str(),
-                                shown(a.underflow_current, "%.3g").c_str(), sqnr.c_str())
-                       : format("underflow %s, SQNR %s dB, delayed overflow %s: within the thresholds",
-                                shown(a.underflow_current, "%.3g").c_str(), sqnr.c_str(),
-                                shown(a.overflow_delayed, "%.3g").c_str());
-    }
-    if (a.recommendation != Recommendation::kFallBackToBf16 && a.recommendation != Recommendation::kFinerRecipe) {
-      a.autoswitch = autoswitch_for(current, fp4);
-    }
+    const Sources src = choose_sources(key, own, run, baseline, a);
+    measure(key, src, onsets, run.sampling_interval, a);
+    score(src, a);
+    recommend(key, src, a);
     out.tensors.push_back(std::move(a));
   }
   std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const TensorAdvice& x, const TensorAdvice& y) {

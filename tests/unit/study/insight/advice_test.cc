@@ -2,6 +2,7 @@
 // a tensor whose overflow jumps at the onset is named first; a replay of a slowly growing amax
 // finds the margin that stops the clipping; thresholds map to the recommendation the README
 // promises; the TE YAML parses into the sections it should, the Megatron list counts from the ends.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -420,4 +421,12 @@ TEST_CASE("advice: a figure that is undefined reads '-' in the reason, as in the
   CHECK(advice.tensors[0].recommendation == Recommendation::kKeepFp8);
   CHECK_THAT(advice.tensors[0].reason, Catch::Contains("SQNR - dB"));
   CHECK_THAT(advice.tensors[0].reason, !Catch::Contains("nan"));
+}
+
+TEST_CASE("every signal the risk is scored on has its thresholds", "[advice]") {
+  for (const char* signal : kAdviceSignals) {
+    INFO(signal);
+    const auto& table = advice_thresholds();
+    CHECK(std::any_of(table.begin(), table.end(), [&](const Threshold& t) { return std::string(t.signal) == signal; }));
+  }
 }

@@ -1,7 +1,7 @@
 // Where an analyzed sample goes: its Prometheus series (the statistics of the tensor and of each
 // recipe, scales, the log2-magnitude histogram under current scaling), the live tensor table
 // behind `fp8scope tensors`, and one history record per recipe; a GEMM check's figures and its
-// record. Metric definitions are looked up once, not per value.
+// record; a job's scalars and step marks. Metric definitions are looked up once, not per value.
 #pragma once
 
 #include <vector>
@@ -30,6 +30,7 @@ class SamplePublisher {
 
   void publish(const Sample& s, const SampleAnalysis& a);
   void publish_gemm_check(const GemmPair& pair, const std::vector<GemmCheckResult>& results);
+  void publish_scalar(const ScalarMark& scalar);
 
  private:
   struct StatisticMetric {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "fp8scope/ingest/ack_journal.h"
@@ -49,6 +50,17 @@ struct SampleHeader {
   std::int64_t numel() const { return rows * cols; }
 };
 
+// A value a job logs at a step (the loss, ...), or the mark that it entered a step (name
+// "step_started", value the time): it reaches the history through the analysis pipeline, as
+// samples do.
+struct ScalarMark {
+  std::shared_ptr<const ClientInfo> client;
+  double time = 0;  // when the daemon received it, seconds since the Unix epoch
+  std::uint64_t step = 0;
+  std::string name;
+  double value = 0;
+};
+
 struct Sample {
   std::shared_ptr<const ClientInfo> client;
   SampleHeader header;
@@ -57,5 +69,8 @@ struct Sample {
   std::optional<JournalTicket> journal;  // held from its ACCEPTED ack until its records are stored
   std::chrono::steady_clock::time_point completed;
 };
+
+// What waits for the analysis workers.
+using IngestItem = std::variant<Sample, ScalarMark>;
 
 }  // namespace fp8scope::server

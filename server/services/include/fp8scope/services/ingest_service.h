@@ -16,7 +16,6 @@
 #include "fp8scope/ingest/byte_budget.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
 #include "fp8scope/export/health_metrics.h"
-#include "fp8scope/history/history_store.h"
 #include "fp8scope/ingest/ingest_queue.h"
 #include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/ingest/sample_assembler.h"
@@ -29,7 +28,6 @@ struct IngestDeps {
   ByteBudget* budget;
   IngestQueue* queue;
   HealthMetrics* health;
-  history::HistoryStore* history;
   AckJournal* journal;
   const AccessCheck* access;
   AssemblerLimits limits;

@@ -38,6 +38,9 @@ struct Threshold {
   const char* meaning;
 };
 const std::vector<Threshold>& advice_thresholds();
+// The signals a tensor's risk is scored on, each with its row in advice_thresholds().
+inline constexpr const char* kAdviceSignals[] = {"underflow_ratio", "overflow_ratio", "sqnr_db",
+                                                 "1-cosine",        "lagging_share",  "spike_blame"};
 
 // Thresholds for TE's AutoswitchGemm (TE PR #2883, transformer_engine/debug/features/
 // autoswitch_gemm.py: a GEMM runs in high precision while a monitored tensor's underflow% or MSE
