@@ -169,81 +169,88 @@ void add_compare_command(CLI::App& app, CompareOptions& o) {
   cmd->add_flag("--json", o.json, "One JSON object");
 }
 
-int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
-  std::unique_ptr<history::HistoryReader> history = open_history(o.study, "compare", err);
-  if (!history) return kUsage;
-  const insight::StudyOptions& options = o.study.options;
+namespace {
 
+// What compare found: the loss of both runs compared, the run's onsets attributed, the inference check.
+struct Comparison {
+  std::optional<insight::LossComparison> loss;
+  bool run_sampled = false;  // the run has tensor records
+  std::vector<insight::Attribution> onsets;
+  std::optional<insight::InferenceCheck> inference;
+};
+
+Result<Comparison> compare(const CompareOptions& o, const history::HistoryReader& history, std::ostream& err) {
+  const insight::StudyOptions& options = o.study.options;
+  Comparison c;
   // The loss of both runs, when both logged it (an inference run usually has none).
   std::vector<insight::ScalarPoint> series[2];
   const std::string* runs[2] = {&o.study.run, &o.study.baseline};
   for (int i = 0; i < 2; ++i) {
-    auto s = insight::scalar_series(*history, *runs[i], options.loss_name);
-    if (!s.ok()) {
-      err << "fp8scope compare: " << s.message() << "\n";
-      return kUsage;
-    }
+    auto s = insight::scalar_series(history, *runs[i], options.loss_name);
+    if (!s.ok()) return s.status();
     series[i] = std::move(s).value();
   }
-  std::optional<insight::LossComparison> loss;
   if (!series[0].empty() && !series[1].empty()) {
-    loss = insight::compare_loss(
+    c.loss = insight::compare_loss(
         insight::analyze_run_loss(o.study.run, std::move(series[0]), options.spikes, options.divergence),
         insight::analyze_run_loss(o.study.baseline, std::move(series[1]), options.spikes, options.divergence));
   }
-
   // The tensors of both runs, when they sampled any: the run's onsets, and the inference check.
   ProgressBar bar(err, "reading history", o.study.progress || isatty(STDERR_FILENO));
   auto progress = [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
-  auto records = insight::load_run_records(*history, o.study.run, progress);
-  auto baseline_records = insight::load_run_records(*history, o.study.baseline, progress);
+  auto records = insight::load_run_records(history, o.study.run, progress);
+  auto baseline_records = insight::load_run_records(history, o.study.baseline, progress);
   bar.finish();
-  std::vector<insight::Attribution> onsets;
-  if (loss && records.ok()) {
-    onsets = insight::attribute_onsets(records.value(), loss->run.spikes, loss->run.divergence, options.attribution);
+  c.run_sampled = records.ok();
+  if (c.loss && records.ok()) {
+    c.onsets = insight::attribute_onsets(records.value(), c.loss->run.spikes, c.loss->run.divergence, options.attribution);
   }
-  std::optional<insight::InferenceCheck> inference;
-  if (records.ok() && baseline_records.ok()) inference = insight::check_inference(records.value(), baseline_records.value());
+  if (records.ok() && baseline_records.ok()) c.inference = insight::check_inference(records.value(), baseline_records.value());
+  return c;
+}
 
-  if (!loss && !inference) {
-    std::string known;
-    if (auto all = insight::runs_with_scalar(*history, options.loss_name); all.ok()) {
-      for (const std::string& r : all.value()) known += (known.empty() ? "" : ", ") + r;
-    }
-    err << "fp8scope compare: nothing to compare in " << history->location() << ": runs " << o.study.run << " and "
-        << o.study.baseline << " do not both have '" << options.loss_name << "' values (runs that have them: "
-        << (known.empty() ? "none" : known) << "), and run " << o.study.run
-        << " captured no FP8 forward weights to check against the baseline's\n";
-    return kUsage;
+// Why there is nothing to compare, naming the runs that do have the loss.
+std::string nothing_to_compare(const CompareOptions& o, const history::HistoryReader& history) {
+  const std::string& name = o.study.options.loss_name;
+  std::string known;
+  if (auto all = insight::runs_with_scalar(history, name); all.ok()) {
+    for (const std::string& r : all.value()) known += (known.empty() ? "" : ", ") + r;
   }
-  if (o.json) {
-    nlohmann::json j = {{"name", options.loss_name}};
-    if (loss) {
-      nlohmann::json attribution = nlohmann::json::array();
-      for (const insight::Attribution& a : onsets) {
-        nlohmann::json suspects = nlohmann::json::array();
-        for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) suspects.push_back(to_json(a.suspects[i]));
-        attribution.push_back({{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}});
-      }
-      j.update({{"run", to_json(loss->run)},
-                {"baseline", to_json(loss->baseline)},
-                {"run_worse", loss->run_worse},
-                {"findings", loss->findings},
-                {"attribution", attribution}});
+  return "nothing to compare in " + history.location() + ": runs " + o.study.run + " and " + o.study.baseline +
+         " do not both have '" + name + "' values (runs that have them: " + (known.empty() ? "none" : known) +
+         "), and run " + o.study.run + " captured no FP8 forward weights to check against the baseline's";
+}
+
+void print_json(const CompareOptions& o, const Comparison& c, std::ostream& out) {
+  nlohmann::json j = {{"name", o.study.options.loss_name}};
+  if (c.loss) {
+    nlohmann::json attribution = nlohmann::json::array();
+    for (const insight::Attribution& a : c.onsets) {
+      nlohmann::json suspects = nlohmann::json::array();
+      for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) suspects.push_back(to_json(a.suspects[i]));
+      attribution.push_back({{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}});
     }
-    if (inference) j["inference_check"] = to_json(*inference);
-    out << j.dump() << "\n";
-    return 0;
+    j.update({{"run", to_json(c.loss->run)},
+              {"baseline", to_json(c.loss->baseline)},
+              {"run_worse", c.loss->run_worse},
+              {"findings", c.loss->findings},
+              {"attribution", attribution}});
   }
-  if (loss) {
-    print_table(*loss, options.loss_name, out);
-    if (!records.ok() && !loss->run.spikes.empty()) {
+  if (c.inference) j["inference_check"] = to_json(*c.inference);
+  out << j.dump() << "\n";
+}
+
+void print_text(const CompareOptions& o, const Comparison& c, std::ostream& out) {
+  const std::string& name = o.study.options.loss_name;
+  if (c.loss) {
+    print_table(*c.loss, name, out);
+    if (!c.run_sampled && !c.loss->run.spikes.empty()) {
       out << "\n(run " << o.study.run << " sampled no tensors, so its onsets cannot be attributed)\n";
     }
   } else {
-    out << "(no '" << options.loss_name << "' values on both sides: the loss is not compared)\n";
+    out << "(no '" << name << "' values on both sides: the loss is not compared)\n";
   }
-  for (const insight::Attribution& a : onsets) {
+  for (const insight::Attribution& a : c.onsets) {
     out << "\n" << a.cause << " at step " << a.onset_step << ": the tensors that moved most\n";
     char line[256];
     for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) {
@@ -256,7 +263,28 @@ int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
     }
     if (a.suspects.empty()) out << "  no tensor was sampled both before and around this step\n";
   }
-  if (inference) print_inference(*inference, out);
+  if (c.inference) print_inference(*c.inference, out);
+}
+
+}  // namespace
+
+int run_compare(const CompareOptions& o, std::ostream& out, std::ostream& err) {
+  std::unique_ptr<history::HistoryReader> history = open_history(o.study, "compare", err);
+  if (!history) return kUsage;
+  Result<Comparison> c = compare(o, *history, err);
+  if (!c.ok()) {
+    err << "fp8scope compare: " << c.message() << "\n";
+    return kUsage;
+  }
+  if (!c.value().loss && !c.value().inference) {
+    err << "fp8scope compare: " << nothing_to_compare(o, *history) << "\n";
+    return kUsage;
+  }
+  if (o.json) {
+    print_json(o, c.value(), out);
+  } else {
+    print_text(o, c.value(), out);
+  }
   return 0;
 }
 

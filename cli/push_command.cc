@@ -40,6 +40,88 @@ void add_push_command(CLI::App& app, PushOptions& o) {
   cmd->add_option("--global-scale-inv", o.global_scale_inv, "NVFP4: the per-tensor factor the block scales multiply");
 }
 
+namespace {
+
+// What push sends: the file's tensors asked for and, for a job's own block-scaled codes, their scales.
+struct PushInput {
+  TensorFile file;
+  const ScaleLayoutTerm* layout = nullptr;
+  ScaleSource scales;
+  std::vector<const FileTensor*> chosen;
+};
+
+Result<PushInput> read_input(const PushOptions& o) {
+  ReadOptions read;
+  if (!o.dtype.empty()) read.npy_raw_dtype = dtype_from_name(o.dtype);
+  Result<TensorFile> file = read_tensor_file(o.file, read);
+  if (!file.ok()) return file.status();
+  PushInput in{std::move(file).value(), nullptr, {}, {}};
+  if (!o.scale_layout.empty()) {
+    in.layout = scale_layout_from_name(o.scale_layout);
+    if (in.layout == nullptr || in.layout->value == ScaleLayout::kTensorScalar || o.scales.empty()) {
+      return Status::error("--scale-layout: expected a block layout with --scales (scalar scales take --scale-inv), got " +
+                           o.scale_layout + (o.scales.empty() ? " without --scales" : ""));
+    }
+    Result<ScaleSource> scales = read_scale_source(o.scales, in.file);
+    if (!scales.ok()) return scales.status();
+    in.scales = std::move(scales).value();
+  }
+  for (const std::string& name : o.tensors) {
+    if (in.file.find(name) == nullptr) return Status::error(o.file + ": no tensor named '" + name + "'");
+  }
+  for (const FileTensor& t : in.file.tensors()) {
+    const bool wanted = o.tensors.empty() || std::find(o.tensors.begin(), o.tensors.end(), t.name) != o.tensors.end();
+    if (wanted && t.dtype && t.numel() > 0 && t.name != in.scales.tensor) in.chosen.push_back(&t);
+  }
+  if (in.chosen.empty()) return Status::error(o.file + ": no floating-point tensor to send");
+  return in;
+}
+
+// One tensor as a sample: its header, and its payload (the codes, then any scale tensor).
+std::pair<v1::TensorHeader, std::vector<std::uint8_t>> sample_of(const PushOptions& o, const PushInput& in,
+                                                                 const FileTensor& t, GemmRole gemm, Operand operand) {
+  v1::TensorHeader h;
+  h.set_step(o.step);
+  h.set_layer(in.chosen.size() == 1 ? o.layer : o.layer + "/" + t.name);
+  h.set_gemm(wire::to_wire(gemm));
+  h.set_operand(wire::to_wire(operand));
+  h.set_dtype(wire::to_wire(*t.dtype));
+  for (std::int64_t d : t.shape) h.add_shape(d);
+  h.set_leading_dimension(t.shape.empty() ? 1 : t.shape.back());
+  const bool codes = dtype_is_codes(*t.dtype);
+  h.set_scale_inv(codes && in.layout == nullptr ? o.scale_inv : 0.0f);
+  h.set_scale_mode(!codes ? wire::to_wire(ScaleLayout::kNone)
+                          : wire::to_wire(in.layout != nullptr ? in.layout->value : ScaleLayout::kTensorScalar));
+  h.set_source_call("push");
+  std::vector<std::uint8_t> payload(t.bytes.begin(), t.bytes.end());
+  if (in.layout != nullptr && codes) {  // the scale tensor travels after the codes
+    payload.insert(payload.end(), in.scales.bytes.begin(), in.scales.bytes.end());
+    h.set_scale_bytes(in.scales.bytes.size());
+    h.set_k_is_outer(o.k_outer);
+    h.set_global_scale_inv(o.global_scale_inv);
+  }
+  return {std::move(h), std::move(payload)};
+}
+
+// Each sample's ack, as a line; kNotAccepted when any was not accepted.
+int report_acks(const PushOptions& o, const std::map<std::uint64_t, v1::Ack>& acks,
+                const std::map<std::uint64_t, std::string>& names, std::ostream& out, std::ostream& err) {
+  int code = 0;
+  for (const auto& [id, ack] : acks) {
+    const std::string& name = names.at(id);
+    if (ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED) {
+      out << "accepted " << name << " step " << o.step << "\n";
+    } else {
+      err << "fp8scope push: " << name << ": " << (ack.outcome() == v1::SAMPLE_OUTCOME_DROPPED ? "dropped" : "rejected")
+          << " (" << ack.reason() << ")\n";
+      code = kNotAccepted;
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
 int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
   const auto gemm = gemm_from_name(o.gemm);
   const auto operand = operand_from_name(o.operand);
@@ -48,43 +130,9 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
         << o.operand << "\n";
     return kUsage;
   }
-  ReadOptions read;
-  if (!o.dtype.empty()) read.npy_raw_dtype = dtype_from_name(o.dtype);
-  Result<TensorFile> file = read_tensor_file(o.file, read);
-  if (!file.ok()) {
-    err << "fp8scope push: " << file.message() << "\n";
-    return kUsage;
-  }
-  const ScaleLayoutTerm* layout = nullptr;
-  ScaleSource scales;
-  if (!o.scale_layout.empty()) {
-    layout = scale_layout_from_name(o.scale_layout);
-    if (layout == nullptr || layout->value == ScaleLayout::kTensorScalar || o.scales.empty()) {
-      err << "fp8scope push: --scale-layout: expected a block layout with --scales (scalar scales take --scale-inv), "
-             "got "
-          << o.scale_layout << (o.scales.empty() ? " without --scales" : "") << "\n";
-      return kUsage;
-    }
-    Result<ScaleSource> s = read_scale_source(o.scales, file.value());
-    if (!s.ok()) {
-      err << "fp8scope push: " << s.message() << "\n";
-      return kUsage;
-    }
-    scales = std::move(s).value();
-  }
-  std::vector<const FileTensor*> chosen;
-  for (const FileTensor& t : file.value().tensors()) {
-    const bool wanted = o.tensors.empty() || std::find(o.tensors.begin(), o.tensors.end(), t.name) != o.tensors.end();
-    if (wanted && t.dtype && t.numel() > 0 && t.name != scales.tensor) chosen.push_back(&t);
-  }
-  for (const std::string& name : o.tensors) {
-    if (file.value().find(name) == nullptr) {
-      err << "fp8scope push: " << o.file << ": no tensor named '" << name << "'\n";
-      return kUsage;
-    }
-  }
-  if (chosen.empty()) {
-    err << "fp8scope push: " << o.file << ": no floating-point tensor to send\n";
+  Result<PushInput> in = read_input(o);
+  if (!in.ok()) {
+    err << "fp8scope push: " << in.message() << "\n";
     return kUsage;
   }
   Result<ConnectionOptions> conn = resolve(o.connection);
@@ -99,49 +147,21 @@ int run_push(const PushOptions& o, std::ostream& out, std::ostream& err) {
     return kUnreachable;
   }
   std::map<std::uint64_t, std::string> names;
-  for (const FileTensor* t : chosen) {
-    v1::TensorHeader h;
-    h.set_step(o.step);
-    h.set_layer(chosen.size() == 1 ? o.layer : o.layer + "/" + t->name);
-    h.set_gemm(wire::to_wire(*gemm));
-    h.set_operand(wire::to_wire(*operand));
-    h.set_dtype(wire::to_wire(*t->dtype));
-    for (std::int64_t d : t->shape) h.add_shape(d);
-    h.set_leading_dimension(t->shape.empty() ? 1 : t->shape.back());
-    const bool codes = dtype_is_codes(*t->dtype);
-    h.set_scale_inv(codes && layout == nullptr ? o.scale_inv : 0.0f);
-    h.set_scale_mode(!codes ? v1::SCALE_MODE_NONE
-                            : (layout != nullptr ? wire::to_wire(layout->value) : v1::SCALE_MODE_TENSOR_SCALAR));
-    h.set_source_call("push");
-    std::vector<std::uint8_t> payload(t->bytes.begin(), t->bytes.end());
-    if (layout != nullptr && codes) {  // the scale tensor travels after the codes
-      payload.insert(payload.end(), scales.bytes.begin(), scales.bytes.end());
-      h.set_scale_bytes(scales.bytes.size());
-      h.set_k_is_outer(o.k_outer);
-      h.set_global_scale_inv(o.global_scale_inv);
-    }
-    Result<std::uint64_t> id = stream.value()->send(h, payload);
+  for (const FileTensor* t : in.value().chosen) {
+    const auto [header, payload] = sample_of(o, in.value(), *t, *gemm, *operand);
+    Result<std::uint64_t> id = stream.value()->send(header, payload);
     if (!id.ok()) {
       err << "fp8scope push: " << id.message() << "\n";
       return kUnreachable;
     }
-    names[id.value()] = h.layer();
+    names[id.value()] = header.layer();
   }
   auto acks = stream.value()->wait_for_acks(o.connection.timeout_seconds + 60.0);
   if (!acks.ok()) {
     err << "fp8scope push: " << acks.message() << "\n";
     return kUnreachable;
   }
-  int code = 0;
-  for (const auto& [id, ack] : acks.value()) {
-    if (ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED) {
-      out << "accepted " << names[id] << " step " << o.step << "\n";
-    } else {
-      err << "fp8scope push: " << names[id] << ": "
-          << (ack.outcome() == v1::SAMPLE_OUTCOME_DROPPED ? "dropped" : "rejected") << " (" << ack.reason() << ")\n";
-      code = kNotAccepted;
-    }
-  }
+  const int code = report_acks(o, acks.value(), names, out, err);
   if (Status s = stream.value()->close(); !s.ok()) {
     err << "fp8scope push: " << s.message() << "\n";
     return kUnreachable;

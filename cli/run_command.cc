@@ -148,12 +148,15 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
   return cmd;
 }
 
-int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
-  Result<ConnectionOptions> connection = resolve(o.connection);
-  if (!connection.ok()) {
-    err << "fp8scope run: " << connection.message() << "\n";
-    return kUsage;
-  }
+namespace {
+
+// Where the hook and the shipper are, found before anything starts.
+struct RunParts {
+  std::string hook, shipper, job, run;
+};
+
+// The flags, checked; the exit code when they cannot be used (0: fine).
+int check_run_flags(const RunOptions& o, const fs::path& here, RunParts& parts, std::ostream& err) {
   if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
     err << "fp8scope run: " << check.message() << "\n";
     return kUsage;
@@ -164,17 +167,24 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
       return kUsage;
     }
   }
-  const fs::path here = executable_dir();
-  const std::string hook = locate("FP8SCOPE_HOOK", here / "../lib/fp8scope/libfp8scope_hook.so", kHookBuildPath);
-  const std::string shipper = locate("FP8SCOPE_SHIPPER", here / "fp8scope-shipper", kShipperBuildPath);
-  if (hook.empty() || shipper.empty()) {
-    err << "fp8scope run: cannot find " << (hook.empty() ? "libfp8scope_hook.so (set FP8SCOPE_HOOK)" : "fp8scope-shipper (set FP8SCOPE_SHIPPER)")
+  parts.hook = locate("FP8SCOPE_HOOK", here / "../lib/fp8scope/libfp8scope_hook.so", kHookBuildPath);
+  parts.shipper = locate("FP8SCOPE_SHIPPER", here / "fp8scope-shipper", kShipperBuildPath);
+  if (parts.hook.empty() || parts.shipper.empty()) {
+    err << "fp8scope run: cannot find "
+        << (parts.hook.empty() ? "libfp8scope_hook.so (set FP8SCOPE_HOOK)" : "fp8scope-shipper (set FP8SCOPE_SHIPPER)")
         << "\n";
     return kUsage;
   }
-  const std::string job = !o.job.empty() ? o.job : fs::path(o.command[0]).filename().string();
-  const std::string run = !o.run.empty() ? o.run : default_run_name(job);
-  bool reachable = daemon_answers(connection.value(), std::min(o.connection.timeout_seconds, 2.0));
+  parts.job = !o.job.empty() ? o.job : fs::path(o.command[0]).filename().string();
+  parts.run = !o.run.empty() ? o.run : default_run_name(parts.job);
+  return 0;
+}
+
+// A daemon that answers (started when asked and none does), told this job's policy flags; the
+// exit code when one was asked for and cannot be had (0: go on, with or without a daemon).
+int prepare_daemon(const RunOptions& o, const ConnectionOptions& connection, const fs::path& here,
+                   const std::string& job, std::ostream& err) {
+  bool reachable = daemon_answers(connection, std::min(o.connection.timeout_seconds, 2.0));
   if (!reachable && o.start_daemon) {
     const std::string daemon = locate("FP8SCOPE_DAEMON", here / "fp8scoped", kDaemonBuildPath);
     if (daemon.empty()) {
@@ -188,22 +198,27 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
     reachable = true;
   }
   if (!reachable) {
-    err << "fp8scope run: fp8scoped at " << connection.value().endpoint
+    err << "fp8scope run: fp8scoped at " << connection.endpoint
         << " does not answer; the command runs, and its samples are dropped and counted until the daemon answers "
            "(--start-daemon starts one)\n";
   } else if (o.policy.any()) {
     // The flags become this job's own policy on the daemon: other jobs it serves keep theirs.
-    Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(connection.value());
+    Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(connection);
     v1::Policy result;
-    if (stub.ok() && send_policy(*stub.value(), connection.value(), o.connection.timeout_seconds, o.policy, job,
-                                 false, &result).ok()) {
+    if (stub.ok() &&
+        send_policy(*stub.value(), connection, o.connection.timeout_seconds, o.policy, job, false, &result).ok()) {
       err << "fp8scope run: job " << job << " samples with a policy of its own (version " << result.version()
           << "); other jobs keep theirs\n";
     } else if (stub.ok()) {
       err << "fp8scope run: the daemon refused the policy; the hook follows the flags until it gets the daemon's\n";
     }
   }
+  return 0;
+}
 
+// This process's environment plus what the hook and its shipper read.
+std::vector<std::string> child_environment(const RunOptions& o, const ConnectionOptions& connection,
+                                           const RunParts& parts) {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
@@ -211,22 +226,24 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
     if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   const std::string preload = env.count("LD_PRELOAD") ? env["LD_PRELOAD"] : "";
-  env["LD_PRELOAD"] = preload.empty() ? hook : hook + ":" + preload;
-  env["FP8SCOPE_SHIPPER"] = shipper;
-  env["FP8SCOPE_ENDPOINT"] = connection.value().endpoint;
-  env["FP8SCOPE_JOB"] = job;
-  env["FP8SCOPE_RUN"] = run;
+  env["LD_PRELOAD"] = preload.empty() ? parts.hook : parts.hook + ":" + preload;
+  env["FP8SCOPE_SHIPPER"] = parts.shipper;
+  env["FP8SCOPE_ENDPOINT"] = connection.endpoint;
+  env["FP8SCOPE_JOB"] = parts.job;
+  env["FP8SCOPE_RUN"] = parts.run;
   if (!o.shipper_cpus.empty()) env["FP8SCOPE_SHIPPER_CPUS"] = o.shipper_cpus;
   if (!o.connection.token_file.empty()) env["FP8SCOPE_TOKEN_FILE"] = fs::absolute(o.connection.token_file).string();
-  if (!connection.value().tls_ca.empty()) env["FP8SCOPE_TLS_CA"] = connection.value().tls_ca;
-  if (!connection.value().tls_cert.empty()) env["FP8SCOPE_TLS_CERT"] = connection.value().tls_cert;
-  if (!connection.value().tls_key.empty()) env["FP8SCOPE_TLS_KEY"] = connection.value().tls_key;
+  if (!connection.tls_ca.empty()) env["FP8SCOPE_TLS_CA"] = connection.tls_ca;
+  if (!connection.tls_cert.empty()) env["FP8SCOPE_TLS_CERT"] = connection.tls_cert;
+  if (!connection.tls_key.empty()) env["FP8SCOPE_TLS_KEY"] = connection.tls_key;
   for (const auto& [k, v] : policy_environment(o.policy)) env[k] = v;
   std::vector<std::string> envs;
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  std::vector<std::string> argv = o.command;
-  err << "fp8scope run: job " << job << ", run " << run << ", daemon " << connection.value().endpoint << "\n";
+  return envs;
+}
 
+// Runs the command and returns its exit status (128 + the signal that ended it).
+int spawn_and_wait(std::vector<std::string> argv, std::vector<std::string> envs, std::ostream& err) {
   // Ctrl-C reaches the command through the terminal's process group; SIGTERM sent to us is passed on.
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
@@ -245,6 +262,23 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+}  // namespace
+
+int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
+  Result<ConnectionOptions> connection = resolve(o.connection);
+  if (!connection.ok()) {
+    err << "fp8scope run: " << connection.message() << "\n";
+    return kUsage;
+  }
+  const fs::path here = executable_dir();
+  RunParts parts;
+  if (const int code = check_run_flags(o, here, parts, err); code != 0) return code;
+  if (const int code = prepare_daemon(o, connection.value(), here, parts.job, err); code != 0) return code;
+  std::vector<std::string> envs = child_environment(o, connection.value(), parts);
+  err << "fp8scope run: job " << parts.job << ", run " << parts.run << ", daemon " << connection.value().endpoint << "\n";
+  return spawn_and_wait(o.command, std::move(envs), err);
 }
 
 }  // namespace fp8scope::cli

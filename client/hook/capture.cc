@@ -90,6 +90,85 @@ void Capture::enqueue(std::unique_lock<std::mutex>& lock, const Pending& p) {
   if (wake) work_.notify_one();
 }
 
+void Capture::fill_header(shm::RecordHeader& r, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                          std::uint64_t payload) {
+  r.kind = shm::RecordKind::kSample;
+  r.step = spec.step;
+  copy_text(r.name, sizeof r.name, spec.layer.c_str());
+  copy_text(r.source_call, sizeof r.source_call, spec.source);
+  r.gemm = static_cast<std::uint32_t>(spec.role);
+  r.operand = static_cast<std::uint32_t>(spec.operand);
+  r.dtype = static_cast<std::uint32_t>(v.dtype);
+  r.scale_layout = static_cast<std::uint32_t>(v.scale_layout);
+  r.scale_inv = 1.0f;
+  r.gemm_alpha = alpha.host;
+  r.k_is_outer = v.k_is_outer ? 1 : 0;
+  r.scale_bytes = payload - static_cast<std::uint64_t>(v.batch_count) * v.matrix_bytes();
+  r.ndim = v.batch_count > 1 ? 3 : 2;
+  const std::int64_t outer = static_cast<std::int64_t>(v.outer()), inner = static_cast<std::int64_t>(v.inner());
+  if (v.batch_count > 1) {
+    r.shape[0] = v.batch_count;
+    r.shape[1] = outer;
+    r.shape[2] = inner;
+  } else {
+    r.shape[0] = outer;
+    r.shape[1] = inner;
+  }
+  r.leading_dimension = v.ld;
+}
+
+bool Capture::enqueue_copies(Pending& p, const OperandView& v, const GemmAlpha& alpha, CUstream stream) {
+  const shm::RecordHeader& r = *p.record;
+  const std::uint64_t payload = p.payload_bytes;
+  // Device to device on the caller's stream, packing the strided matrix (and each batch) densely,
+  // then the scale tensor right after the codes.
+  const std::uint64_t matrix_bytes = v.matrix_bytes();
+  const auto bytes_of = [&](std::int64_t elements) { return static_cast<std::size_t>(elements * v.element_bits / 8); };
+  bool ok = true;
+  for (std::int32_t b = 0; ok && b < v.batch_count; ++b) {
+    CUDA_MEMCPY2D c{};
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = reinterpret_cast<CUdeviceptr>(v.data) + static_cast<CUdeviceptr>(bytes_of(b * v.batch_stride));
+    c.srcPitch = bytes_of(v.ld);
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = p.staged + b * matrix_bytes;
+    c.dstPitch = bytes_of(static_cast<std::int64_t>(v.inner()));
+    c.WidthInBytes = bytes_of(static_cast<std::int64_t>(v.inner()));
+    c.Height = static_cast<std::size_t>(v.outer());
+    ok = cu_.memcpy_2d_async(&c, stream) == CUDA_SUCCESS;
+  }
+  if (ok && r.scale_bytes != 0) {
+    ok = cu_.memcpy_dtod_async(p.staged + static_cast<CUdeviceptr>(payload - r.scale_bytes),
+                               reinterpret_cast<CUdeviceptr>(v.scales), r.scale_bytes, stream) == CUDA_SUCCESS;
+  }
+  // One aligned slot after the payload for the fp32 values that go into the record's header.
+  const CUdeviceptr slot = p.staged + align_up(payload, kStagingAlign);
+  if (ok && v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr) {
+    p.staged_scale = slot;
+    ok = cu_.memcpy_dtod_async(p.staged_scale, reinterpret_cast<CUdeviceptr>(v.scales), sizeof(float), stream) ==
+         CUDA_SUCCESS;
+  }
+  if (ok && alpha.device != nullptr) {
+    p.staged_alpha = slot + sizeof(float);
+    ok = cu_.memcpy_dtod_async(p.staged_alpha, reinterpret_cast<CUdeviceptr>(alpha.device), sizeof(float), stream) ==
+         CUDA_SUCCESS;
+  }
+  return ok && mark_copied(p, stream);
+}
+
+bool Capture::mark_copied(Pending& p, CUstream stream) {
+  // The event that tells the publisher the copies ran: from the pool, or a new one.
+  if (free_events_.empty()) {
+    CUevent e = nullptr;
+    if (cu_.event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return false;
+    free_events_.push_back(e);
+  }
+  if (cu_.event_record(free_events_.back(), stream) != CUDA_SUCCESS) return false;
+  p.copied = free_events_.back();
+  free_events_.pop_back();
+  return true;
+}
+
 std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                                                CUstream stream) {
   if (!writer_) return shm::DropReason::kRingFull;
@@ -114,83 +193,13 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
     staging_head_ = staging_before;  // the last reservation: undone
     return shm::DropReason::kRingFull;
   }
-  shm::RecordHeader* r = p.record;
-  r->kind = shm::RecordKind::kSample;
-  r->step = spec.step;
-  copy_text(r->name, sizeof r->name, spec.layer.c_str());
-  copy_text(r->source_call, sizeof r->source_call, spec.source);
-  r->gemm = static_cast<std::uint32_t>(spec.role);
-  r->operand = static_cast<std::uint32_t>(spec.operand);
-  r->dtype = static_cast<std::uint32_t>(v.dtype);
-  r->scale_layout = static_cast<std::uint32_t>(v.scale_layout);
-  r->scale_inv = 1.0f;
-  r->gemm_alpha = alpha.host;
-  r->k_is_outer = v.k_is_outer ? 1 : 0;
-  r->scale_bytes = payload - static_cast<std::uint64_t>(v.batch_count) * v.matrix_bytes();
-  r->ndim = v.batch_count > 1 ? 3 : 2;
-  const std::int64_t outer = static_cast<std::int64_t>(v.outer()), inner = static_cast<std::int64_t>(v.inner());
-  if (v.batch_count > 1) {
-    r->shape[0] = v.batch_count;
-    r->shape[1] = outer;
-    r->shape[2] = inner;
-  } else {
-    r->shape[0] = outer;
-    r->shape[1] = inner;
-  }
-  r->leading_dimension = v.ld;
-
+  fill_header(*p.record, spec, v, alpha, payload);
   p.payload_bytes = payload;
   p.staged = staging_ + *staged_at % staging_bytes_;
   p.staging_end = staging_head_;
-  // Device to device on the caller's stream, packing the strided matrix (and each batch) densely,
-  // then the scale tensor right after the codes.
-  const std::uint64_t matrix_bytes = v.matrix_bytes();
-  const auto bytes_of = [&](std::int64_t elements) {
-    return static_cast<std::size_t>(elements * v.element_bits / 8);
-  };
-  bool ok = true;
-  for (std::int32_t b = 0; ok && b < v.batch_count; ++b) {
-    CUDA_MEMCPY2D c{};
-    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    c.srcDevice = reinterpret_cast<CUdeviceptr>(v.data) + static_cast<CUdeviceptr>(bytes_of(b * v.batch_stride));
-    c.srcPitch = bytes_of(v.ld);
-    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    c.dstDevice = p.staged + b * matrix_bytes;
-    c.dstPitch = bytes_of(inner);
-    c.WidthInBytes = bytes_of(inner);
-    c.Height = static_cast<std::size_t>(outer);
-    ok = cu_.memcpy_2d_async(&c, stream) == CUDA_SUCCESS;
-  }
-  if (ok && r->scale_bytes != 0) {
-    ok = cu_.memcpy_dtod_async(p.staged + static_cast<CUdeviceptr>(payload - r->scale_bytes),
-                               reinterpret_cast<CUdeviceptr>(v.scales), r->scale_bytes, stream) == CUDA_SUCCESS;
-  }
-  const CUdeviceptr slot = p.staged + align_up(payload, kStagingAlign);
-  if (ok && scalar_scale) {
-    p.staged_scale = slot;
-    ok = cu_.memcpy_dtod_async(p.staged_scale, reinterpret_cast<CUdeviceptr>(v.scales), sizeof(float), stream) ==
-         CUDA_SUCCESS;
-  }
-  if (ok && alpha.device != nullptr) {
-    p.staged_alpha = slot + sizeof(float);
-    ok = cu_.memcpy_dtod_async(p.staged_alpha, reinterpret_cast<CUdeviceptr>(alpha.device), sizeof(float), stream) ==
-         CUDA_SUCCESS;
-  }
-  // The event that tells the publisher the copies ran: from the pool, or a new one.
-  if (ok && free_events_.empty()) {
-    CUevent e = nullptr;
-    ok = cu_.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
-    if (ok) free_events_.push_back(e);
-  }
-  if (ok && cu_.event_record(free_events_.back(), stream) == CUDA_SUCCESS) {
-    p.copied = free_events_.back();
-    free_events_.pop_back();
-  } else {
-    ok = false;
-  }
-  if (!ok) {
+  if (!enqueue_copies(p, v, alpha, stream)) {
     // The reserved space is published as padding; the staging range is released with it.
-    r->kind = shm::RecordKind::kPadding;
+    p.record->kind = shm::RecordKind::kPadding;
     p.copied = nullptr;
     device_ = Device::kFailed;
     enqueue(lock, p);

@@ -152,47 +152,85 @@ void HistoryStore::expire_old_rows() {
   expired_ += deleted.value();
 }
 
+// Waits for work, then takes up to kBatchItems queued items straight into the batch's typed rows
+// (one copy of a batch in memory). Nothing taken and stopping: the writer ends (nullopt).
+std::optional<WriteBatch> HistoryStore::take_batch(std::chrono::milliseconds backoff, std::size_t& taken) {
+  WriteBatch batch;
+  taken = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (backoff.count() > 0) {
+    wake_.wait_for(lock, backoff, [&] { return stopping_ || flush_requested_; });
+  } else {
+    wake_.wait_for(lock, std::chrono::milliseconds(200),
+                   [&] { return stopping_ || flush_requested_ || pending_.size() >= 512; });
+  }
+  flush_requested_ = false;
+  if (pending_.empty() && stopping_) return std::nullopt;
+  for (; !pending_.empty() && taken < kBatchItems; ++taken) {
+    std::visit(
+        [&](auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, HistoryRecord>) batch.records.push_back(std::move(v));
+          if constexpr (std::is_same_v<T, GemmOutputRecord>) batch.gemm_outputs.push_back(std::move(v));
+          if constexpr (std::is_same_v<T, ScalarRecord>) batch.scalars.push_back(std::move(v));
+          if constexpr (std::is_same_v<T, SampleTicket>) batch.stored_samples.push_back(v);
+        },
+        pending_.front());
+    pending_.pop_front();
+  }
+  writing_ = taken;
+  return batch;
+}
+
+// A failed batch goes back to the front of the queue for the next attempt (0.1 s, doubling to
+// 10 s), told once per failure streak; at shutdown what is left is lost, and said so.
+void HistoryStore::keep_for_retry(WriteBatch& batch, std::size_t taken, const Status& s,
+                                  std::chrono::milliseconds& backoff) {
+  if (last_error_.empty()) {
+    spdlog::error("history: cannot write {}: {}; {} records kept in memory and retried", backend_->location(),
+                  s.message(), taken + pending_.size());
+  }
+  last_error_ = s.message();
+  ++failed_writes_;
+  // By kind: a sample's ticket stays after its records.
+  const auto put_back = [&](auto& rows) {
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it) pending_.push_front(std::move(*it));
+  };
+  put_back(batch.stored_samples);
+  put_back(batch.scalars);
+  put_back(batch.gemm_outputs);
+  put_back(batch.records);
+  backoff = std::min<std::chrono::milliseconds>(
+      std::max<std::chrono::milliseconds>(backoff * 2, std::chrono::milliseconds(100)), std::chrono::seconds(10));
+  if (!stopping_) return;
+  for (const Item& item : pending_) {
+    if (const auto* t = std::get_if<SampleTicket>(&item)) {
+      if (sample_listener_) sample_listener_(*t, false);
+    } else {
+      ++lost_;
+    }
+  }
+  written_ += pending_.size();
+  pending_.clear();
+}
+
 void HistoryStore::writer_loop() {
   auto backoff = std::chrono::milliseconds(0);
   for (;;) {
-    // Taken from the queue straight into the batch's typed rows: one copy of a batch in memory.
-    WriteBatch batch;
     std::size_t taken = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (backoff.count() > 0) {
-        wake_.wait_for(lock, backoff, [&] { return stopping_ || flush_requested_; });
-      } else {
-        wake_.wait_for(lock, std::chrono::milliseconds(200),
-                       [&] { return stopping_ || flush_requested_ || pending_.size() >= 512; });
-      }
-      flush_requested_ = false;
-      if (pending_.empty() && stopping_) return;
-      for (; !pending_.empty() && taken < kBatchItems; ++taken) {
-        std::visit(
-            [&](auto& v) {
-              using T = std::decay_t<decltype(v)>;
-              if constexpr (std::is_same_v<T, HistoryRecord>) batch.records.push_back(std::move(v));
-              if constexpr (std::is_same_v<T, GemmOutputRecord>) batch.gemm_outputs.push_back(std::move(v));
-              if constexpr (std::is_same_v<T, ScalarRecord>) batch.scalars.push_back(std::move(v));
-              if constexpr (std::is_same_v<T, SampleTicket>) batch.stored_samples.push_back(v);
-            },
-            pending_.front());
-        pending_.pop_front();
-      }
-      writing_ = taken;
-    }
+    std::optional<WriteBatch> batch = take_batch(backoff, taken);
+    if (!batch) return;
     if (backoff.count() == 0) expire_old_rows();
     if (taken == 0) continue;
     std::unique_lock<std::mutex> committing(commit_mu_);
-    const Status s = backend_->write(batch);
+    const Status s = backend_->write(*batch);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (s.ok()) records_ += batch.records.size();
+      if (s.ok()) records_ += batch->records.size();
     }
     committing.unlock();
     if (s.ok() && sample_listener_) {
-      for (const SampleTicket& t : batch.stored_samples) sample_listener_(t, true);
+      for (const SampleTicket& t : batch->stored_samples) sample_listener_(t, true);
     }
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = 0;
@@ -205,34 +243,7 @@ void HistoryStore::writer_loop() {
       last_error_.clear();
       backoff = std::chrono::milliseconds(0);
     } else {
-      // Kept, in order, for the next attempt: 0.1 s, doubling to 10 s. Told once per failure streak.
-      if (last_error_.empty()) {
-        spdlog::error("history: cannot write {}: {}; {} records kept in memory and retried", backend_->location(),
-                      s.message(), taken + pending_.size());
-      }
-      last_error_ = s.message();
-      ++failed_writes_;
-      // Back to the front of the queue, by kind: a sample's ticket stays after its records.
-      const auto put_back = [&](auto& rows) {
-        for (auto it = rows.rbegin(); it != rows.rend(); ++it) pending_.push_front(std::move(*it));
-      };
-      put_back(batch.stored_samples);
-      put_back(batch.scalars);
-      put_back(batch.gemm_outputs);
-      put_back(batch.records);
-      backoff = std::min<std::chrono::milliseconds>(
-          std::max<std::chrono::milliseconds>(backoff * 2, std::chrono::milliseconds(100)), std::chrono::seconds(10));
-      if (stopping_) {  // the last attempt at shutdown: what is left is lost, and said so
-        for (const Item& item : pending_) {
-          if (const auto* t = std::get_if<SampleTicket>(&item)) {
-            if (sample_listener_) sample_listener_(*t, false);
-          } else {
-            ++lost_;
-          }
-        }
-        written_ += pending_.size();
-        pending_.clear();
-      }
+      keep_for_retry(*batch, taken, s, backoff);
     }
     committed_.notify_all();
   }

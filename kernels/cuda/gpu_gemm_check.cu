@@ -105,101 +105,138 @@ class CublasLtGemmCheck final : public GpuGemmCheck {
       return Status::error("gpu gemm check: cuBLASLt FP8 needs M, N and K multiples of 16");
     }
     FP8SCOPE_CUDA_CHECK(cudaSetDevice(device_), "cudaSetDevice");
-    const std::int64_t m = x.rows, n = w.rows, k = x.cols;
-    const std::size_t xb = static_cast<std::size_t>(x.numel()) * dtype_bytes(x.dtype);
-    const std::size_t wb = static_cast<std::size_t>(w.numel()) * dtype_bytes(w.dtype);
-    DeviceMemory raw_x, raw_w, bf_x, bf_w, f8_x, f8_w, scalars, y_ref, y_fp8, partial, workspace;
-    const std::size_t workspace_bytes = 32 << 20;
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&raw_x.p, xb), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&raw_w.p, wb), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&bf_x.p, x.numel() * 2), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&bf_w.p, w.numel() * 2), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&f8_x.p, x.numel()), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&f8_w.p, w.numel()), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&scalars.p, 4 * sizeof(float)), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&y_ref.p, m * n * sizeof(float)), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&y_fp8.p, m * n * sizeof(float)), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&partial.p, 1024 * sizeof(GemmErrorSums)), "cudaMalloc");
-    FP8SCOPE_CUDA_CHECK(cudaMalloc(&workspace.p, workspace_bytes), "cudaMalloc");
-    float* amax = static_cast<float*>(scalars.p);  // [amax_x, amax_w, scale_inv_x, scale_inv_w]
-    FP8SCOPE_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4 * sizeof(float), stream_), "memset");
-    FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(raw_x.p, x.data, xb, cudaMemcpyHostToDevice, stream_), "copy X");
-    FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(raw_w.p, w.data, wb, cudaMemcpyHostToDevice, stream_), "copy W");
-    amax_kernel<<<1024, kThreads, 0, stream_>>>(raw_x.p, x.dtype, x.scale_inv, x.numel(), amax);
-    amax_kernel<<<1024, kThreads, 0, stream_>>>(raw_w.p, w.dtype, w.scale_inv, w.numel(), amax + 1);
-    convert_kernel<<<1024, kThreads, 0, stream_>>>(raw_x.p, x.dtype, x.scale_inv, x.numel(), amax,
-                                                    static_cast<__nv_bfloat16*>(bf_x.p),
-                                                    static_cast<__nv_fp8_storage_t*>(f8_x.p), amax + 2);
-    convert_kernel<<<1024, kThreads, 0, stream_>>>(raw_w.p, w.dtype, w.scale_inv, w.numel(), amax + 1,
-                                                    static_cast<__nv_bfloat16*>(bf_w.p),
-                                                    static_cast<__nv_fp8_storage_t*>(f8_w.p), amax + 3);
-
-    auto matmul = [&](cudaDataType_t type, const void* a, const void* b, void* d, bool fp8, bool fast) -> Status {
-      cublasLtMatmulDesc_t op = nullptr;
-      cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-      Status s;
-      auto fail = [&](cublasStatus_t st, const char* what) {
-        if (s.ok() && st != CUBLAS_STATUS_SUCCESS) (void)(s = failed(what, std::to_string(st)));
-      };
-      fail(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-      const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-      fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "transa");
-      fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt), "transb");
-      if (fp8) {
-        const float* sa = amax + 3;  // A = W
-        const float* sb = amax + 2;  // B = X
-        const std::int8_t fast_accum = fast ? 1 : 0;
-        fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa), "a scale");
-        fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb), "b scale");
-        fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum), "fast accum");
-      }
-      fail(cublasLtMatrixLayoutCreate(&la, type, k, n, k), "layout A");
-      fail(cublasLtMatrixLayoutCreate(&lb, type, k, m, k), "layout B");
-      fail(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, n, m, n), "layout D");
-      const float alpha = 1.0f, beta = 0.0f;
-      if (s.ok()) {
-        fail(cublasLtMatmul(handle_, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, nullptr, workspace.p,
-                            workspace_bytes, stream_),
-             fp8 ? "fp8 matmul" : "bf16 matmul");
-      }
-      if (ld) cublasLtMatrixLayoutDestroy(ld);
-      if (lb) cublasLtMatrixLayoutDestroy(lb);
-      if (la) cublasLtMatrixLayoutDestroy(la);
-      if (op) cublasLtMatmulDescDestroy(op);
-      return s;
-    };
-
-    if (Status s = matmul(CUDA_R_16BF, bf_w.p, bf_x.p, y_ref.p, false, false); !s.ok()) return s;
+    Buffers b;
+    if (Status s = b.allocate(x, w); !s.ok()) return s;
+    if (Status s = upload_and_cast(b, x, w); !s.ok()) return s;
+    const Shape shape{x.rows, w.rows, x.cols};
+    if (Status s = matmul(b, shape, CUDA_R_16BF, b.bf_w.p, b.bf_x.p, b.y_ref.p, false, false); !s.ok()) return s;
     std::vector<GemmCheckResult> results;
-    float host_scalars[4];
     for (bool fast : {true, false}) {
-      if (Status s = matmul(CUDA_R_8F_E4M3, f8_w.p, f8_x.p, y_fp8.p, true, fast); !s.ok()) return s;
-      error_kernel<<<1024, kThreads, 0, stream_>>>(static_cast<float*>(y_ref.p), static_cast<float*>(y_fp8.p), m * n,
-                                                   static_cast<GemmErrorSums*>(partial.p));
-      std::vector<GemmErrorSums> parts(1024);
-      FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(parts.data(), partial.p, parts.size() * sizeof(GemmErrorSums),
-                                          cudaMemcpyDeviceToHost, stream_),
-                          "copy errors");
-      FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(host_scalars, scalars.p, sizeof host_scalars, cudaMemcpyDeviceToHost, stream_),
-                          "copy scales");
-      FP8SCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_), "gemm check");
-      GemmErrorSums sums;
-      for (const GemmErrorSums& p : parts) sums.merge(p);
-      GemmCheckResult r;
-      r.accumulate = fast ? "fast" : "precise";
-      r.rows = m;
-      r.m = m;
-      r.n = n;
-      r.k = k;
-      r.scale_x = 1.0f / host_scalars[2];
-      r.scale_w = 1.0f / host_scalars[3];
-      sums.finish(&r);
-      results.push_back(r);
+      Result<GemmCheckResult> r = fp8_error(b, shape, fast);
+      if (!r.ok()) return r.status();
+      results.push_back(r.value());
     }
     return results;
   }
 
  private:
+  static constexpr std::size_t kWorkspaceBytes = 32 << 20;
+  static constexpr int kBlocks = 1024;
+
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+
+  // Every device buffer of one check: the raw operands, their BF16 and E4M3 casts, the amaxes and
+  // scales, both outputs, the error partials and cuBLASLt's workspace.
+  struct Buffers {
+    DeviceMemory raw_x, raw_w, bf_x, bf_w, f8_x, f8_w, scalars, y_ref, y_fp8, partial, workspace;
+    float* scalar() const { return static_cast<float*>(scalars.p); }  // [amax_x, amax_w, scale_inv_x, scale_inv_w]
+
+    Status allocate(const TensorView& x, const TensorView& w) {
+      const std::size_t y_bytes = static_cast<std::size_t>(x.rows * w.rows) * sizeof(float);
+      const std::pair<DeviceMemory*, std::size_t> sizes[] = {
+          {&raw_x, static_cast<std::size_t>(x.numel()) * dtype_bytes(x.dtype)},
+          {&raw_w, static_cast<std::size_t>(w.numel()) * dtype_bytes(w.dtype)},
+          {&bf_x, static_cast<std::size_t>(x.numel()) * 2},
+          {&bf_w, static_cast<std::size_t>(w.numel()) * 2},
+          {&f8_x, static_cast<std::size_t>(x.numel())},
+          {&f8_w, static_cast<std::size_t>(w.numel())},
+          {&scalars, 4 * sizeof(float)},
+          {&y_ref, y_bytes},
+          {&y_fp8, y_bytes},
+          {&partial, kBlocks * sizeof(GemmErrorSums)},
+          {&workspace, kWorkspaceBytes}};
+      for (const auto& [memory, bytes] : sizes) FP8SCOPE_CUDA_CHECK(cudaMalloc(&memory->p, bytes), "cudaMalloc");
+      return Status();
+    }
+  };
+
+  // The operands onto the device, their amaxes, and their BF16 and current-scaling E4M3 casts.
+  Status upload_and_cast(Buffers& b, const TensorView& x, const TensorView& w) {
+    float* amax = b.scalar();
+    FP8SCOPE_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4 * sizeof(float), stream_), "memset");
+    FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(b.raw_x.p, x.data, static_cast<std::size_t>(x.numel()) * dtype_bytes(x.dtype),
+                                        cudaMemcpyHostToDevice, stream_),
+                        "copy X");
+    FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(b.raw_w.p, w.data, static_cast<std::size_t>(w.numel()) * dtype_bytes(w.dtype),
+                                        cudaMemcpyHostToDevice, stream_),
+                        "copy W");
+    amax_kernel<<<kBlocks, kThreads, 0, stream_>>>(b.raw_x.p, x.dtype, x.scale_inv, x.numel(), amax);
+    amax_kernel<<<kBlocks, kThreads, 0, stream_>>>(b.raw_w.p, w.dtype, w.scale_inv, w.numel(), amax + 1);
+    convert_kernel<<<kBlocks, kThreads, 0, stream_>>>(b.raw_x.p, x.dtype, x.scale_inv, x.numel(), amax,
+                                                      static_cast<__nv_bfloat16*>(b.bf_x.p),
+                                                      static_cast<__nv_fp8_storage_t*>(b.f8_x.p), amax + 2);
+    convert_kernel<<<kBlocks, kThreads, 0, stream_>>>(b.raw_w.p, w.dtype, w.scale_inv, w.numel(), amax + 1,
+                                                      static_cast<__nv_bfloat16*>(b.bf_w.p),
+                                                      static_cast<__nv_fp8_storage_t*>(b.f8_w.p), amax + 3);
+    return Status();
+  }
+
+  // D = op(A) * B in the TN layout, BF16 or E4M3 (with the operands' scales, fast accumulation or not).
+  Status matmul(const Buffers& buffers, const Shape& sh, cudaDataType_t type, const void* a, const void* b, void* d,
+                bool fp8, bool fast) {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+    Status s;
+    auto fail = [&](cublasStatus_t st, const char* what) {
+      if (s.ok() && st != CUBLAS_STATUS_SUCCESS) (void)(s = failed(what, std::to_string(st)));
+    };
+    fail(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "transa");
+    fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt), "transb");
+    if (fp8) {
+      const float* sa = buffers.scalar() + 3;  // A = W
+      const float* sb = buffers.scalar() + 2;  // B = X
+      const std::int8_t fast_accum = fast ? 1 : 0;
+      fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa), "a scale");
+      fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb), "b scale");
+      fail(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum), "fast accum");
+    }
+    fail(cublasLtMatrixLayoutCreate(&la, type, sh.k, sh.n, sh.k), "layout A");
+    fail(cublasLtMatrixLayoutCreate(&lb, type, sh.k, sh.m, sh.k), "layout B");
+    fail(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, sh.n, sh.m, sh.n), "layout D");
+    const float alpha = 1.0f, beta = 0.0f;
+    if (s.ok()) {
+      fail(cublasLtMatmul(handle_, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, nullptr, buffers.workspace.p,
+                          kWorkspaceBytes, stream_),
+           fp8 ? "fp8 matmul" : "bf16 matmul");
+    }
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return s;
+  }
+
+  // The FP8 GEMM in one accumulation mode against the BF16 reference already in y_ref.
+  Result<GemmCheckResult> fp8_error(Buffers& b, const Shape& sh, bool fast) {
+    if (Status s = matmul(b, sh, CUDA_R_8F_E4M3, b.f8_w.p, b.f8_x.p, b.y_fp8.p, true, fast); !s.ok()) return s;
+    error_kernel<<<kBlocks, kThreads, 0, stream_>>>(static_cast<float*>(b.y_ref.p), static_cast<float*>(b.y_fp8.p),
+                                                    sh.m * sh.n, static_cast<GemmErrorSums*>(b.partial.p));
+    std::vector<GemmErrorSums> parts(kBlocks);
+    float host_scalars[4];
+    FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(parts.data(), b.partial.p, parts.size() * sizeof(GemmErrorSums),
+                                        cudaMemcpyDeviceToHost, stream_),
+                        "copy errors");
+    FP8SCOPE_CUDA_CHECK(cudaMemcpyAsync(host_scalars, b.scalars.p, sizeof host_scalars, cudaMemcpyDeviceToHost, stream_),
+                        "copy scales");
+    FP8SCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_), "gemm check");
+    GemmErrorSums sums;
+    for (const GemmErrorSums& p : parts) sums.merge(p);
+    GemmCheckResult r;
+    r.accumulate = fast ? "fast" : "precise";
+    r.rows = sh.m;
+    r.m = sh.m;
+    r.n = sh.n;
+    r.k = sh.k;
+    r.scale_x = 1.0f / host_scalars[2];
+    r.scale_w = 1.0f / host_scalars[3];
+    sums.finish(&r);
+    return r;
+  }
+
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t handle_ = nullptr;

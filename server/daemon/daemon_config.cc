@@ -63,12 +63,10 @@ bool is_loopback_address(const std::string& address) {
   return host == "localhost";
 }
 
-Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
-  ParsedConfig parsed;
-  DaemonConfig& c = parsed.config;
-  CLI::App app{"fp8scoped: the fp8scope daemon. Receives tensor samples over gRPC, computes FP8 statistics, "
-               "exports Prometheus metrics and keeps history in SQLite or PostgreSQL."};
-  app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags win over it, it wins over FP8SCOPE_*)");
+namespace {
+
+// Where it listens and keeps things.
+void add_place_options(CLI::App& app, DaemonConfig& c) {
   add(app, "listen", c.listen, "gRPC address: unix:///path.sock or HOST:PORT (port 0 picks a free port)");
   add(app, "metrics", c.metrics, "Prometheus /metrics and /health address, HOST:PORT");
   add(app, "shared-memory-socket", c.shared_memory_socket,
@@ -80,6 +78,10 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
       "daemons share (default: history.sqlite in --data-dir)");
   add(app, "retention-days", c.retention_days, "Delete history rows older than this many days, hourly (0 = keep all)")
       ->check(CLI::Range(0.0, 36500.0));
+}
+
+// How it analyzes and exports.
+void add_analysis_options(CLI::App& app, DaemonConfig& c) {
   add(app, "backend", c.backend, "Statistics engine: auto (CUDA when a device exists, else CPU), cpu or cuda");
   add(app, "device", c.device, "CUDA device index");
   add(app, "gpu-memory-budget-bytes", c.gpu_memory_budget_bytes, "Device memory the CUDA engine may hold");
@@ -103,6 +105,10 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
       "A sample whose next chunk does not come within this is dropped (stalled) and its memory freed; a client "
       "that stops answering keepalive pings is disconnected within it");
   add_flag(app, "per-rank-metrics", c.per_rank_metrics, "Label metrics with rank (default: the worst rank per series)");
+}
+
+// Who may call it, and what it tells.
+void add_access_options(CLI::App& app, DaemonConfig& c) {
   add(app, "tls-cert", c.tls_cert, "PEM server certificate (enables TLS)");
   add(app, "tls-key", c.tls_key, "PEM private key of --tls-cert");
   add(app, "tls-client-ca", c.tls_client_ca, "PEM CA; when given, clients must present a certificate it signed");
@@ -110,6 +116,43 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   add_flag(app, "insecure", c.insecure, "Allow listening on a non-loopback address without TLS or a token");
   add(app, "ready-file", c.ready_file, "Write {grpc, metrics, pid} as JSON here once serving (for scripts and tests)");
   add(app, "log-level", c.log_level, "trace, debug, info, warn, error");
+}
+
+// Parses into `parsed`; help and version are answered here (exit_now).
+Status parse_into(CLI::App& app, int argc, const char* const* argv, ParsedConfig& parsed) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::ostringstream out, err;
+    parsed.exit_code = app.exit(e, out, err);
+    parsed.exit_now = true;
+    std::cout << out.str();
+  } catch (const CLI::CallForVersion& e) {
+    std::ostringstream out, err;
+    parsed.exit_code = app.exit(e, out, err);
+    parsed.exit_now = true;
+    std::cout << out.str();
+  } catch (const CLI::ConfigError& e) {
+    const auto* file = app.get_config_ptr();
+    return Status::error("config file " + (file && file->count() ? file->as<std::string>() : std::string("?")) + ": " +
+                         e.what() + " (not a known key, or a bad value; fp8scoped --print-config lists every key)");
+  } catch (const CLI::ParseError& e) {
+    return Status::error(e.what());
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
+  ParsedConfig parsed;
+  DaemonConfig& c = parsed.config;
+  CLI::App app{"fp8scoped: the fp8scope daemon. Receives tensor samples over gRPC, computes FP8 statistics, "
+               "exports Prometheus metrics and keeps history in SQLite or PostgreSQL."};
+  app.set_config("--config", "", "TOML file of `option = value` lines, option names as below (flags win over it, it wins over FP8SCOPE_*)");
+  add_place_options(app, c);
+  add_analysis_options(app, c);
+  add_access_options(app, c);
   app.add_flag("--print-metrics-table", c.print_metrics_table, "Print every exported metric as JSON and exit")
       ->configurable(false);
   bool print_config = false;
@@ -119,27 +162,8 @@ Result<ParsedConfig> parse_daemon_config(int argc, const char* const* argv) {
   // A misspelt key in a config file is an error, not a silently ignored line.
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.set_version_flag("--version", std::string("fp8scoped ") + kDaemonVersion);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::ostringstream out, err;
-    parsed.exit_code = app.exit(e, out, err);
-    parsed.exit_now = true;
-    std::cout << out.str();
-    return parsed;
-  } catch (const CLI::CallForVersion& e) {
-    std::ostringstream out, err;
-    parsed.exit_code = app.exit(e, out, err);
-    parsed.exit_now = true;
-    std::cout << out.str();
-    return parsed;
-  } catch (const CLI::ConfigError& e) {
-    const auto* file = app.get_config_ptr();
-    return Status::error("config file " + (file && file->count() ? file->as<std::string>() : std::string("?")) + ": " +
-                         e.what() + " (not a known key, or a bad value; fp8scoped --print-config lists every key)");
-  } catch (const CLI::ParseError& e) {
-    return Status::error(e.what());
-  }
+  if (Status s = parse_into(app, argc, argv, parsed); !s.ok()) return s;
+  if (parsed.exit_now) return parsed;
   if (auto* opt = app.get_config_ptr(); opt != nullptr && opt->count() > 0) c.config_file = opt->as<std::string>();
   if (print_config) {
     std::cout << render_config(app);

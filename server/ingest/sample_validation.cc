@@ -6,11 +6,6 @@
 #include "fp8scope/wire/wire.h"
 
 namespace fp8scope::server {
-namespace {
-
-HeaderCheck refuse(std::string reason, std::string message) { return {std::nullopt, {std::move(reason), std::move(message)}}; }
-
-}  // namespace
 
 bool valid_label(const std::string& value) {
   if (value.empty() || value.size() > kMaxLabelBytes) return false;
@@ -41,91 +36,128 @@ std::optional<Refusal> check_hello(const v1::Hello& hello) {
   return std::nullopt;
 }
 
-HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_bytes) {
+namespace {
+
+using Step = std::optional<Refusal>;  // each check below: nothing, or why the header is refused
+
+Refusal refusal(std::string reason, std::string message) { return {std::move(reason), std::move(message)}; }
+
+// What the sample is: its type, place and role, each a value the vocabulary has.
+Step check_identity(const v1::TensorHeader& h, SampleHeader& s) {
   const std::optional<DType> dtype = wire::from_wire(h.dtype());
-  if (!dtype) return refuse("bad_dtype", "unknown dtype " + std::to_string(h.dtype()));
+  if (!dtype) return refusal("bad_dtype", "unknown dtype " + std::to_string(h.dtype()));
   if (!valid_label(h.layer())) {
-    return refuse("bad_layer", "layer must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
+    return refusal("bad_layer", "layer must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
   const std::optional<Operand> operand = wire::from_wire(h.operand());
-  if (!operand) return refuse("bad_operand", "operand must be x, w or dy");
-  if (h.step() > kMaxStep) return refuse("bad_step", "step " + std::to_string(h.step()) + " is above " + std::to_string(kMaxStep));
-  const std::optional<GemmRole> gemm = wire::from_wire(h.gemm());
-  if (!gemm) return refuse("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
-  if (h.shape_size() > kMaxRank) {
-    return refuse("bad_shape", "expected at most " + std::to_string(kMaxRank) + " dimensions, got " +
-                                   std::to_string(h.shape_size()));
+  if (!operand) return refusal("bad_operand", "operand must be x, w or dy");
+  if (h.step() > kMaxStep) {
+    return refusal("bad_step", "step " + std::to_string(h.step()) + " is above " + std::to_string(kMaxStep));
   }
-  SampleHeader s;
+  const std::optional<GemmRole> gemm = wire::from_wire(h.gemm());
+  if (!gemm) return refusal("bad_gemm", "gemm must be fprop, dgrad, wgrad or unknown");
   s.dtype = *dtype;
+  s.step = h.step();
+  s.layer = h.layer();
+  s.gemm = *gemm;
+  s.operand = *operand;
+  s.source_call = h.source_call();
+  return std::nullopt;
+}
+
+// The shape: positive dimensions whose product (and byte count) cannot overflow.
+Step check_shape(const v1::TensorHeader& h, SampleHeader& s) {
+  if (h.shape_size() > kMaxRank) {
+    return refusal("bad_shape", "expected at most " + std::to_string(kMaxRank) + " dimensions, got " +
+                                    std::to_string(h.shape_size()));
+  }
   std::int64_t numel = 1;
   for (std::int64_t d : h.shape()) {
-    if (d <= 0) return refuse("bad_shape", "expected every dimension > 0, got " + std::to_string(d));
-    if (numel > std::numeric_limits<std::int64_t>::max() / d) return refuse("bad_shape", "element count overflows");
+    if (d <= 0) return refusal("bad_shape", "expected every dimension > 0, got " + std::to_string(d));
+    if (numel > std::numeric_limits<std::int64_t>::max() / d) return refusal("bad_shape", "element count overflows");
     numel *= d;
   }
+  if (numel > std::numeric_limits<std::int64_t>::max() / 8) return refusal("bad_shape", "element count overflows");
+  s.shape.assign(h.shape().begin(), h.shape().end());
   s.cols = h.shape_size() == 0 ? 1 : h.shape(h.shape_size() - 1);
   s.rows = numel / s.cols;
-  if (numel > std::numeric_limits<std::int64_t>::max() / 8) return refuse("bad_shape", "element count overflows");
-  s.codes_bytes = tensor_bytes(*dtype, static_cast<std::uint64_t>(s.rows), static_cast<std::uint64_t>(s.cols));
+  s.codes_bytes = tensor_bytes(s.dtype, static_cast<std::uint64_t>(s.rows), static_cast<std::uint64_t>(s.cols));
   if (s.codes_bytes == 0) {
-    return refuse("bad_shape", "e2m1 codes come two a byte: expected an even last dimension, got " + std::to_string(s.cols));
+    return refusal("bad_shape", "e2m1 codes come two a byte: expected an even last dimension, got " + std::to_string(s.cols));
   }
-  // The scale layout: unset means per-tensor for codes (what protocol 1 clients send) and none else.
-  const bool codes = dtype_is_codes(*dtype);
+  return std::nullopt;
+}
+
+// The scale layout: unset means per-tensor for codes (what protocol 1 clients send) and none else;
+// a block layout's scale tensor has the size its shape says.
+Step check_scale_layout(const v1::TensorHeader& h, SampleHeader& s) {
+  const bool codes = dtype_is_codes(s.dtype);
   if (h.scale_mode() == v1::SCALE_MODE_UNSPECIFIED) {
     s.scale_layout = codes ? ScaleLayout::kTensorScalar : ScaleLayout::kNone;
   } else if (const std::optional<ScaleLayout> layout = wire::from_wire(h.scale_mode())) {
     s.scale_layout = *layout;
   } else {
-    return refuse("bad_scale_mode", "unknown scale mode " + std::to_string(h.scale_mode()));
+    return refusal("bad_scale_mode", "unknown scale mode " + std::to_string(h.scale_mode()));
   }
   if (codes == (s.scale_layout == ScaleLayout::kNone)) {
-    return refuse("bad_scale_mode", std::string(dtype_name(*dtype)) + (codes ? " codes need a scale mode" :
-                                                                              " data takes no scale mode"));
+    return refusal("bad_scale_mode", std::string(dtype_name(s.dtype)) + (codes ? " codes need a scale mode" :
+                                                                               " data takes no scale mode"));
   }
   s.k_is_outer = h.k_is_outer();
-  if (is_block_layout(s.scale_layout)) {
-    if (h.shape_size() != 2) {
-      return refuse("bad_shape", "a block-scaled operand is one matrix: expected 2 dimensions, got " +
-                                     std::to_string(h.shape_size()));
-    }
-    s.scale_bytes = scale_tensor_bytes(s.scale_layout, ScaledShape{s.rows, s.cols, s.k_is_outer});
-    if (h.scale_bytes() != s.scale_bytes) {
-      return refuse("size_mismatch", std::string(scale_layout_name(s.scale_layout)) + " scales of this shape take " +
-                                         std::to_string(s.scale_bytes) + " bytes, the header says " +
-                                         std::to_string(h.scale_bytes()));
-    }
-  } else if (h.scale_bytes() != 0) {
-    return refuse("size_mismatch", "scale_bytes " + std::to_string(h.scale_bytes()) + " without a block scale mode");
+  if (!is_block_layout(s.scale_layout)) {
+    if (h.scale_bytes() == 0) return std::nullopt;
+    return refusal("size_mismatch", "scale_bytes " + std::to_string(h.scale_bytes()) + " without a block scale mode");
   }
+  if (h.shape_size() != 2) {
+    return refusal("bad_shape", "a block-scaled operand is one matrix: expected 2 dimensions, got " +
+                                    std::to_string(h.shape_size()));
+  }
+  s.scale_bytes = scale_tensor_bytes(s.scale_layout, ScaledShape{s.rows, s.cols, s.k_is_outer});
+  if (h.scale_bytes() == s.scale_bytes) return std::nullopt;
+  return refusal("size_mismatch", std::string(scale_layout_name(s.scale_layout)) + " scales of this shape take " +
+                                      std::to_string(s.scale_bytes) + " bytes, the header says " +
+                                      std::to_string(h.scale_bytes()));
+}
+
+Step check_payload(const v1::TensorHeader& h, const SampleHeader& s, std::uint64_t max_sample_bytes) {
   const std::uint64_t bytes = s.codes_bytes + s.scale_bytes;
   if (bytes != h.payload_bytes()) {
-    return refuse("size_mismatch", "payload_bytes " + std::to_string(h.payload_bytes()) + " != shape x dtype" +
-                                       (s.scale_bytes ? " + scale tensor" : "") + " = " + std::to_string(bytes));
+    return refusal("size_mismatch", "payload_bytes " + std::to_string(h.payload_bytes()) + " != shape x dtype" +
+                                        (s.scale_bytes ? " + scale tensor" : "") + " = " + std::to_string(bytes));
   }
   if (bytes > max_sample_bytes) {
-    return refuse("too_large", "sample of " + std::to_string(bytes) + " bytes exceeds the daemon's limit of " +
-                                   std::to_string(max_sample_bytes));
+    return refusal("too_large", "sample of " + std::to_string(bytes) + " bytes exceeds the daemon's limit of " +
+                                    std::to_string(max_sample_bytes));
   }
+  return std::nullopt;
+}
+
+Step check_scales(const v1::TensorHeader& h, SampleHeader& s) {
   if (!std::isfinite(h.scale_inv()) || h.scale_inv() < 0.0f) {
-    return refuse("bad_scale", "scale_inv must be finite and >= 0, got " + std::to_string(h.scale_inv()));
+    return refusal("bad_scale", "scale_inv must be finite and >= 0, got " + std::to_string(h.scale_inv()));
   }
   if (!std::isfinite(h.global_scale_inv()) || h.global_scale_inv() < 0.0f) {
-    return refuse("bad_scale", "global_scale_inv must be finite and >= 0, got " + std::to_string(h.global_scale_inv()));
+    return refusal("bad_scale", "global_scale_inv must be finite and >= 0, got " + std::to_string(h.global_scale_inv()));
   }
   if (!std::isfinite(h.gemm_alpha())) {
-    return refuse("bad_scale", "gemm_alpha must be finite, got " + std::to_string(h.gemm_alpha()));
+    return refusal("bad_scale", "gemm_alpha must be finite, got " + std::to_string(h.gemm_alpha()));
   }
-  s.step = h.step();
-  s.layer = h.layer();
-  s.gemm = *gemm;
-  s.operand = *operand;
-  s.shape.assign(h.shape().begin(), h.shape().end());
   s.scale_inv = h.scale_inv();
   s.global_scale_inv = h.global_scale_inv();
   s.gemm_alpha = h.gemm_alpha();
-  s.source_call = h.source_call();
+  return std::nullopt;
+}
+
+}  // namespace
+
+HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_bytes) {
+  SampleHeader s;
+  Step refused = check_identity(h, s);
+  if (!refused) refused = check_shape(h, s);
+  if (!refused) refused = check_scale_layout(h, s);
+  if (!refused) refused = check_payload(h, s, max_sample_bytes);
+  if (!refused) refused = check_scales(h, s);
+  if (refused) return {std::nullopt, std::move(*refused)};
   return {std::move(s), {}};
 }
 

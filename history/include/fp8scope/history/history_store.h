@@ -5,12 +5,14 @@
 // when dropped past it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -23,6 +25,7 @@
 namespace fp8scope::history {
 
 class Backend;
+struct WriteBatch;
 
 struct HistoryStoreOptions {
   // This daemon among the writers of a shared database (its journal bookkeeping is kept under this
@@ -78,6 +81,8 @@ class HistoryStore {
   using Item = std::variant<HistoryRecord, GemmOutputRecord, ScalarRecord, SampleTicket>;
   void enqueue(Item item);
   void writer_loop();
+  std::optional<WriteBatch> take_batch(std::chrono::milliseconds backoff, std::size_t& taken);
+  void keep_for_retry(WriteBatch& batch, std::size_t taken, const Status& s, std::chrono::milliseconds& backoff);
   void expire_old_rows();
 
   std::unique_ptr<Backend> backend_;

@@ -58,6 +58,11 @@ class Capture {
   };
 
   bool device_ready();  // under mu_, on the calling thread
+  static void fill_header(shm::RecordHeader& r, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                          std::uint64_t payload);
+  // The copies on the caller's stream and the event after them; false when a driver call failed.
+  bool enqueue_copies(Pending& p, const OperandView& v, const GemmAlpha& alpha, CUstream stream);
+  bool mark_copied(Pending& p, CUstream stream);
   std::optional<std::uint64_t> reserve_staging(std::uint64_t bytes);
   shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
   // Queues a record for the publisher and releases `lock` (mu_), then wakes the publisher if it
