@@ -61,7 +61,7 @@ std::vector<MetricDef> build() {
   gauge("fp8scope_clients", "Connected ingest streams (training processes).", "clients", {});
   gauge("fp8scope_series", "Tensor metric series exported.", "series", {});
   counter("fp8scope_series_suppressed_total", "Tensor series not created because --max-series was reached.", "series", {});
-  counter("fp8scope_records_stored_total", "Statistic records written to the SQLite history.", "records", {});
+  counter("fp8scope_records_stored_total", "Statistic records written to the history (SQLite or PostgreSQL).", "records", {});
   counter("fp8scope_history_write_failures_total",
           "History writes that failed (a full disk, a locked file); their records are kept and retried.", "writes", {});
   gauge("fp8scope_history_write_failing", "1 while history writes fail (the last attempt failed), else 0.", "1", {});

@@ -362,7 +362,13 @@ TEST_CASE("the daemon killed mid-run and restarted: same losses, the hook reconn
                    child_env(), dir.file("run.log"));
   REQUIRE(eventually([&] { return counter(*daemon, "fp8scope_samples_total") >= kSamplesPerStep; }));
   daemon->stop(SIGKILL, 10.0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // The shipper has found the daemon gone: what it drains until it reconnects is dropped.
+  REQUIRE(eventually([&] {
+    const std::vector<std::string> log = lines_of(dir.file("run.log"));
+    return std::any_of(log.begin(), log.end(), [](const std::string& l) {
+      return l.find("fp8scope-shipper: lost fp8scoped") != std::string::npos;
+    });
+  }, 60));
   daemon = std::make_unique<DaemonProcess>(dir.file("data"), std::vector<std::string>{}, listen);
   REQUIRE(run.wait(120.0) == 0);
   CHECK(lines_of(dir.file("losses")) == lines_of(dir.file("reference")));

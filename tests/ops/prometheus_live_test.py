@@ -139,8 +139,8 @@ class LivePrometheus(unittest.TestCase):
                                      os.path.join(cls.tmp, "prometheus.log")))
         wait_for("Prometheus to scrape both daemons", lambda: len(cls.query('up{job="fp8scoped"} == 1')) == 2)
         cls.start_agent(port)
-        cls.feed(cls.grpc)
-        cls.feed(cls.grpc2)
+        cls.feed(cls.grpc, cls.metrics)
+        cls.feed(cls.grpc2, cls.metrics2)
         # Data flows through scrape and rule evaluation: wait for the last link of each chain.
         wait_for("the GEMM output metrics", lambda: len(cls.query("fp8scope_gemm_output_mse")) >= 2)
         wait_for("the recording rules", lambda: cls.query("fp8scope:delayed_scale_lag:max") and
@@ -179,17 +179,19 @@ class LivePrometheus(unittest.TestCase):
         assert r.returncode == expect_code, f"push {name}: exit {r.returncode}\n{r.stdout}{r.stderr}"
 
     @classmethod
-    def feed(cls, endpoint):
+    def feed(cls, endpoint, metrics):
         """A few training steps of a small model, the same on both nodes: one forward GEMM's X and W
         (an activation that grows at the last step, so delayed scaling lags), a gradient with NaN, a
-        job's own MXFP8 operand; steps a scrape apart, so Prometheus sees each tensor resampled."""
+        job's own MXFP8 operand; each step scraped before the next, so Prometheus sees each tensor
+        resampled."""
         rng = np.random.default_rng(7)
         w = (rng.standard_normal((32, 64)) * 0.02).astype(np.float32)
         for step in range(1, 5):
             x = rng.standard_normal((16, 64)).astype(np.float32) * (1.0 if step < 4 else 50.0)
             cls.push(endpoint, f"x{step}", x, "blocks.0.mlp.fc1", "x", step)
             cls.push(endpoint, f"w{step}", w, "blocks.0.mlp.fc1", "w", step)
-            time.sleep(1.2)
+            selector = f'fp8scope_last_step{{instance="{metrics}",layer="blocks.0.mlp.fc1",operand="w"}}'
+            wait_for(f"step {step} scraped from {metrics}", lambda: cls.query(f"{selector} == {step}"))
         dy = (rng.standard_normal((16, 32)) * 1e-6).astype(np.float32)
         dy[3, 5] = np.nan
         cls.push(endpoint, "dy", dy, "blocks.0.mlp.fc1", "dy", 4, gemm="wgrad")

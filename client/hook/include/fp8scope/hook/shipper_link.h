@@ -28,7 +28,6 @@ class ShipperLink {
   // Called from the hook's publisher thread, every ~100 ms.
   void keep_alive();
 
-  pid_t shipper_pid() const { return pid_; }
 
  private:
   void spawn();

@@ -17,7 +17,7 @@ namespace fp8scope::server {
 // Drop reasons of the daemon's own making, exported at 0 from the start: increase() over a counter
 // that is born at 1 is 0, so without this the first drop of a kind would never alert.
 inline const char* const kDaemonDropReasons[] = {"queue_full",   "too_large", "analysis_error", "client_gone_mid_sample",
-                                                 "stalled",      "shutdown",  "journal_full"};
+                                                 "stalled",      "shutdown",  "journal_full", "scalar_queue_full"};
 
 class HealthMetrics {
  public:
