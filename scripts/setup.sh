@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what fp8scope needs on Debian 12 (idempotent: only missing packages are installed) and
-# builds it into build/. Usage: scripts/setup.sh [--no-build]
+# builds into build/ what the demo runs, or everything with --all (scripts/test.sh).
+# Usage: scripts/setup.sh [--no-build | --all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,4 +30,8 @@ fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j2
+if [ "${1:-}" = "--all" ]; then
+  cmake --build build -j2
+else
+  cmake --build build -j2 --target fp8scope_demo
+fi
