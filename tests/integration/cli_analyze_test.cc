@@ -170,7 +170,7 @@ TEST_CASE("bad input gets one clear line naming the file, and exit code 2", "[cl
       {"bytes.safetensors", safetensors_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})", floats({1, 2})),
        "shape x dtype is 16 bytes", {}},
       {"dtype.safetensors", safetensors_file(R"({"w": {"dtype": "F6_E2M3", "shape": [1], "data_offsets": [0, 1]}})", "x"),
-       "unsupported dtype F6_E2M3", {}},
+       "F6_E2M3 of 1 elements is not a whole number of bytes", {}},
       {"tensor.npy", good, "no tensor named 'nope'", {"--tensor", "nope"}},
       {"empty.npy", npy_file("<f4", false, "(0, 3)", ""), "is empty", {}},
       // --dtype names raw bytes: on a type the file states it would be silently ignored.
