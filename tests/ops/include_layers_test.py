@@ -54,8 +54,8 @@ USES = {
     "shipper": {"vocabulary", "kernels", "wire", "v1", "shm", "daemon_client"},
     "tensorfile": {"vocabulary", "kernels"},
     "insight": {"vocabulary", "kernels", "history"},
-    "report": {"vocabulary", "kernels", "history", "insight"},
-    "checkpoint": {"vocabulary", "kernels", "history", "tensorfile", "insight"},
+    "checkpoint": {"vocabulary", "kernels", "pattern", "history", "tensorfile", "insight"},
+    "report": {"vocabulary", "kernels", "history", "insight", "checkpoint"},
     "cli": {"vocabulary", "kernels", "pattern", "history", "wire", "v1", "daemon_client", "shipper", "tensorfile",
             "insight", "report", "checkpoint"},
 }

@@ -12,6 +12,7 @@ struct ProcessResult {
   int signal = 0;
   bool timed_out = false;
   std::string out, err;
+  long max_rss_kb = 0;  // the child's peak resident memory
 };
 
 // Runs argv[0] with argv, extra "KEY=VALUE" entries added to this process's environment, and
