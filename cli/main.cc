@@ -8,6 +8,7 @@
 #include "fp8scope/cli/admin_commands.h"
 #include "fp8scope/cli/advise_command.h"
 #include "fp8scope/cli/analyze_command.h"
+#include "fp8scope/cli/checkpoint_command.h"
 #include "fp8scope/cli/command_suggestion.h"
 #include "fp8scope/cli/compare_command.h"
 #include "fp8scope/cli/log_command.h"
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
   add_advise_command(app, advise);
   ReportCommandOptions report;
   add_report_command(app, report);
+  CheckpointOptions checkpoint;
+  add_checkpoint_command(app, checkpoint);
   // A word that is no command: name it and the one probably meant, not "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("compare")) return run_compare(compare, std::cout, std::cerr);
   if (app.got_subcommand("advise")) return run_advise(advise, std::cout, std::cerr);
   if (app.got_subcommand("report")) return run_report(report, std::cout, std::cerr);
+  if (app.got_subcommand("checkpoint")) return run_checkpoint(checkpoint, std::cout, std::cerr);
   if (commands.status->parsed()) return run_status(admin, std::cout, std::cerr);
   if (commands.tensors->parsed()) return run_tensors(admin, std::cout, std::cerr);
   if (commands.policy_get->parsed()) return run_policy_get(admin, std::cout, std::cerr);

@@ -5,10 +5,7 @@
 
 namespace fp8scope::cli {
 
-void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
-  cmd->add_option("--run", f.run, "The run under study (e.g. the FP8 run)")->required();
-  CLI::Option* baseline = cmd->add_option("--baseline", f.baseline, "The run it is held against (e.g. the BF16 run)");
-  if (baseline_required) baseline->required();
+void add_history_flags(CLI::App* cmd, StudyFlags& f) {
   CLI::Option* data_dir =
       cmd->add_option("--data-dir", f.data_dir, "fp8scoped's --data-dir (read only)")->capture_default_str();
   CLI::Option* history =
@@ -23,6 +20,13 @@ void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
       ->excludes(data_dir)
       ->excludes(history);
   add_credential_flags(cmd, f.connection);
+}
+
+void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
+  cmd->add_option("--run", f.run, "The run under study (e.g. the FP8 run)")->required();
+  CLI::Option* baseline = cmd->add_option("--baseline", f.baseline, "The run it is held against (e.g. the BF16 run)");
+  if (baseline_required) baseline->required();
+  add_history_flags(cmd, f);
   cmd->add_option("--name", f.options.loss_name, "The scalar that is the loss")->capture_default_str();
   cmd->add_option("--window", f.options.spikes.window, "Steps of the trailing window a spike is measured against")
       ->capture_default_str()

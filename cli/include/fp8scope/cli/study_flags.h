@@ -25,6 +25,8 @@ struct StudyFlags {
   bool progress = false;
 };
 
+// Where the history is: --data-dir, --history or --endpoint with its credentials.
+void add_history_flags(CLI::App* cmd, StudyFlags& flags);
 // --run is required; --baseline is required when baseline_required.
 void add_study_flags(CLI::App* cmd, StudyFlags& flags, bool baseline_required);
 
