@@ -101,4 +101,15 @@ PY
   echo; echo "== fp8scope report --run fp8 --baseline bf16"
   "$fp8scope" report --data-dir "$data" --run fp8 --baseline bf16 -o "$build/demo/report.html"
   echo "   open $build/demo/report.html in a browser (one file, no network needed)"
+
+  echo; echo "== The BF16 run's weights exported to FP8 for serving, once right and once with mlp.1's scale inverted"
+  /usr/bin/python3 scripts/export_demo_checkpoint.py "$build/demo/bf16.weights" "$build/demo/checkpoints"
+  ckpt=$build/demo/checkpoints
+  echo; echo "== fp8scope checkpoint fp8 --reference bf16 --run bf16 (the export is what training produced: exit 0)"
+  "$fp8scope" checkpoint "$ckpt/fp8" --reference "$ckpt/bf16" --run bf16 --data-dir "$data"
+  echo; echo "== fp8scope checkpoint fp8-inverted --reference bf16 (a CI gate: exit 1 names the broken weight)"
+  status=0
+  "$fp8scope" checkpoint "$ckpt/fp8-inverted" --reference "$ckpt/bf16" -o "$build/demo/checkpoint.html" || status=$?
+  [ "$status" -eq 1 ] || { echo "demo: expected fp8scope checkpoint to fail the inverted export (exit 1), got $status" >&2; exit 1; }
+  echo "   exit status $status; the page: $build/demo/checkpoint.html"
 fi

@@ -2,7 +2,8 @@
 """The README's demo, run as a new user runs it: it succeeds, a tensor it analyzed gives the same
 numbers when analyzed again afterwards (its per-step tensors live elsewhere), and the planted
 outlier's story holds: the loss table it prints peaks where `compare` says the baseline peaks, and
-the FP8 run recovers the step after.
+the FP8 run recovers the step after; the BF16 run's FP8 export passes `fp8scope checkpoint` and
+the one with an inverted scale fails it, by name.
 
     tests/ops/demo_test.py --build build
 """
@@ -27,7 +28,7 @@ class Demo(unittest.TestCase):
         assert r.returncode == 0, f"demo.sh exit {r.returncode}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
 
     def test_a_tensor_it_analyzed_gives_the_same_numbers_afterwards(self):
-        again = subprocess.run([os.path.join(BUILD, "client", "cli", "fp8scope"), "analyze",
+        again = subprocess.run([os.path.join(BUILD, "cli", "fp8scope"), "analyze",
                                 os.path.join(BUILD, "demo", "gradients.npy"), "--recipe", "tensor_current", "--recipe",
                                 "mxfp8"], capture_output=True, text=True, check=True).stdout
         self.assertIn("tensor_current", again)
@@ -52,6 +53,17 @@ class Demo(unittest.TestCase):
         self.assertLess(losses[61][1], 1.5 * losses[59][1])
         self.assertGreater(losses[bf16_peak][0], 1000 * losses[58][0])
         self.assertIn("verdict: no loss signal sets run fp8 apart from its baseline", compare)
+
+    def test_the_checkpoint_step_passes_the_right_export_and_names_the_broken_one(self):
+        if not os.path.exists(os.path.join(BUILD, "tests", "trainer", "tiny_trainer")):
+            self.assertNotIn("fp8scope checkpoint", self.out)
+            return
+        right = self.out.split("== fp8scope checkpoint fp8 --reference")[1].split("==")[0]
+        self.assertIn("verdict: export matches its reference: 3 quantized weights", right)
+        self.assertIn("0 of 3 FP8 weights differ from what it ended with", right)
+        broken = self.out.split("== fp8scope checkpoint fp8-inverted")[1].split("==")[0]
+        self.assertRegex(broken, r"(?m)^error\s+inverted_scale\s+mlp\.1\s")
+        self.assertIn("exit status 1", broken)
 
 
 def set_paths(paths):
