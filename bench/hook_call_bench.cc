@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fp8scope/shm/shm_ring.h"
+#include "median_reporter.h"
 
 extern char** environ;
 
@@ -175,27 +176,17 @@ void BM_HookedSampledMxfp8(benchmark::State& state) { hooked_block_call(state, m
 void BM_HookedSampledNvfp4(benchmark::State& state) { hooked_block_call(state, nvfp4()); }
 
 // Adds "added_ns" to each hooked run: its median less its direct call's median, same run.
-class AddedTimeReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> out = runs;
-    for (Run& r : out) {
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      const std::string name = r.benchmark_name();
-      const double ns = r.GetAdjustedRealTime();
-      const std::string family = name.substr(0, name.find('/'));
-      const std::string kind = family.size() > 5 && (family.ends_with("Mxfp8") || family.ends_with("Nvfp4"))
-                                   ? family.substr(family.size() - 5)
-                                   : "";
-      if (family.rfind("BM_DirectCall", 0) == 0) direct_ns_[kind] = ns;
-      if (family.rfind("BM_Hooked", 0) == 0 && direct_ns_.count(kind)) r.counters["added_ns"] = ns - direct_ns_[kind];
-    }
-    ConsoleReporter::ReportRuns(out);
-  }
+std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4"
 
- private:
-  std::map<std::string, double> direct_ns_;  // "" (fp32), "Mxfp8", "Nvfp4"
-};
+void added_time(const std::string& name, double seconds, benchmark::UserCounters& counters) {
+  const double ns = seconds * 1e9;
+  const std::string family = name.substr(0, name.find('/'));
+  const std::string kind = family.size() > 5 && (family.ends_with("Mxfp8") || family.ends_with("Nvfp4"))
+                               ? family.substr(family.size() - 5)
+                               : "";
+  if (family.rfind("BM_DirectCall", 0) == 0) g_direct_ns[kind] = ns;
+  if (family.rfind("BM_Hooked", 0) == 0 && g_direct_ns.count(kind)) counters["added_ns"] = ns - g_direct_ns[kind];
+}
 
 // Warm-up and registration order matter: direct first, signature mode before the API is used.
 BENCHMARK(BM_DirectCall)->Repetitions(5)->ReportAggregatesOnly(true);
@@ -255,7 +246,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   benchmark::Initialize(&argc, argv);
-  AddedTimeReporter reporter;
+  fp8scope::bench::MedianReporter reporter(added_time);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

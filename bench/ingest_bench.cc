@@ -31,6 +31,7 @@
 #include "fp8scope/ingest/shared_regions.h"
 #include "fp8scope/daemon_client/sample_stream.h"
 #include "fp8scope/wire/wire.h"
+#include "median_reporter.h"
 
 using namespace fp8scope;
 
@@ -338,27 +339,17 @@ void BM_AnalysisLatencyUnderLoad(benchmark::State& state) {
   state.counters["samples"] = count;
 }
 
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> out = runs;
-    for (Run& r : out) {
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      const double seconds = r.GetAdjustedRealTime() / 1e9;
-      const std::string name = r.benchmark_name();
-      if (name.rfind("BM_RawTcpLoopback", 0) == 0) g_raw_seconds = seconds;
-      if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
-      // Throughput ratios: baseline time / ingest time (1.0 = as fast as the baseline).
-      if (name.rfind("BM_IngestStream/transport:0", 0) == 0 && g_raw_seconds > 0) r.counters["x_raw_tcp"] = g_raw_seconds / seconds;
-      if ((name.rfind("BM_IngestStream/transport:1", 0) == 0 || name.rfind("BM_IngestStream/transport:2", 0) == 0 ||
-           name.rfind("BM_RawUnixSocket", 0) == 0) &&
-          g_memcpy_seconds > 0) {
-        r.counters["x_memcpy"] = g_memcpy_seconds / seconds;
-      }
-    }
-    ConsoleReporter::ReportRuns(out);
+// Throughput ratios: baseline time / ingest time (1.0 = as fast as the baseline).
+void ratios(const std::string& name, double seconds, benchmark::UserCounters& counters) {
+  if (name.rfind("BM_RawTcpLoopback", 0) == 0) g_raw_seconds = seconds;
+  if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
+  if (name.rfind("BM_IngestStream/transport:0", 0) == 0 && g_raw_seconds > 0) counters["x_raw_tcp"] = g_raw_seconds / seconds;
+  if ((name.rfind("BM_IngestStream/transport:1", 0) == 0 || name.rfind("BM_IngestStream/transport:2", 0) == 0 ||
+       name.rfind("BM_RawUnixSocket", 0) == 0) &&
+      g_memcpy_seconds > 0) {
+    counters["x_memcpy"] = g_memcpy_seconds / seconds;
   }
-};
+}
 
 }  // namespace
 
@@ -371,7 +362,7 @@ BENCHMARK(BM_AnalysisLatencyUnderLoad)->UseRealTime()->Unit(benchmark::kMillisec
 int main(int argc, char** argv) {
   server::bound_heap_memory();  // as fp8scoped does
   benchmark::Initialize(&argc, argv);
-  RatioReporter reporter;
+  bench::MedianReporter reporter(ratios);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

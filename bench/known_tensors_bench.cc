@@ -18,6 +18,7 @@
 #include "fp8scope/daemon_client/daemon_channel.h"
 #include "fp8scope/daemon_client/sample_stream.h"
 #include "fp8scope/wire/wire.h"
+#include "median_reporter.h"
 
 using namespace fp8scope;
 
@@ -100,20 +101,13 @@ void BM_AnalysisRate(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> out = runs;
-    for (Run& r : out) {
-      const auto it = r.counters.find("samples_per_s");
-      if (it == r.counters.end()) continue;
-      const double rate = it->second.value;  // already per second of real time
-      if (r.benchmark_name().find("/10/") != std::string::npos) g_baseline_rate = rate;
-      if (g_baseline_rate > 0) r.counters["x_10_tensors"] = rate / g_baseline_rate;
-    }
-    ConsoleReporter::ReportRuns(out);
-  }
-};
+void ratios(const std::string& name, double, benchmark::UserCounters& counters) {
+  const auto it = counters.find("samples_per_s");
+  if (it == counters.end()) return;
+  const double rate = it->second.value;  // already per second of real time
+  if (name.find("/10/") != std::string::npos) g_baseline_rate = rate;
+  if (g_baseline_rate > 0) counters["x_10_tensors"] = rate / g_baseline_rate;
+}
 
 }  // namespace
 
@@ -124,7 +118,7 @@ int main(int argc, char** argv) {
   server::bound_heap_memory();  // as fp8scoped does
   spdlog::set_level(spdlog::level::warn);
   benchmark::Initialize(&argc, argv);
-  RatioReporter reporter;
+  bench::MedianReporter reporter(ratios);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

@@ -26,6 +26,7 @@
 #include "fp8scope/kernels/code_digest.h"
 #include "fp8scope/kernels/cpu_engine.h"
 #include "fp8scope/kernels/observed_analysis.h"
+#include "median_reporter.h"
 
 using namespace fp8scope;
 
@@ -158,37 +159,26 @@ void BM_WeightCodeDigest(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.numel() * 2));
 }
 
-// Reports each run's mean time as a ratio to the baselines measured earlier in the same process.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> out = runs;
-    for (Run& r : out) {
-      // With --benchmark_repetitions the ratios use the medians; means and spreads get none.
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      const double seconds = r.GetAdjustedRealTime() / 1e9;  // default unit: ns
-      const std::string name = r.benchmark_name();
-      if (name.rfind("BM_ReadReduce", 0) == 0) g_read_seconds = seconds;
-      if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
-      const std::string one = "BM_OneRecipe/";
-      if (name.rfind(one + recipe_name(RecipeKind::kTensorCurrent), 0) == 0) g_one_recipe_seconds = seconds;
-      if (name.rfind(one + recipe_name(RecipeKind::kMxfp8), 0) == 0) g_mxfp8_seconds = seconds;
-      for (RecipeKind k : kAllRecipeKinds) {
-        if (g_mxfp8_seconds > 0 && default_recipe(k).fp4() && name.rfind(one + recipe_name(k), 0) == 0) {
-          r.counters["x_mxfp8"] = seconds / g_mxfp8_seconds;
-        }
-      }
-      const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
-      if (g_read_seconds > 0 && !baseline) r.counters["x_read"] = seconds / g_read_seconds;
-      if (g_memcpy_seconds > 0 && !baseline) r.counters["x_memcpy"] = seconds / g_memcpy_seconds;
-      if (g_one_recipe_seconds > 0 && (name.rfind("BM_AllRecipes", 0) == 0 || name.rfind("BM_FiveFp8Recipes", 0) == 0 ||
-                                       name.rfind("BM_WeightCodeDigest", 0) == 0)) {
-        r.counters["x_one_recipe"] = seconds / g_one_recipe_seconds;
-      }
+// Each run's time as a ratio to the baselines measured earlier in the same process.
+void ratios(const std::string& name, double seconds, benchmark::UserCounters& counters) {
+  if (name.rfind("BM_ReadReduce", 0) == 0) g_read_seconds = seconds;
+  if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
+  const std::string one = "BM_OneRecipe/";
+  if (name.rfind(one + recipe_name(RecipeKind::kTensorCurrent), 0) == 0) g_one_recipe_seconds = seconds;
+  if (name.rfind(one + recipe_name(RecipeKind::kMxfp8), 0) == 0) g_mxfp8_seconds = seconds;
+  for (RecipeKind k : kAllRecipeKinds) {
+    if (g_mxfp8_seconds > 0 && default_recipe(k).fp4() && name.rfind(one + recipe_name(k), 0) == 0) {
+      counters["x_mxfp8"] = seconds / g_mxfp8_seconds;
     }
-    ConsoleReporter::ReportRuns(out);
   }
-};
+  const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
+  if (g_read_seconds > 0 && !baseline) counters["x_read"] = seconds / g_read_seconds;
+  if (g_memcpy_seconds > 0 && !baseline) counters["x_memcpy"] = seconds / g_memcpy_seconds;
+  if (g_one_recipe_seconds > 0 && (name.rfind("BM_AllRecipes", 0) == 0 || name.rfind("BM_FiveFp8Recipes", 0) == 0 ||
+                                   name.rfind("BM_WeightCodeDigest", 0) == 0)) {
+    counters["x_one_recipe"] = seconds / g_one_recipe_seconds;
+  }
+}
 
 }  // namespace
 
@@ -223,7 +213,7 @@ int main(int argc, char** argv) {
   int n = static_cast<int>(args.size());
   register_benchmarks();
   benchmark::Initialize(&n, args.data());
-  RatioReporter reporter;
+  bench::MedianReporter reporter(ratios);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
