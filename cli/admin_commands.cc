@@ -88,6 +88,7 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
   out << "\nevery_n_steps " << p.every_n_steps() << "\n";
   out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
   out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
+  out << "experts_per_call " << (p.experts_per_call() == 0 ? "(all)" : std::to_string(p.experts_per_call())) << "\n";
   out << "recipes";
   if (p.recipes().empty()) {
     out << " (all:";
@@ -123,6 +124,7 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.tensors->add_option("--top", o.top, "Show only the first N");
   c.tensors->add_option("--recipe", o.recipe, "Recipe whose statistics are shown and sorted (default tensor_current)")
       ->check(CLI::IsMember(recipe_names_and_observed()));
+  c.tensors->add_option("--expert", o.expert, "Only this expert's tensors (mixture-of-experts layers)");
   c.tensors->add_flag("--json", o.json, "JSON Lines, one tensor per line");
 
   CLI::App* policy = app.add_subcommand("policy", "Show or change what training processes sample");
@@ -199,25 +201,33 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     req.set_sort(o.sort);
     req.set_top(o.top);
     req.set_recipe(o.recipe);
+    if (o.expert) req.set_expert(*o.expert);
     v1::ListTensorsResponse resp;
     const grpc::Status st = stub.ListTensors(&ctx, req, &resp);
     if (!st.ok()) return st;
+    // Each of a mixture-of-experts layer's experts is a tensor of its own; an older daemon does not
+    // filter by expert, so the listing is filtered here too.
+    const auto shown = [&](const v1::TensorSummary& t) { return !o.expert || (t.has_expert() && t.expert() == *o.expert); };
     if (o.json) {
-      for (const auto& t : resp.tensors()) out << to_json(t) << "\n";
+      for (const auto& t : resp.tensors()) {
+        if (shown(t)) out << to_json(t) << "\n";
+      }
       return st;
     }
     const std::string recipe = o.recipe.empty() ? "tensor_current" : o.recipe;
     char line[1024];  // job and layer are up to 200 characters each
     // One daemon serves many jobs: every row names its own.
-    std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "job",
-                  "layer", "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse", "cosine",
-                  "scale", "current");
+    std::snprintf(line, sizeof line, "%-16s %-28s %6s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "job",
+                  "layer", "expert", "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse",
+                  "cosine", "scale", "current");
     out << line;
     for (const auto& t : resp.tensors()) {
       const v1::RecipeStats* r = recipe_of(t, recipe);
-      if (r == nullptr) continue;
-      std::snprintf(line, sizeof line, "%-16s %-28s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
-                    t.key().job().c_str(), t.key().layer().c_str(), wire_name(t.key().gemm()), wire_name(t.key().operand()),
+      if (r == nullptr || !shown(t)) continue;
+      const std::string expert = t.has_expert() ? std::to_string(t.expert()) : "-";
+      std::snprintf(line, sizeof line, "%-16s %-28s %6s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
+                    t.key().job().c_str(), t.key().layer().c_str(), expert.c_str(), wire_name(t.key().gemm()),
+                    wire_name(t.key().operand()),
                     t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
                     number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
                     number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),

@@ -14,6 +14,8 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
   cmd->add_option("--start-step", f.start_step, "First step to sample");
   cmd->add_option("--end-step", f.end_step, "Stop sampling at this step (0 = never)");
   cmd->add_option("--bytes-per-step", f.bytes_per_step, "Per-process byte budget per step (0 = no limit)");
+  cmd->add_option("--experts-per-call", f.experts_per_call,
+                  "Batched and grouped GEMMs: experts sampled per call, rotating so every expert is seen (0 = all)");
   cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default: every recipe)");
   cmd->add_flag("--reset", f.reset, "Start from the default policy instead of the current one");
 }
@@ -44,6 +46,7 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
   if (f.start_step) p.set_start_step(*f.start_step);
   if (f.end_step) p.set_end_step(*f.end_step);
   if (f.bytes_per_step) p.set_max_bytes_per_step(*f.bytes_per_step);
+  if (f.experts_per_call) p.set_experts_per_call(*f.experts_per_call);
   return p;
 }
 
@@ -53,6 +56,7 @@ std::map<std::string, std::string> policy_environment(const PolicyFlags& f) {
   if (f.start_step) env["FP8SCOPE_START_STEP"] = std::to_string(*f.start_step);
   if (f.end_step) env["FP8SCOPE_END_STEP"] = std::to_string(*f.end_step);
   if (f.bytes_per_step) env["FP8SCOPE_BYTES_PER_STEP"] = std::to_string(*f.bytes_per_step);
+  if (f.experts_per_call) env["FP8SCOPE_EXPERTS_PER_CALL"] = std::to_string(*f.experts_per_call);
   if (f.layer_regex) env["FP8SCOPE_LAYER_REGEX"] = *f.layer_regex;
   if (!f.operands.empty()) {
     std::string list;

@@ -38,6 +38,11 @@ void add_push_command(CLI::App& app, PushOptions& o) {
   cmd->add_option("--scales", o.scales, "With --scale-layout: a tensor of FILE, or a .npy/.safetensors file");
   cmd->add_flag("--k-outer", o.k_outer, "Block scales run along the first dimension, not the last");
   cmd->add_option("--global-scale-inv", o.global_scale_inv, "NVFP4: the per-tensor factor the block scales multiply");
+  cmd->add_option("--expert", o.expert, "A mixture-of-experts layer's expert this tensor belongs to")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{65535}));
+  cmd->add_option("--expert-tokens", o.expert_tokens, "With --expert: the tokens routed to each expert of the call")
+      ->delimiter(',');
+  cmd->add_option("--valid-rows", o.valid_rows, "Rows holding tokens; the rest of the first dimension is padding");
 }
 
 namespace {
@@ -74,6 +79,9 @@ Result<PushInput> read_input(const PushOptions& o) {
     if (wanted && t.dtype && t.numel() > 0 && t.name != in.scales.tensor) in.chosen.push_back(&t);
   }
   if (in.chosen.empty()) return Status::error(o.file + ": no floating-point tensor to send");
+  if (!o.expert_tokens.empty() && (o.expert < 0 || static_cast<std::uint64_t>(o.expert) >= o.expert_tokens.size())) {
+    return Status::error("--expert-tokens: expected one count per expert of the call, --expert among them");
+  }
   return in;
 }
 
@@ -93,6 +101,12 @@ std::pair<v1::TensorHeader, std::vector<std::uint8_t>> sample_of(const PushOptio
   h.set_scale_mode(!codes ? wire::to_wire(ScaleLayout::kNone)
                           : wire::to_wire(in.layout != nullptr ? in.layout->value : ScaleLayout::kTensorScalar));
   h.set_source_call("push");
+  if (o.expert >= 0) {
+    h.set_expert(static_cast<std::uint32_t>(o.expert));
+    h.set_experts(static_cast<std::uint32_t>(o.expert_tokens.size()));  // 0: not known
+    for (std::uint64_t n : o.expert_tokens) h.add_expert_tokens(n);
+  }
+  h.set_valid_rows(o.valid_rows);
   std::vector<std::uint8_t> payload(t.bytes.begin(), t.bytes.end());
   if (in.layout != nullptr && codes) {  // the scale tensor travels after the codes
     payload.insert(payload.end(), in.scales.bytes.begin(), in.scales.bytes.end());

@@ -184,6 +184,28 @@ layer = dashboard(
         trend("Widest scale block (binades)", f'fp8scope_max_block_dynamic_range_log2{{{T}, recipe="observed"}}',
               TENSOR + " {{format}} {{instance}}", 12, 42, "short",
               "The largest log2(amax / amin) inside one of the job's own scale blocks: what one scale must cover."),
+        # Mixture-of-experts layers: a tensor's series above hold its worst expert; these say which
+        # one, how far it is from the others, and how the router loads them.
+        trend("Worst expert (MoE layers)", f"fp8scope_expert_worst{{{T}}}",
+              TENSOR + " {{statistic}} {{recipe}} {{instance}}", 0, 50, "short",
+              "The index of the expert whose latest value of the statistic is the worst of its layer's experts."),
+        trend("Experts' median (MoE layers)", f"fp8scope_expert_median_ratio{{{T}}}",
+              TENSOR + " {{statistic}} {{recipe}} {{instance}}", 12, 50, "percentunit",
+              "The median over the layer's experts; the tensor's own series above is the worst expert. "
+              "FP8ExpertOutlier fires when the worst departs far from the median."),
+        panel("Expert load (tokens per expert)", "timeseries",
+              [target(f"fp8scope_expert_tokens_max{{{G}}}", "{{layer}} busiest expert {{instance}}", "A"),
+               target(f"fp8scope_expert_tokens_mean{{{G}}}", "{{layer}} mean {{instance}}", "B"),
+               target(f"fp8scope_experts_without_tokens{{{G}}}", "{{layer}} experts without tokens {{instance}}", "C")],
+              0, 58, unit="short",
+              description="Tokens the router sent to the busiest expert and to each on average in the layer's latest "
+                          "sampled call, and how many experts got none."),
+        panel("Padding rows that are not zero (grouped GEMMs)", "timeseries",
+              [target(f"fp8scope_padding_nonzero_ratio{{{T}}}", "nonzero " + TENSOR + " {{instance}}", "A"),
+               target(f"fp8scope_padding_nonfinite_ratio{{{T}}}", "non-finite " + TENSOR + " {{instance}}", "B")],
+              12, 58, unit="percentunit",
+              description="Share of the padding past an expert's tokens that is not zero (or NaN/Inf): it corrupts "
+                          "the valid rows of a grouped GEMM downstream. FP8PaddingNotZero fires on either."),
     ], TENSOR_VARIABLES)
 
 gemm = dashboard(

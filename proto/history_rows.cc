@@ -34,6 +34,10 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   row.set_codes_digest(r.codes_digest);
   row.mutable_histogram()->Add(r.histogram.begin(), r.histogram.end());
   row.mutable_scale_histogram()->Add(r.scale_histogram.begin(), r.scale_histogram.end());
+  if (r.expert >= 0) row.set_expert(static_cast<std::uint32_t>(r.expert));
+  if (r.expert_tokens >= 0) row.set_expert_tokens(static_cast<std::uint64_t>(r.expert_tokens));
+  row.set_padding_nonzero(r.padding_nonzero);
+  row.set_padding_nonfinite(r.padding_nonfinite);
 }
 
 history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
@@ -66,6 +70,10 @@ history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
   r.codes_digest = row.codes_digest();
   r.histogram.assign(row.histogram().begin(), row.histogram().end());
   r.scale_histogram.assign(row.scale_histogram().begin(), row.scale_histogram().end());
+  r.expert = row.has_expert() ? static_cast<std::int64_t>(row.expert()) : -1;
+  r.expert_tokens = row.has_expert_tokens() ? static_cast<std::int64_t>(row.expert_tokens()) : -1;
+  r.padding_nonzero = row.padding_nonzero();
+  r.padding_nonfinite = row.padding_nonfinite();
   return r;
 }
 

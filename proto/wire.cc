@@ -1,5 +1,7 @@
 #include "fp8scope/wire/wire.h"
 
+#include <string>
+
 #include "fp8scope/vocabulary/term_table.h"
 
 namespace fp8scope::wire {
@@ -44,7 +46,16 @@ std::uint32_t required_protocol(const v1::TensorHeader& h) {
   const bool block_mode = h.scale_mode() != v1::SCALE_MODE_UNSPECIFIED && h.scale_mode() != to_wire(ScaleLayout::kNone) &&
                           h.scale_mode() != to_wire(ScaleLayout::kTensorScalar);
   const bool protocol_2 = h.dtype() == to_wire(DType::kE2M1) || h.scale_bytes() != 0 || block_mode;
-  return protocol_2 ? 2 : 1;
+  const bool protocol_3 = h.has_expert() || h.experts() != 0 || h.expert_tokens_size() != 0 || h.valid_rows() != 0;
+  return protocol_3 ? 3 : protocol_2 ? 2 : 1;
+}
+
+void fold_expert_into_layer(v1::TensorHeader& h) {
+  if (h.has_expert()) h.set_layer(h.layer() + ".expert" + std::to_string(h.expert()));
+  h.clear_expert();
+  h.clear_experts();
+  h.clear_expert_tokens();
+  h.clear_valid_rows();
 }
 
 }  // namespace fp8scope::wire

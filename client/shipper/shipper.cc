@@ -66,6 +66,7 @@ shm::PolicyCopy policy_copy(const v1::Policy& p) {
   c.start_step = p.start_step();
   c.end_step = p.end_step();
   c.max_bytes_per_step = p.max_bytes_per_step();
+  c.experts_per_call = p.experts_per_call();
   for (int op : p.operands()) {
     if (const std::optional<Operand> o = wire::from_wire(static_cast<v1::Operand>(op))) {
       c.operand_mask |= 1u << static_cast<std::uint32_t>(*o);
@@ -126,11 +127,22 @@ Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
   h.set_scale_inv(r.scale_inv);
   h.set_scale_mode(ring_to_wire<v1::ScaleMode>(kScaleLayouts, r.scale_layout));
   h.set_source_call(std::string(r.source_call, strnlen(r.source_call, sizeof r.source_call)));
-  h.set_payload_bytes(r.payload_bytes);
+  h.set_payload_bytes(r.payload_bytes - r.tokens_bytes);  // the tokens travel in the header
   if (r.scale_layout != static_cast<std::uint32_t>(ScaleLayout::kTensorScalar)) h.set_scale_bytes(r.scale_bytes);
   h.set_k_is_outer(r.k_is_outer != 0);
   h.set_gemm_alpha(r.gemm_alpha);
-  if (numel == 0 || r.scale_bytes > r.payload_bytes) return Status::error("payload is not shape x element size");
+  if (numel == 0 || r.scale_bytes + r.tokens_bytes > r.payload_bytes) {
+    return Status::error("payload is not shape x element size");
+  }
+  if (r.expert >= 0) h.set_expert(static_cast<std::uint32_t>(r.expert));
+  h.set_experts(r.experts);
+  h.set_valid_rows(r.valid_rows);
+  const std::byte* tokens = shm::RingReader::payload(&r) + (r.payload_bytes - r.tokens_bytes);
+  for (std::uint64_t i = 0; i < r.tokens_bytes / 8; ++i) {
+    std::uint64_t t;
+    std::memcpy(&t, tokens + 8 * i, 8);
+    h.add_expert_tokens(t);
+  }
   return h;
 }
 
@@ -212,12 +224,15 @@ bool Shipper::handle(const shm::RecordHeader& r) {
         shm::count_drop(segment_, shm::DropReason::kUnsupportedLayout);
         return false;
       }
+      if (!stream_->reads(header.value()) && wire::required_protocol(header.value()) == 3) {
+        wire::fold_expert_into_layer(header.value());  // a protocol 2 daemon keeps experts apart by name
+      }
       if (!stream_->reads(header.value())) {  // FP4 or a scale tensor for a protocol 1 daemon
         shm::count_drop(segment_, shm::DropReason::kDaemonTooOld);
         return false;
       }
       const std::span<const std::uint8_t> payload(
-          reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r)), r.payload_bytes);
+          reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r)), r.payload_bytes - r.tokens_bytes);
       const bool by_reference = stream_->shares(payload);
       Result<std::uint64_t> sent = stream_->send(std::move(header).value(), payload);
       if (!sent.ok()) {

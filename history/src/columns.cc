@@ -43,6 +43,18 @@ Column<R> integer(std::string name, I R::*field) {
           }};
 }
 
+// An integer stored as NULL when it equals `absent` (a record without that fact; a row from before
+// the column existed reads back as absent too).
+template <class R, class I>
+Column<R> optional_integer(std::string name, I R::*field, I absent) {
+  return {std::move(name), SqlType::kInteger, false,
+          [=](const R& r, FieldSink& s) { r.*field == absent ? s.null() : s.integer(static_cast<std::int64_t>(r.*field)); },
+          [=](const FieldSource& s, R& r) {
+            r.*field = s.null() ? absent : static_cast<I>(s.integer());
+            return true;
+          }};
+}
+
 template <class R>
 Column<R> counts(std::string name, std::vector<std::uint64_t> R::*field) {
   return {std::move(name), SqlType::kCounts, false,
@@ -89,6 +101,10 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
   c.push_back(text<R>("scale_layout", &R::scale_layout, Null::kEmpty));
   c.push_back(real<R>("gemm_alpha", &R::gemm_alpha, Null::kZero));
   c.push_back(counts<R>("scale_histogram", &R::scale_histogram));
+  c.push_back(optional_integer<R, std::int64_t>("expert", &R::expert, -1));
+  c.push_back(optional_integer<R, std::int64_t>("expert_tokens", &R::expert_tokens, -1));
+  c.push_back(optional_integer<R, std::uint64_t>("padding_nonzero", &R::padding_nonzero, 0));
+  c.push_back(optional_integer<R, std::uint64_t>("padding_nonfinite", &R::padding_nonfinite, 0));
   const std::size_t n = statistics().size();
   for (std::size_t k = 0; k < n; ++k) {
     c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,

@@ -1,5 +1,6 @@
 #include "fp8scope/analysis/sample_analysis.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "fp8scope/kernels/code_digest.h"
@@ -15,6 +16,20 @@ std::string hex_digest(std::uint64_t digest) {
   return text;
 }
 
+PaddingCensus padding_census(const Sample& s) {
+  PaddingCensus c;
+  if (s.header.valid_rows <= 0) return c;
+  const std::size_t first = static_cast<std::size_t>(s.header.valid_rows * s.header.cols);
+  const std::size_t end = static_cast<std::size_t>(s.header.numel());
+  for (std::size_t i = first; i < end; ++i) {
+    const float v = load_element(s.payload.data(), i, s.header.dtype, 1.0f);
+    c.nonfinite += !std::isfinite(v);
+    c.nonzero += v != 0.0f;  // NaN counts as both
+  }
+  c.values = end - first;
+  return c;
+}
+
 std::vector<RecipeKind> policy_recipes(const SamplingPolicy& p) {
   if (!p.recipes.empty()) return p.recipes;
   return std::vector<RecipeKind>(kAllRecipeKinds.begin(), kAllRecipeKinds.end());
@@ -23,13 +38,16 @@ std::vector<RecipeKind> policy_recipes(const SamplingPolicy& p) {
 }  // namespace
 
 Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const SamplingPolicy& policy) {
-  return dtype_is_codes(s.header.dtype) ? observed(s) : what_ifs(s, policy);
+  Result<SampleAnalysis> a = dtype_is_codes(s.header.dtype) ? observed(s) : what_ifs(s, policy);
+  if (a.ok()) a.value().padding = padding_census(s);
+  return a;
 }
 
 std::shared_ptr<DelayedScalingState> SampleAnalyzer::delayed_state(const Sample& s, const Recipe& recipe,
                                                                    CastFormat format) {
   const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
-                          s.header.layer + '\x1f' + gemm_name(s.header.gemm) + '\x1f' +
+                          s.header.layer + '\x1f' + (s.header.expert ? std::to_string(*s.header.expert) : "") + '\x1f' +
+                          gemm_name(s.header.gemm) + '\x1f' +
                           operand_name(s.header.operand) + '\x1f' + std::to_string(static_cast<int>(format));
   std::lock_guard<std::mutex> lock(delayed_mu_);
   return delayed_.get_or_insert(key, [&] { return std::make_shared<DelayedScalingState>(recipe, format); });
@@ -37,7 +55,7 @@ std::shared_ptr<DelayedScalingState> SampleAnalyzer::delayed_state(const Sample&
 
 Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingPolicy& policy) {
   const Operand operand = s.header.operand;
-  const TensorView view{s.payload.data(), s.header.dtype, s.header.rows, s.header.cols, 1.0f};
+  const TensorView view{s.payload.data(), s.header.dtype, s.header.analyzed_rows(), s.header.cols, 1.0f};
   std::vector<RecipePlan> plans;
   std::vector<std::shared_ptr<DelayedScalingState>> delayed;
   for (RecipeKind kind : policy_recipes(policy)) {
@@ -82,7 +100,7 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   ObservedTensor t;
   t.codes = s.payload.data();
   t.dtype = s.header.dtype;
-  t.shape = {s.header.rows, s.header.cols, s.header.k_is_outer};
+  t.shape = {s.header.analyzed_rows(), s.header.cols, s.header.k_is_outer};
   t.layout = s.header.scale_layout;
   t.scales = std::span<const std::uint8_t>(s.payload.data() + s.header.codes_bytes, s.payload.size() - s.header.codes_bytes);
   const float per_tensor = s.header.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv
@@ -103,7 +121,9 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   o.scale_max = o.stats.scale_max;
   if (s.header.scale_layout == ScaleLayout::kTensorScalar) o.scale = o.scale_min = o.scale_max = 1.0 / t.scale_inv;
   // Fingerprints of the job's own FP8 codes, for the inference check.
-  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), s.header.codes_bytes)));
+  const std::uint64_t analyzed_bytes =
+      tensor_bytes(s.header.dtype, static_cast<std::uint64_t>(s.header.analyzed_rows()), static_cast<std::uint64_t>(s.header.cols));
+  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), analyzed_bytes)));
   a.recipes.push_back(std::move(o));
   return a;
 }

@@ -234,6 +234,7 @@ Status Daemon::Impl::build_stages() {
   series_options.max_series = c.max_series;
   series_options.ttl = std::chrono::duration<double>(c.series_ttl_seconds);
   series_options.per_rank = c.per_rank_metrics;
+  series_options.per_expert = c.per_expert_metrics;
   series = std::make_unique<TensorSeries>(*registry, series_options);
   health = std::make_unique<HealthMetrics>(*registry, kDaemonVersion, backend, c.queue_budget_bytes);
   health->set_records_stored(history->stored());

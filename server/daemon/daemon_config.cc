@@ -105,6 +105,9 @@ void add_analysis_options(CLI::App& app, DaemonConfig& c) {
       "A sample whose next chunk does not come within this is dropped (stalled) and its memory freed; a client "
       "that stops answering keepalive pings is disconnected within it");
   add_flag(app, "per-rank-metrics", c.per_rank_metrics, "Label metrics with rank (default: the worst rank per series)");
+  add_flag(app, "per-expert-metrics", c.per_expert_metrics,
+           "Label metrics with a mixture-of-experts layer's expert (default: the worst expert per series), inside "
+           "--max-series");
 }
 
 // Who may call it, and what it tells.

@@ -30,6 +30,28 @@ std::vector<MetricDef> build() {
         "1",
         {"job", "layer", "gemm", "operand", "format"});
   gauge("fp8scope_last_step", "Training step of the latest analyzed sample.", "steps", kTensorLabels);
+  // Mixture-of-experts layers: every tensor series holds the worst of a layer's experts (an expert
+  // label would multiply the series by the expert count); these name that expert, set it against
+  // the others, and say how the tokens spread. Tensor statistics have format and recipe "".
+  std::vector<std::string> expert_labels = kRecipeLabels;
+  expert_labels.push_back("statistic");
+  gauge("fp8scope_expert_worst",
+        "The expert whose latest value of the statistic (nonfinite_ratio, overflow_ratio, underflow_ratio) is the "
+        "worst of its layer's experts.",
+        "expert", expert_labels);
+  gauge("fp8scope_expert_median_ratio", "The median of the statistic over the layer's experts (the latest sample of each).",
+        "ratio", expert_labels);
+  gauge("fp8scope_expert_tokens_max", "Tokens routed to the busiest expert of the layer's latest call.", "tokens",
+        {"job", "layer"});
+  gauge("fp8scope_expert_tokens_mean", "Tokens routed per expert of the layer's latest call, on average.", "tokens",
+        {"job", "layer"});
+  gauge("fp8scope_experts_without_tokens", "Experts of the layer's latest call that were routed no token.", "experts",
+        {"job", "layer"});
+  gauge("fp8scope_padding_nonzero_ratio",
+        "Share of the padding past an expert's tokens that is not zero (it must be: it reaches valid rows).", "ratio",
+        kTensorLabels);
+  gauge("fp8scope_padding_nonfinite_ratio", "Share of the padding past an expert's tokens that is NaN or Inf.", "ratio",
+        kTensorLabels);
   // The log2-magnitude histogram of the scaled tensor under current scaling, for heatmaps against
   // the FP8 window: share of nonzero finite elements with floor(log2|x*s|) == log2 (the first bin
   // also holds everything below, the last everything above).

@@ -1,5 +1,6 @@
 #include "fp8scope/export/sample_publisher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -47,7 +48,14 @@ SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, his
       log2_ratio_(metric("fp8scope_log2_magnitude_ratio")),
       gemm_mse_(metric("fp8scope_gemm_output_mse")),
       gemm_cosine_(metric("fp8scope_gemm_output_cosine_similarity")),
-      gemm_max_rel_error_(metric("fp8scope_gemm_output_max_rel_error")) {
+      gemm_max_rel_error_(metric("fp8scope_gemm_output_max_rel_error")),
+      expert_worst_(metric("fp8scope_expert_worst")),
+      expert_median_(metric("fp8scope_expert_median_ratio")),
+      tokens_max_(metric("fp8scope_expert_tokens_max")),
+      tokens_mean_(metric("fp8scope_expert_tokens_mean")),
+      experts_without_tokens_(metric("fp8scope_experts_without_tokens")),
+      padding_nonzero_(metric("fp8scope_padding_nonzero_ratio")),
+      padding_nonfinite_(metric("fp8scope_padding_nonfinite_ratio")) {
   for (const Statistic& st : statistics()) {
     const MetricDef* m = find_metric(std::string("fp8scope_") + st.metric_name());
     if (m == nullptr) continue;  // counts of one sample (numel, nan, inf) are no metric
@@ -84,6 +92,14 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   }
   if (!o.observed) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
   rec.codes_digest = o.codes_digest;
+  if (s.header.expert) {
+    rec.expert = *s.header.expert;
+    if (*s.header.expert < s.header.expert_tokens.size()) {
+      rec.expert_tokens = static_cast<std::int64_t>(s.header.expert_tokens[*s.header.expert]);
+    }
+  }
+  rec.padding_nonzero = a.padding.nonzero;
+  rec.padding_nonfinite = a.padding.nonfinite;
   if (o.observed) {
     if (const ScaleLayoutTerm* info = scale_layout_info(o.scale_layout)) rec.scale_layout = info->name;
     rec.gemm_alpha = s.header.gemm_alpha;
@@ -99,14 +115,20 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
   const std::string op = operand_name(s.header.operand);
   const prometheus::Labels tensor_labels{{"job", s.client->job}, {"layer", s.header.layer}, {"gemm", gemm}, {"operand", op}};
   const std::uint32_t rank = s.client->rank;
+  // A series holds the worst of its ranks and experts: this sample is one of them.
+  const SeriesMember member{rank, s.header.expert ? static_cast<std::int64_t>(*s.header.expert) : -1};
   const double time = now_seconds();
   for (const StatisticMetric& m : tensor_metrics_) {
-    series_.set(*m.metric, tensor_labels, rank, m.statistic->compute(a.moments, QuantStats{}));
+    series_.set(*m.metric, tensor_labels, member, m.statistic->compute(a.moments, QuantStats{}));
   }
-  series_.set(last_step_, tensor_labels, rank, static_cast<double>(s.header.step));
+  series_.set(last_step_, tensor_labels, member, static_cast<double>(s.header.step));
 
   TensorSummary summary{s.client->job, s.client->run, rank, s.header.layer, s.header.gemm, s.header.operand,
                         s.header.step, s.header.dtype, s.header.shape, time, {}};
+  summary.expert = s.header.expert;
+  if (s.header.expert && *s.header.expert < s.header.expert_tokens.size()) {
+    summary.expert_tokens = s.header.expert_tokens[*s.header.expert];
+  }
 
   std::map<CastFormat, double> current_by_format;  // of the exported recipes' formats
   for (const RecipeOutcome& o : a.recipes) {
@@ -132,7 +154,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
       if (m.statistic->applies_to(o.observed, o.block_scaled())) {
-        series_.set(*m.metric, labels, rank, m.statistic->compute(a.moments, o.stats));
+        series_.set(*m.metric, labels, member, m.statistic->compute(a.moments, o.stats));
       }
     }
     if (export_.log2_histogram && !o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {
@@ -144,27 +166,72 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
       for (int b = 0; b <= top_bin; ++b) {
         prometheus::Labels bin = labels;
         bin["log2"] = std::to_string(kHistogramMinLog2 + b);
-        series_.set(log2_ratio_, bin, rank,
+        series_.set(log2_ratio_, bin, member,
                     binned ? static_cast<double>(o.stats.histogram[b]) / static_cast<double>(binned) : 0.0);
       }
     }
-    if (o.scale) series_.set(scale_, labels, rank, *o.scale);
+    if (o.scale) series_.set(scale_, labels, member, *o.scale);
   }
   for (const auto& [format, current] : current_by_format) {
     prometheus::Labels labels = tensor_labels;
     labels["format"] = format_name(format);
-    series_.set(scale_current_, labels, rank, current);
+    series_.set(scale_current_, labels, member, current);
   }
+  if (s.header.expert || !s.header.expert_tokens.empty()) publish_experts(s, a, tensor_labels);
   tensors_.update(std::move(summary));
+}
+
+void SamplePublisher::publish_spread(const MetricDef& metric, const prometheus::Labels& labels,
+                                     const std::string& statistic) {
+  const std::optional<ExpertSpread> spread = series_.expert_spread(metric, labels);
+  if (!spread) return;
+  prometheus::Labels l = labels;
+  l.try_emplace("format", "");
+  l.try_emplace("recipe", "");
+  l["statistic"] = statistic;
+  series_.set(expert_worst_, l, SeriesMember{}, static_cast<double>(spread->worst_expert));
+  series_.set(expert_median_, l, SeriesMember{}, spread->median);
+}
+
+void SamplePublisher::publish_experts(const Sample& s, const SampleAnalysis& a, const prometheus::Labels& tensor_labels) {
+  const SeriesMember member{s.client->rank, s.header.expert ? static_cast<std::int64_t>(*s.header.expert) : -1};
+  if (s.header.expert) {
+    publish_spread(metric("fp8scope_nonfinite_ratio"), tensor_labels, "nonfinite_ratio");
+    for (const RecipeOutcome& o : a.recipes) {
+      if (!exported(o)) continue;
+      prometheus::Labels labels = tensor_labels;
+      labels["format"] = format_name(o.format);
+      labels["recipe"] = o.recipe;
+      for (const char* statistic : {"overflow_ratio", "underflow_ratio"}) {
+        const MetricDef* m = find_metric(std::string("fp8scope_") + statistic);
+        const Statistic* st = m != nullptr ? m->statistic : nullptr;
+        if (st != nullptr && st->applies_to(o.observed, o.block_scaled())) publish_spread(*m, labels, statistic);
+      }
+    }
+  }
+  if (!s.header.expert_tokens.empty()) {
+    const prometheus::Labels layer{{"job", s.client->job}, {"layer", s.header.layer}};
+    std::uint64_t most = 0, total = 0, idle = 0;
+    for (std::uint64_t t : s.header.expert_tokens) most = std::max(most, t), total += t, idle += t == 0;
+    const SeriesMember rank_only{s.client->rank, -1};
+    series_.set(tokens_max_, layer, rank_only, static_cast<double>(most));
+    series_.set(tokens_mean_, layer, rank_only, static_cast<double>(total) / static_cast<double>(s.header.expert_tokens.size()));
+    series_.set(experts_without_tokens_, layer, rank_only, static_cast<double>(idle));
+  }
+  if (a.padding.values > 0) {
+    const double n = static_cast<double>(a.padding.values);
+    series_.set(padding_nonzero_, tensor_labels, member, static_cast<double>(a.padding.nonzero) / n);
+    series_.set(padding_nonfinite_, tensor_labels, member, static_cast<double>(a.padding.nonfinite) / n);
+  }
 }
 
 void SamplePublisher::publish_gemm_check(const GemmPair& p, const std::vector<GemmCheckResult>& results) {
   const double time = now_seconds();
   for (const GemmCheckResult& r : results) {
     const prometheus::Labels labels{{"job", p.client->job}, {"layer", p.layer}, {"accumulate", r.accumulate}};
-    series_.set(gemm_mse_, labels, p.client->rank, r.mse);
-    series_.set(gemm_cosine_, labels, p.client->rank, r.cosine);
-    series_.set(gemm_max_rel_error_, labels, p.client->rank, r.max_rel_error);
+    series_.set(gemm_mse_, labels, SeriesMember{p.client->rank}, r.mse);
+    series_.set(gemm_cosine_, labels, SeriesMember{p.client->rank}, r.cosine);
+    series_.set(gemm_max_rel_error_, labels, SeriesMember{p.client->rank}, r.max_rel_error);
     history::GemmOutputRecord rec;
     set_place(rec, time, *p.client, p.step);
     rec.layer = p.layer;

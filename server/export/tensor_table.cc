@@ -38,13 +38,14 @@ double RecipeSummary::statistic(std::string_view key) const {
 
 void TensorTable::update(TensorSummary summary) {
   std::string key = summary.job + '\x1f' + summary.run + '\x1f' + std::to_string(summary.rank) + '\x1f' +
-                    summary.layer + '\x1f' + gemm_name(summary.gemm) + '\x1f' + operand_name(summary.operand);
+                    summary.layer + '\x1f' + (summary.expert ? std::to_string(*summary.expert) : "") + '\x1f' +
+                    gemm_name(summary.gemm) + '\x1f' + operand_name(summary.operand);
   std::lock_guard<std::mutex> lock(mu_);
   entries_.get_or_insert(key, [] { return TensorSummary(); }) = std::move(summary);
 }
 
-Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uint32_t top,
-                                               const std::string& recipe_in) const {
+Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uint32_t top, const std::string& recipe_in,
+                                               std::optional<std::uint32_t> expert) const {
   const SortRule* rule = nullptr;
   for (const SortRule& r : kSorts) {
     if (sort == r.name) rule = &r;
@@ -61,13 +62,15 @@ Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uin
   entries_.for_each([&](const std::string&, const TensorSummary& s) { out.push_back(&s); });
   // Asked for a recipe: only the tensors that have it (FP8 tensors have "observed" only), so
   // --top counts what will be shown.
+  if (expert) std::erase_if(out, [&](const TensorSummary* s) { return s->expert != expert; });
   if (!recipe_in.empty()) {
     std::erase_if(out, [&](const TensorSummary* s) {
       return std::none_of(s->recipes.begin(), s->recipes.end(), [&](const RecipeSummary& r) { return r.recipe == recipe_in; });
     });
   }
   auto key = [](const TensorSummary* s) {
-    return std::make_tuple(std::cref(s->job), std::cref(s->run), s->rank, std::cref(s->layer), s->gemm, s->operand);
+    return std::make_tuple(std::cref(s->job), std::cref(s->run), s->rank, std::cref(s->layer), s->expert, s->gemm,
+                           s->operand);
   };
   std::sort(out.begin(), out.end(), [&](const auto* a, const auto* b) { return key(a) < key(b); });
   if (rule != nullptr) {

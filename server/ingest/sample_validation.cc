@@ -132,6 +132,32 @@ Step check_payload(const v1::TensorHeader& h, const SampleHeader& s, std::uint64
   return std::nullopt;
 }
 
+// Experts: an index below the call's count, tokens for every expert or none, valid rows within the
+// matrix (and not under block scales, whose blocks would straddle tokens and padding).
+Step check_experts(const v1::TensorHeader& h, SampleHeader& s) {
+  if (h.experts() > kMaxExperts) {
+    return refusal("bad_expert", "experts " + std::to_string(h.experts()) + " is above " + std::to_string(kMaxExperts));
+  }
+  if (h.has_expert() && (h.expert() >= kMaxExperts || (h.experts() != 0 && h.expert() >= h.experts()))) {
+    return refusal("bad_expert", "expert " + std::to_string(h.expert()) + " is not one of the call's " +
+                                     std::to_string(h.experts()) + " experts");
+  }
+  if (h.expert_tokens_size() != 0 && static_cast<std::uint32_t>(h.expert_tokens_size()) != h.experts()) {
+    return refusal("bad_expert", "expert_tokens has " + std::to_string(h.expert_tokens_size()) + " entries for " +
+                                     std::to_string(h.experts()) + " experts");
+  }
+  const std::uint64_t first_dimension = s.shape.empty() ? 1 : static_cast<std::uint64_t>(s.shape[0]);
+  if (h.valid_rows() > first_dimension || (h.valid_rows() != 0 && (s.shape.size() != 2 || is_block_layout(s.scale_layout)))) {
+    return refusal("bad_expert", "valid_rows " + std::to_string(h.valid_rows()) +
+                                     " must be at most the rows of a 2-D sample without block scales");
+  }
+  if (h.has_expert()) s.expert = h.expert();
+  s.experts = h.experts();
+  s.expert_tokens.assign(h.expert_tokens().begin(), h.expert_tokens().end());
+  s.valid_rows = h.valid_rows() == first_dimension ? 0 : static_cast<std::int64_t>(h.valid_rows());
+  return std::nullopt;
+}
+
 Step check_scales(const v1::TensorHeader& h, SampleHeader& s) {
   if (!std::isfinite(h.scale_inv()) || h.scale_inv() < 0.0f) {
     return refusal("bad_scale", "scale_inv must be finite and >= 0, got " + std::to_string(h.scale_inv()));
@@ -157,6 +183,7 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   if (!refused) refused = check_scale_layout(h, s);
   if (!refused) refused = check_payload(h, s, max_sample_bytes);
   if (!refused) refused = check_scales(h, s);
+  if (!refused) refused = check_experts(h, s);
   if (refused) return {std::nullopt, std::move(*refused)};
   return {std::move(s), {}};
 }

@@ -119,6 +119,8 @@ void tensor_to_wire(const TensorSummary& t, v1::TensorSummary& w) {
   w.set_dtype(wire::to_wire(t.dtype));
   w.mutable_shape()->Add(t.shape.begin(), t.shape.end());
   w.set_time(t.time);
+  if (t.expert) w.set_expert(*t.expert);
+  if (t.expert_tokens) w.set_expert_tokens(*t.expert_tokens);
   for (const RecipeSummary& r : t.recipes) {
     v1::RecipeStats* rs = w.add_recipes();
     rs->set_recipe(r.recipe);
@@ -137,7 +139,8 @@ grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext*
                                                     const v1::ListTensorsRequest* request,
                                                     v1::ListTensorsResponse* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
-  auto listed = deps_.tensors->list(request->sort(), request->top(), request->recipe());
+  auto listed = deps_.tensors->list(request->sort(), request->top(), request->recipe(),
+                                    request->has_expert() ? std::optional<std::uint32_t>(request->expert()) : std::nullopt);
   if (!listed.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, listed.message()});
   for (const TensorSummary& t : listed.value().tensors) tensor_to_wire(t, *response->add_tensors());
   response->set_total(listed.value().total);

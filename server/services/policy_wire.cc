@@ -14,6 +14,7 @@ v1::Policy policy_to_wire(const SamplingPolicy& p) {
   w.set_start_step(p.start_step);
   w.set_end_step(p.end_step);
   w.set_max_bytes_per_step(p.max_bytes_per_step);
+  w.set_experts_per_call(p.experts_per_call);
   for (RecipeKind r : p.recipes) w.add_recipes(wire::to_wire(r));
   return w;
 }
@@ -32,6 +33,7 @@ Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
   p.start_step = w.start_step();
   p.end_step = w.end_step();
   p.max_bytes_per_step = w.max_bytes_per_step();
+  p.experts_per_call = w.experts_per_call();
   for (int r : w.recipes()) {
     const std::optional<RecipeKind> k = wire::from_wire(static_cast<v1::Recipe>(r));
     if (!k) return Status::error("recipes: unknown recipe " + std::to_string(r));

@@ -204,6 +204,15 @@ class LivePrometheus(unittest.TestCase):
         np.save(os.path.join(cls.tmp, "scales.npy"), tiles)
         cls.push(endpoint, "mx", codes, "blocks.1.mlp.fc1", "x", 4,
                  extra=("--dtype", "e4m3", "--scale-layout", "vec32_ue8m0", "--scales", os.path.join(cls.tmp, "scales.npy")))
+        # A mixture-of-experts layer: four experts' X, each padded to 16 rows past its tokens (the
+        # padding zero), one expert routed nothing.
+        tokens = [12, 9, 11, 0]
+        for expert, routed in enumerate(tokens[:3]):
+            x = np.zeros((16, 64), np.float32)
+            x[:routed] = rng.standard_normal((routed, 64)).astype(np.float32)
+            cls.push(endpoint, f"expert{expert}", x, "blocks.2.mlp.experts", "x", 4,
+                     extra=("--expert", str(expert), "--expert-tokens", ",".join(map(str, tokens)),
+                            "--valid-rows", str(routed)))
         if endpoint == cls.grpc:  # the first node refuses samples over 64 KiB
             cls.push(endpoint, "too_large", np.ones((64, 512), np.float32), "blocks.1.mlp.fc1", "x", 4, expect_code=3)
 

@@ -19,6 +19,7 @@ struct AdminOptions {
   // tensors
   std::string sort, recipe;
   std::uint32_t top = 0;
+  std::optional<std::uint32_t> expert;  // only this expert's tensors
   PolicyFlags policy;    // policy set
   bool inherit = false;  // policy set --job J --inherit
   // history; job also for policy get/set

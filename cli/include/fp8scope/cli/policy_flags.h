@@ -20,11 +20,12 @@ struct PolicyFlags {
   std::optional<std::string> layer_regex;
   std::vector<std::string> operands, recipes;
   std::optional<std::uint64_t> every, start_step, end_step, bytes_per_step;
+  std::optional<std::uint32_t> experts_per_call;
   bool reset = false;
 
   bool any() const {
     return layer_regex || !operands.empty() || !recipes.empty() || every || start_step || end_step || bytes_per_step ||
-           reset;
+           experts_per_call || reset;
   }
 };
 

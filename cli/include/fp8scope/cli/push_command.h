@@ -25,6 +25,11 @@ struct PushOptions {
   std::string scale_layout, scales;
   bool k_outer = false;
   float global_scale_inv = 0.0f;
+  // A mixture-of-experts layer's expert (-1: a dense layer's), the tokens routed to each expert of
+  // its call, and the rows of the tensor that hold tokens (0: all; the rest is padding).
+  std::int64_t expert = -1;
+  std::vector<std::uint64_t> expert_tokens;
+  std::uint64_t valid_rows = 0;
 };
 
 void add_push_command(CLI::App& app, PushOptions& options);

@@ -39,6 +39,10 @@ struct HistoryRecord {
   std::string scale_layout;
   double gemm_alpha = 0;
   std::vector<std::uint64_t> scale_histogram;
+  // Mixture-of-experts GEMMs: the expert (-1: none), the tokens routed to it (-1: not known), and
+  // the values past its tokens that were not zero or not finite (padding, which must be zero).
+  std::int64_t expert = -1, expert_tokens = -1;
+  std::uint64_t padding_nonzero = 0, padding_nonfinite = 0;
 
   bool operator==(const HistoryRecord&) const = default;
 };

@@ -16,9 +16,9 @@
 namespace fp8scope::wire {
 
 // Protocol 1: FP8 with per-tensor scales. Protocol 2 adds FP4 codes, scale tensors in the
-// payload (TensorHeader fields 12-15) and the FP4 recipes. A daemon reads both; a client learns
-// from Welcome whether it may send protocol 2 samples.
-inline constexpr std::uint32_t kProtocolVersion = 2;
+// payload (TensorHeader fields 12-15) and the FP4 recipes. Protocol 3 adds experts (fields 16-19).
+// A daemon reads all; a client learns from Welcome which it may send.
+inline constexpr std::uint32_t kProtocolVersion = 3;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint64_t kMaxChunkBytes = 4u << 20;  // the protocol's largest chunk
 // What fp8scoped asks for in Welcome: gRPC holds about a chunk and a flow-control window per
@@ -40,7 +40,12 @@ std::optional<Operand> from_wire(v1::Operand o);
 std::optional<RecipeKind> from_wire(v1::Recipe r);
 std::optional<ScaleLayout> from_wire(v1::ScaleMode m);
 
-// The oldest protocol that can carry this sample: 2 for FP4 codes or a scale tensor, else 1.
+// The oldest protocol that can carry this sample: 3 for an expert's, 2 for FP4 codes or a scale
+// tensor, else 1.
 std::uint32_t required_protocol(const v1::TensorHeader& header);
+
+// An expert's sample for a daemon that reads protocol 2 at most: the expert folded into the layer
+// ("<layer>.expert<N>") and the expert fields cleared, so its experts stay apart there too.
+void fold_expert_into_layer(v1::TensorHeader& header);
 
 }  // namespace fp8scope::wire

@@ -31,14 +31,14 @@ TEST_CASE("ranks combine into the worst rank: max, or min where lower is worse",
   TensorSeries series(registry, SeriesOptions{});
   const MetricDef& underflow = *find_metric("fp8scope_underflow_ratio");
   const MetricDef& cosine = *find_metric("fp8scope_cosine_similarity");
-  series.set(underflow, kLabels, 0, 0.01);
-  series.set(underflow, kLabels, 1, 0.03);
-  series.set(underflow, kLabels, 2, std::nan(""));  // undefined on one rank does not hide the others
+  series.set(underflow, kLabels, {0}, 0.01);
+  series.set(underflow, kLabels, {1}, 0.03);
+  series.set(underflow, kLabels, {2}, std::nan(""));  // undefined on one rank does not hide the others
   CHECK(value_of(registry, "fp8scope_underflow_ratio") == 0.03);
-  series.set(cosine, kLabels, 0, 0.999);
-  series.set(cosine, kLabels, 1, 0.95);
+  series.set(cosine, kLabels, {0}, 0.999);
+  series.set(cosine, kLabels, {1}, 0.95);
   CHECK(value_of(registry, "fp8scope_cosine_similarity") == 0.95);
-  series.set(underflow, kLabels, 1, 0.0);  // rank 1 recovered
+  series.set(underflow, kLabels, {1}, 0.0);  // rank 1 recovered
   CHECK(value_of(registry, "fp8scope_underflow_ratio") == 0.01);
   CHECK(series.series() == 2);
 }
@@ -48,7 +48,7 @@ TEST_CASE("per-rank metrics carry a rank label instead", "[tensor_series]") {
   SeriesOptions options;
   options.per_rank = true;
   TensorSeries series(registry, options);
-  series.set(*find_metric("fp8scope_underflow_ratio"), kLabels, 3, 0.5);
+  series.set(*find_metric("fp8scope_underflow_ratio"), kLabels, {3}, 0.5);
   CHECK(exposition(registry).find("rank=\"3\"") != std::string::npos);
 }
 
@@ -60,13 +60,13 @@ TEST_CASE("the series cap suppresses new series and counts them", "[tensor_serie
   for (int i = 0; i < 8; ++i) {
     prometheus::Labels l = kLabels;
     l["layer"] = "layer" + std::to_string(i);
-    series.set(*find_metric("fp8scope_mse"), l, 0, 1.0);
+    series.set(*find_metric("fp8scope_mse"), l, {0}, 1.0);
   }
   CHECK(series.series() == 5);
   CHECK(series.suppressed() == 3);
   prometheus::Labels old = kLabels;
   old["layer"] = "layer0";
-  CHECK(series.set(*find_metric("fp8scope_mse"), old, 0, 2.0));  // existing series still update
+  CHECK(series.set(*find_metric("fp8scope_mse"), old, {0}, 2.0));  // existing series still update
 }
 
 TEST_CASE("series without updates expire", "[tensor_series]") {
@@ -75,11 +75,47 @@ TEST_CASE("series without updates expire", "[tensor_series]") {
   options.ttl = std::chrono::seconds(60);
   TensorSeries series(registry, options);
   const Clock::time_point t0 = Clock::now();
-  series.set(*find_metric("fp8scope_amax"), {{"job", "j"}, {"layer", "old"}, {"gemm", "fprop"}, {"operand", "x"}}, 0, 3.0, t0);
-  series.set(*find_metric("fp8scope_amax"), {{"job", "j"}, {"layer", "new"}, {"gemm", "fprop"}, {"operand", "x"}}, 0, 4.0,
+  series.set(*find_metric("fp8scope_amax"), {{"job", "j"}, {"layer", "old"}, {"gemm", "fprop"}, {"operand", "x"}}, {0}, 3.0, t0);
+  series.set(*find_metric("fp8scope_amax"), {{"job", "j"}, {"layer", "new"}, {"gemm", "fprop"}, {"operand", "x"}}, {0}, 4.0,
              t0 + std::chrono::seconds(50));
   series.expire(t0 + std::chrono::seconds(90));
   CHECK(series.series() == 1);
   CHECK(exposition(registry).find("layer=\"old\"") == std::string::npos);
   CHECK(exposition(registry).find("layer=\"new\"") != std::string::npos);
+}
+
+TEST_CASE("a layer's experts combine into the worst expert, and the spread names it and the median", "[tensor_series]") {
+  prometheus::Registry registry;
+  TensorSeries series(registry, SeriesOptions{});
+  const MetricDef& underflow = *find_metric("fp8scope_underflow_ratio");
+  const double values[] = {0.01, 0.02, 0.30, 0.03};
+  for (int e = 0; e < 4; ++e) series.set(underflow, kLabels, {0, e}, values[e]);
+  CHECK(value_of(registry, "fp8scope_underflow_ratio") == 0.30);
+  CHECK(series.series() == 1);
+  const auto spread = series.expert_spread(underflow, kLabels);
+  REQUIRE(spread);
+  CHECK(spread->worst_expert == 2);
+  CHECK(spread->worst == 0.30);
+  CHECK(spread->median == Approx(0.025));
+  CHECK(spread->experts == 4);
+  const MetricDef& cosine = *find_metric("fp8scope_cosine_similarity");
+  series.set(cosine, kLabels, {0, 5}, 0.999);
+  series.set(cosine, kLabels, {0, 6}, 0.90);
+  CHECK(series.expert_spread(cosine, kLabels)->worst_expert == 6);  // lower is worse
+  series.set(*find_metric("fp8scope_mse"), kLabels, {0}, 1.0);
+  CHECK_FALSE(series.expert_spread(*find_metric("fp8scope_mse"), kLabels));  // a dense tensor has no spread
+}
+
+TEST_CASE("per-expert metrics carry an expert label, inside the series cap", "[tensor_series]") {
+  prometheus::Registry registry;
+  SeriesOptions options;
+  options.per_expert = true;
+  options.max_series = 3;
+  TensorSeries series(registry, options);
+  for (int e = 0; e < 5; ++e) series.set(*find_metric("fp8scope_underflow_ratio"), kLabels, {0, e}, 0.1 * e);
+  CHECK(series.series() == 3);
+  CHECK(series.suppressed() == 2);
+  CHECK(exposition(registry).find("expert=\"2\"") != std::string::npos);
+  CHECK(exposition(registry).find("expert=\"3\"") == std::string::npos);
+  CHECK_FALSE(series.expert_spread(*find_metric("fp8scope_underflow_ratio"), kLabels));
 }

@@ -74,3 +74,20 @@ TEST_CASE("a listing is bounded, and says how many tensors there were", "[tensor
   REQUIRE(worst.value().tensors.size() == 5);
   CHECK(worst.value().tensors[0].recipes[0].statistic("underflow_ratio") == Approx(0.096));
 }
+
+TEST_CASE("each expert of a layer is a tensor of its own, and a listing can keep one expert", "[tensor_table]") {
+  TensorTable t(100);
+  for (std::uint32_t e = 0; e < 4; ++e) {
+    TensorSummary s = summary("moe.experts", 0.01 * e, 0.99, e);
+    s.expert = e;
+    s.expert_tokens = 10 + e;
+    t.update(s);
+  }
+  t.update(summary("moe.router", 0.5, 0.9, 9));
+  CHECK(t.list("", 0, "").value().tensors.size() == 5);
+  const auto two = t.list("underflow", 1, "", 2u);  // top counts the expert's tensors only
+  REQUIRE(two.value().tensors.size() == 1);
+  CHECK(two.value().tensors[0].expert == 2u);
+  CHECK(two.value().tensors[0].expert_tokens == 12u);
+  CHECK(t.list("", 0, "", 7u).value().tensors.empty());
+}

@@ -116,19 +116,19 @@ TEST_CASE("a header that disagrees with itself about its scales or FP4 codes is 
   CHECK(check_header(good, 130 * 64 + 1023).refusal.reason == "too_large");
 }
 
-TEST_CASE("the daemon speaks protocols 1 and 2 and refuses others with the range it speaks", "[validation]") {
+TEST_CASE("the daemon speaks protocols 1 to 3 and refuses others with the range it speaks", "[validation]") {
   v1::Hello hello;
   hello.set_job("j");
   hello.set_run("r");
-  for (std::uint32_t v : {1u, 2u}) {
+  for (std::uint32_t v : {1u, 2u, 3u}) {
     hello.set_protocol_version(v);
     CHECK_FALSE(check_hello(hello));
   }
-  for (std::uint32_t v : {0u, 3u}) {
+  for (std::uint32_t v : {0u, 4u}) {
     hello.set_protocol_version(v);
     const auto r = check_hello(hello);
     REQUIRE(r);
     CHECK(r->reason == "bad_version");
-    CHECK_THAT(r->message, Catch::Contains("versions 1 to 2"));
+    CHECK_THAT(r->message, Catch::Contains("versions 1 to 3"));
   }
 }

@@ -20,13 +20,15 @@ namespace fp8scope {
   ROW(GraphCapture, "graph_capture")             /* the call's stream was being captured into a graph */ \
   ROW(UnsupportedDtype, "unsupported_dtype")     /* an operand type the statistics do not cover */       \
   ROW(UnsupportedLayout, "unsupported_layout")   /* a layout order other than row or column major */     \
-  ROW(PointerArrayBatch, "pointer_array_batch")  /* batches given as arrays of pointers */               \
+  ROW(UnreadableBatch, "unreadable_batch")      /* a batched or grouped GEMM this hook cannot read */  \
   ROW(UnsupportedScaleMode, "unsupported_scale_mode") /* a mode this cuBLASLt cannot have set */         \
   ROW(NoContext, "no_context")                   /* no current CUDA context, or not the hook's */        \
   ROW(CudaError, "cuda_error")                   /* a driver call failed; the hook stopped sampling */   \
   ROW(DaemonUnreachable, "daemon_unreachable")   /* the shipper could not reach fp8scoped */             \
   ROW(DaemonRefused, "daemon_refused")           /* the daemon dropped or rejected the sample */         \
-  ROW(DaemonTooOld, "daemon_too_old")            /* protocol 2 data for a daemon that reads 1 only */
+  ROW(DaemonTooOld, "daemon_too_old")            /* protocol 2 data for a daemon that reads 1 only */   \
+  ROW(GroupedBlockScales, "grouped_block_scales") /* per-group block scales of a grouped GEMM */        \
+  ROW(GatherUnavailable, "gather_unavailable")   /* the gather kernel could not be loaded (driver JIT) */
 
 enum class ClientDrop : std::uint32_t { FP8SCOPE_CLIENT_DROPS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 

@@ -23,7 +23,7 @@
 namespace fp8scope::shm {
 
 inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
-inline constexpr std::uint32_t kLayoutVersion = 2;  // 2: records carry scale tensors
+inline constexpr std::uint32_t kLayoutVersion = 3;  // 2: records carry scale tensors; 3: experts
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
@@ -32,9 +32,9 @@ using DropReason = ClientDrop;
 
 enum class RecordKind : std::uint32_t { kPadding = 1, kSample = 2, kStep = 3, kScalar = 4 };
 
-// One record's header; a sample's payload (the codes, then their scale tensor) follows it. Enum
-// fields carry the vocabulary's values (GemmRole, Operand, DType, ScaleLayout); the shipper turns
-// them into wire values through its tables.
+// One record's header; a sample's payload (the codes, then their scale tensor, then an expert
+// sample's tokens per expert) follows it. Enum fields carry the vocabulary's values (GemmRole,
+// Operand, DType, ScaleLayout); the shipper turns them into wire values through its tables.
 struct alignas(kAlign) RecordHeader {
   std::uint32_t magic;
   RecordKind kind;
@@ -50,8 +50,15 @@ struct alignas(kAlign) RecordHeader {
   float gemm_alpha;            // FP4 GEMMs: the alpha (NVFP4's per-tensor scales), copied or read; 0 = none
   std::uint32_t k_is_outer;    // block scales run along the first dimension (see TensorHeader)
   double value;                // scalar records
-  std::uint64_t payload_bytes; // codes and scales
-  std::uint64_t scale_bytes;   // of which the scale tensor, at the end
+  std::uint64_t payload_bytes; // codes, scales and tokens
+  std::uint64_t scale_bytes;   // of which the scale tensor, after the codes
+  // Mixture-of-experts GEMMs: the expert (-1: none), the experts of the call (0: not known), the
+  // rows of shape[0] that hold tokens (0: all; the rest is padding), and the payload's last
+  // tokens_bytes: one uint64 per expert of the call, the tokens routed to it.
+  std::int32_t expert;
+  std::uint32_t experts;
+  std::uint64_t valid_rows;
+  std::uint64_t tokens_bytes;
 };
 
 // The sampling policy as the shipper last received it (wire Policy fields, flattened).
@@ -59,6 +66,7 @@ struct PolicyCopy {
   std::uint64_t version = 0;  // the daemon's policy version; 0 = none received yet
   std::uint64_t every_n_steps = 0, start_step = 0, end_step = 0, max_bytes_per_step = 0;
   std::uint32_t operand_mask = 0;  // bit (1 << Operand value); 0 = all
+  std::uint32_t experts_per_call = 0;  // batched and grouped GEMMs; 0 = every expert
   char layer_regex[1024] = {};     // NUL-terminated
 };
 
@@ -180,7 +188,8 @@ class RingReader {
       }
       const bool fits = r->kind != RecordKind::kSample ||
                         (r->payload_bytes <= bytes - sizeof(RecordHeader) && r->ndim >= 1 && r->ndim <= 4 &&
-                         r->scale_bytes <= r->payload_bytes);
+                         r->scale_bytes <= r->payload_bytes && r->tokens_bytes <= r->payload_bytes - r->scale_bytes &&
+                         r->tokens_bytes == 8ull * r->experts * (r->tokens_bytes != 0));
       if (!fits) return corrupt(head);
       taken_.push_back({read_, bytes, false});
       read_ += bytes;

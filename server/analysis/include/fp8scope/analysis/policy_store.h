@@ -29,6 +29,7 @@ struct SamplingPolicy {
   std::uint64_t every_n_steps = kDefaultEveryNSteps;
   std::uint64_t start_step = 0, end_step = 0;  // end exclusive; 0 = no end
   std::uint64_t max_bytes_per_step = 0;        // per process; 0 = no limit
+  std::uint32_t experts_per_call = 0;          // batched and grouped GEMMs, rotating; 0 = all
   std::vector<RecipeKind> recipes;  // what the daemon evaluates; empty = every recipe
 };
 

@@ -34,10 +34,17 @@ struct RecipeOutcome {
   bool block_scaled() const { return scale_layout != ScaleLayout::kNone && scale_layout != ScaleLayout::kTensorScalar; }
 };
 
+// The rows past an expert's tokens (SampleHeader::valid_rows): padding, which must be zero. A
+// nonzero or non-finite value there reaches valid rows downstream (a block scale, a wgrad sum).
+struct PaddingCensus {
+  std::uint64_t values = 0, nonzero = 0, nonfinite = 0;
+};
+
 struct SampleAnalysis {
   TensorMoments moments;
   float te_amax = 0.0f;
   std::vector<RecipeOutcome> recipes;
+  PaddingCensus padding;  // statistics and recipes read the valid rows only
 };
 
 class SampleAnalyzer {
@@ -54,7 +61,7 @@ class SampleAnalyzer {
 
   StatsEngine& engine_;
   std::mutex delayed_mu_;
-  // By job, run, rank, layer, gemm, operand and format: TE keeps one history per quantized tensor.
+  // By job, run, rank, layer, expert, gemm, operand and format: TE keeps one history per quantized tensor.
   // Shared: an entry forgotten while a sample uses it lives until that sample is done.
   LruMap<std::string, std::shared_ptr<DelayedScalingState>> delayed_;
 };

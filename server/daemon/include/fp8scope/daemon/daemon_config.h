@@ -42,6 +42,7 @@ struct DaemonConfig {
   double drain_seconds = 20;                  // on SIGTERM: time to finish queued samples
   double stall_timeout_seconds = 30;          // a sample's chunks, and a silent peer's pings
   bool per_rank_metrics = false;              // label metrics with rank instead of the worst rank
+  bool per_expert_metrics = false;            // label metrics with the expert instead of the worst expert
   // Remote access, off unless asked for.
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files; a client CA makes client certs required
   std::string token_file;                     // bearer token every RPC must carry

@@ -40,6 +40,10 @@ class SamplePublisher {
   bool exported(const RecipeOutcome& o) const;
   history::HistoryRecord record(const Sample& s, const SampleAnalysis& a, const RecipeOutcome& o, double time,
                        double scale_current) const;
+  // An expert's sample: where its layer's experts stand on the statistics alerts watch, the
+  // tokens of the call, and the padding past its own tokens.
+  void publish_experts(const Sample& s, const SampleAnalysis& a, const prometheus::Labels& tensor_labels);
+  void publish_spread(const MetricDef& metric, const prometheus::Labels& labels, const std::string& statistic);
 
   TensorSeries& series_;
   TensorTable& tensors_;
@@ -53,6 +57,13 @@ class SamplePublisher {
   const MetricDef& gemm_mse_;
   const MetricDef& gemm_cosine_;
   const MetricDef& gemm_max_rel_error_;
+  const MetricDef& expert_worst_;
+  const MetricDef& expert_median_;
+  const MetricDef& tokens_max_;
+  const MetricDef& tokens_mean_;
+  const MetricDef& experts_without_tokens_;
+  const MetricDef& padding_nonzero_;
+  const MetricDef& padding_nonfinite_;
 };
 
 // The scale "current scaling" would choose for this amax in a format: fmax / amax for FP8; for

@@ -1,10 +1,11 @@
-// The latest statistics of every tensor (job, run, rank, layer, gemm, operand), for
+// The latest statistics of every tensor (job, run, rank, layer, expert, gemm, operand), for
 // `fp8scope tensors`: bounded, the least recently updated entry goes first when full, and a listing
 // is bounded too (kMaxListed summaries; the total says how many there were).
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ struct TensorSummary {
   std::vector<std::int64_t> shape;
   double time = 0;  // seconds since the Unix epoch
   std::vector<RecipeSummary> recipes;
+  std::optional<std::uint32_t> expert;         // a mixture-of-experts layer's: each expert is a tensor
+  std::optional<std::uint64_t> expert_tokens;  // the tokens routed to it, when known
 };
 
 class TensorTable {
@@ -61,8 +64,9 @@ class TensorTable {
   };
   // Worst first by `sort` (underflow, overflow, mse: highest; cosine: lowest) read from `recipe`
   // (default tensor_current, or observed for FP8 data); by key when sort is empty. top 0 = all,
-  // at most kMaxListed either way.
-  Result<Listing> list(const std::string& sort, std::uint32_t top, const std::string& recipe) const;
+  // at most kMaxListed either way. With `expert`, only that expert's tensors (of every MoE layer).
+  Result<Listing> list(const std::string& sort, std::uint32_t top, const std::string& recipe,
+                       std::optional<std::uint32_t> expert = std::nullopt) const;
 
   std::size_t size() const;
 

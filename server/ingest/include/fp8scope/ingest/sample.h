@@ -46,8 +46,16 @@ struct SampleHeader {
   float gemm_alpha = 0;        // the GEMM's alpha when the sender read it; 0 = not read
   std::string source_call;     // "cublasLtMatmul", "push", ...
   std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes (or values), then the scale tensor
+  // Mixture-of-experts GEMMs (protocol 3): the expert, the call's experts and their tokens, and the
+  // rows holding tokens (0: all; the rest is padding, which must be zero).
+  std::optional<std::uint32_t> expert;
+  std::uint32_t experts = 0;
+  std::vector<std::uint64_t> expert_tokens;
+  std::int64_t valid_rows = 0;
 
   std::int64_t numel() const { return rows * cols; }
+  // The rows the statistics read: those holding tokens.
+  std::int64_t analyzed_rows() const { return valid_rows > 0 ? valid_rows : rows; }
 };
 
 // A value a job logs at a step (the loss, ...), or the mark that it entered a step (name

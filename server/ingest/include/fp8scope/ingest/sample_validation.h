@@ -18,6 +18,7 @@ inline constexpr std::size_t kMaxLabelBytes = 200;  // job, run, layer names
 // History keeps steps as signed 64-bit integers (SQLite's INTEGER); a larger one would not round-trip.
 inline constexpr std::uint64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
 inline constexpr int kMaxRank = 8;                  // tensor dimensions
+inline constexpr std::uint32_t kMaxExperts = 65536;  // experts of one call
 
 struct Refusal {
   std::string reason;   // "bad_shape", "size_mismatch", ...: a metric label value
