@@ -5,7 +5,10 @@
 //  - a sampled call, excluding the copy (the fixture's copies are 4-byte memcpys; target <= 10 us);
 //  - a sampled block-scaled call, MXFP8 (E4M3 codes with VEC32_UE8M0 scales) and NVFP4 (E2M1 with
 //    VEC16_UE4M3 scales and alpha), 16 x 16 x 32: codes and scale tensors copied, about 2 KiB in
-//    all (target <= 10 us added), against the same block-scaled call made directly.
+//    all (target <= 10 us added), against the same block-scaled call made directly;
+//  - a grouped BF16 call (cuBLASLt grouped layouts, 8 experts of 16 x 16 x 32, shapes in device
+//    arrays, as TE's grouped GEMM issues it): unsampled (target: what an unsampled dense call
+//    adds), and sampled, every expert's two operands gathered by the gather kernel (16 samples).
 // Each hooked run reports "added_ns": its median less the median of its direct call.
 // The binary runs itself again with LD_PRELOAD=libfp8scope_hook.so so the hook interposes exactly
 // as in a training job, and is itself the shipper the hook starts: a drainer that frees each record
@@ -114,6 +117,49 @@ BlockProblem& nvfp4() {  // E2M1 1.0 codes two a byte, UE4M3 scale 1.0
   return p;
 }
 
+// cuBLASLt's grouped API (cuBLAS 13.2+, not in the installed headers), as the fixture implements it.
+extern "C" cublasStatus_t cublasLtGroupedMatrixLayoutCreate(cublasLtMatrixLayout_t*, cudaDataType, int, const void*,
+                                                            const void*, const void*);
+
+constexpr int kExperts = 8;
+
+// A grouped BF16 fprop of kExperts experts, W [16, 32] and X [16 tokens, 32] each: pointer arrays
+// and int32 shape arrays, "device" memory being host memory in the fixtures.
+struct GroupedProblem {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  std::vector<std::uint16_t> w = std::vector<std::uint16_t>(kExperts * 16 * 32, 0x3F80),
+                             x = std::vector<std::uint16_t>(kExperts * 16 * 32, 0x3F80);
+  std::vector<float> out = std::vector<float>(kExperts * 16 * 16);
+  std::vector<const void*> w_ptrs, x_ptrs;
+  std::vector<void*> out_ptrs;
+  std::vector<std::int32_t> k = std::vector<std::int32_t>(kExperts, 32), n16 = std::vector<std::int32_t>(kExperts, 16);
+  float one = 1.0f, zero = 0.0f;
+
+  GroupedProblem() {
+    for (int e = 0; e < kExperts; ++e) {
+      w_ptrs.push_back(w.data() + e * 16 * 32);
+      x_ptrs.push_back(x.data() + e * 16 * 32);
+      out_ptrs.push_back(out.data() + e * 16 * 16);
+    }
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const std::int32_t t = CUBLAS_OP_T;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    cublasLtGroupedMatrixLayoutCreate(&a, CUDA_R_16BF, kExperts, k.data(), n16.data(), k.data());
+    cublasLtGroupedMatrixLayoutCreate(&b, CUDA_R_16BF, kExperts, k.data(), n16.data(), k.data());
+    cublasLtGroupedMatrixLayoutCreate(&d, CUDA_R_32F, kExperts, n16.data(), n16.data(), n16.data());
+  }
+  cublasStatus_t run(MatmulFn f) {
+    return f(problem().handle, desc, &one, w_ptrs.data(), a, x_ptrs.data(), b, &zero, out_ptrs.data(), d,
+             out_ptrs.data(), d, nullptr, nullptr, 0, nullptr);
+  }
+};
+
+GroupedProblem& grouped() {
+  static GroupedProblem p;
+  return p;
+}
+
 MatmulFn direct() {
   static MatmulFn f = [] {
     void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_NOLOAD);
@@ -139,6 +185,10 @@ void direct_block_call(benchmark::State& state, BlockProblem& p) {
   for (auto _ : state) benchmark::DoNotOptimize(p.run(direct()));
 }
 void BM_DirectCallMxfp8(benchmark::State& state) { direct_block_call(state, mxfp8()); }
+void BM_DirectCallGrouped(benchmark::State& state) {
+  if (grouped().run(direct()) != CUBLAS_STATUS_SUCCESS) state.SkipWithError("the fixture refused the grouped call");
+  for (auto _ : state) benchmark::DoNotOptimize(grouped().run(direct()));
+}
 void BM_DirectCallNvfp4(benchmark::State& state) { direct_block_call(state, nvfp4()); }
 
 // Must run before anything calls fp8scope_step (the C API then becomes the step source for good).
@@ -149,6 +199,11 @@ void BM_HookedUnsampledStepsFromSignature(benchmark::State& state) {
 void BM_HookedUnsampledStepsFromApi(benchmark::State& state) {
   fp8scope_step(1);  // FP8SCOPE_START_STEP is far beyond: no step is sampled
   for (auto _ : state) benchmark::DoNotOptimize(problem().run(hooked()));
+}
+
+void BM_HookedUnsampledGrouped(benchmark::State& state) {
+  fp8scope_step(1);
+  for (auto _ : state) benchmark::DoNotOptimize(grouped().run(hooked()));
 }
 
 // Untimed: sampled calls that write the whole ring once (kRingBytes, below), so the timed calls
@@ -175,15 +230,26 @@ void hooked_block_call(benchmark::State& state, BlockProblem& p) {
 void BM_HookedSampledMxfp8(benchmark::State& state) { hooked_block_call(state, mxfp8()); }
 void BM_HookedSampledNvfp4(benchmark::State& state) { hooked_block_call(state, nvfp4()); }
 
+void BM_HookedSampledGrouped(benchmark::State& state) {
+  fp8scope_step(std::uint64_t{1} << 62);
+  if (grouped().run(hooked()) != CUBLAS_STATUS_SUCCESS) state.SkipWithError("the grouped call failed under the hook");
+  // 16 records of one expert's 1 KiB matrix and 8 token counts each.
+  fill_ring_once(2 * kExperts * fp8scope::shm::round_up(sizeof(fp8scope::shm::RecordHeader) + 1024 + 8 * kExperts),
+                 [] { grouped().run(hooked()); });
+  for (auto _ : state) benchmark::DoNotOptimize(grouped().run(hooked()));
+  state.counters["samples_per_call"] = 2 * kExperts;
+}
+
 // Adds "added_ns" to each hooked run: its median less its direct call's median, same run.
-std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4"
+std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped"
 
 void added_time(const std::string& name, double seconds, benchmark::UserCounters& counters) {
   const double ns = seconds * 1e9;
   const std::string family = name.substr(0, name.find('/'));
-  const std::string kind = family.size() > 5 && (family.ends_with("Mxfp8") || family.ends_with("Nvfp4"))
-                               ? family.substr(family.size() - 5)
-                               : "";
+  std::string kind;  // the direct call a hooked one is held to
+  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped"}) {
+    if (family.ends_with(k)) kind = k;
+  }
   if (family.rfind("BM_DirectCall", 0) == 0) g_direct_ns[kind] = ns;
   if (family.rfind("BM_Hooked", 0) == 0 && g_direct_ns.count(kind)) counters["added_ns"] = ns - g_direct_ns[kind];
 }
@@ -192,11 +258,14 @@ void added_time(const std::string& name, double seconds, benchmark::UserCounters
 BENCHMARK(BM_DirectCall)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallMxfp8)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallNvfp4)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DirectCallGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromSignature)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromApi)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedUnsampledGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampled)->Iterations(20000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledMxfp8)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledNvfp4)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedSampledGrouped)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
 
 // Started by the hook as its shipper (the ring's fd in FP8SCOPE_SHM_FD): frees every record as it
 // is published, until the benchmark process is gone.

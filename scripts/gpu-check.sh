@@ -55,6 +55,29 @@ if [ -x .carry/bin/fp8scope ]; then
     sleep 3  # the last samples are analyzed asynchronously
     python3 scripts/gpu_block_check.py "$carry/bin/fp8scope" "$metrics" "gpu-$mode" "$mode" "$work/dump-$mode" || true
   done
+  # Mixture of experts on the real cuBLAS: every expert GEMM form the hook reads, the gather kernel
+  # JIT-compiled by this driver. cuBLASLt's grouped layouts need cuBLAS 13.2+ and sm_100 (13.4+
+  # adds Hopper); the cuBLAS batched and grouped calls and the per-expert loop run anywhere.
+  lt_version=$(python3 - "$carry/lib" <<'PY' 2>/dev/null || echo 0
+import ctypes, glob, sys
+libs = glob.glob(sys.argv[1] + "/libcublasLt.so.*") or ["libcublasLt.so.13"]
+print(ctypes.CDLL(libs[0]).cublasLtGetVersion())
+PY
+)
+  moe_forms=(cublas-grouped batched loop)
+  if [ "$lt_version" -ge 130400 ] || { [ "$lt_version" -ge 130200 ] && [ "$arch" -ge 100 ]; }; then
+    moe_forms=(lt-grouped "${moe_forms[@]}")
+  else
+    echo "moe lt-grouped: cuBLASLt $lt_version on sm_$arch has no grouped GEMM (13.2+ on sm_100, 13.4+ on sm_90)"
+  fi
+  for form in "${moe_forms[@]}"; do
+    "$carry/bin/tiny_trainer" --steps 12 --mode moe --moe-gemm "$form" --losses "$work/moe-$form.alone"
+    "$carry/bin/fp8scope" run --endpoint "$grpc" --every 5 --job gpu-moe --run "moe-$form" --       "$carry/bin/tiny_trainer" --steps 12 --mode moe --moe-gemm "$form" --losses "$work/moe-$form.hooked"
+    cmp -s "$work/moe-$form.alone" "$work/moe-$form.hooked" && echo "moe $form: losses identical with and without the hook" \
+      || echo "moe $form: LOSSES DIFFER under the hook"
+  done
+  sleep 3
+  echo "moe: $("$carry/bin/fp8scope" tensors --endpoint "$grpc" --json | grep -c '"expert"' || true) expert tensors reached the daemon"
   if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     PYTHONPATH="$PWD/client/python" "$carry/bin/fp8scope" run --endpoint "$grpc" --every 1 --job torch -- \
       python3 scripts/gpu_torch_check.py train "$work/expected.json"

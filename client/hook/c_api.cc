@@ -3,12 +3,15 @@
 #include "fp8scope/hook.h"
 
 #include <cstring>
+#include <vector>
 
 #include "fp8scope/hook/call_guard.h"
 #include "fp8scope/hook/hook_runtime.h"
 #include "fp8scope/hook/layer_names.h"
 
 namespace {
+
+constexpr std::uint32_t kMaxDeclaredExperts = 65536;
 
 bool valid_scalar_name(const char* name) {
   if (name == nullptr) return false;
@@ -43,6 +46,17 @@ __attribute__((visibility("default"))) void fp8scope_range_push(const char* name
 __attribute__((visibility("default"))) void fp8scope_range_pop(void) {
   if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed)) return;
   fp8scope::hook::thread_ranges().pop(nullptr);
+}
+
+__attribute__((visibility("default"))) void fp8scope_set_expert(int32_t expert) {
+  if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed)) return;
+  fp8scope::hook::thread_ranges().set_expert(expert < 0 ? -1 : expert);
+}
+
+__attribute__((visibility("default"))) void fp8scope_expert_tokens(const uint64_t* tokens, uint32_t experts) {
+  if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed)) return;
+  if (tokens == nullptr || experts == 0 || experts > kMaxDeclaredExperts) return;
+  fp8scope::hook::thread_ranges().declare_tokens(std::vector<std::uint64_t>(tokens, tokens + experts));
 }
 
 }  // extern "C"

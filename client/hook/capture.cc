@@ -1,10 +1,13 @@
 #include "fp8scope/hook/capture.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include "gather_kernel_ptx.h"
 
 namespace fp8scope::hook {
 namespace {
@@ -15,6 +18,26 @@ constexpr auto kKeepAliveEvery = std::chrono::milliseconds(100);
 std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 
 void copy_text(char* dst, std::size_t size, const char* src) { std::snprintf(dst, size, "%s", src == nullptr ? "" : src); }
+
+void write_tokens(shm::RecordHeader& r, std::uint64_t at, const std::vector<std::uint64_t>& tokens) {
+  std::memcpy(reinterpret_cast<std::byte*>(&r + 1) + at, tokens.data(), 8 * tokens.size());
+  r.tokens_bytes = 8 * tokens.size();
+}
+
+// The gather kernel's dims_out: 4 values, then rows and cols of each group.
+std::uint64_t dims_bytes(std::uint32_t experts) { return align_up(8 * (4 + 2ull * experts), kStagingAlign); }
+
+// Offsets in an expert sample's header slot (kStagingAlign bytes after the codes).
+constexpr std::uint64_t kSlotScale = 0, kSlotAlpha = 4, kSlotScaleScratch = 64, kSlotAlphaScratch = 128;
+
+// A grouped matrix may grow by this much (more tokens) and still fit what the largest one of its
+// kind reserved; one never seen gets this fraction of the staging (or ring) bytes.
+constexpr std::uint64_t kGroupedGrowth = 2;
+constexpr std::uint64_t kGroupedFirstShare = 64;
+
+// What a grouped matrix's reservation is learned by: its layer and operand, shared by the experts,
+// whose shapes differ by their tokens only.
+std::string grouped_size_key(const SampleSpec& spec) { return spec.layer + '\x1f' + operand_name(spec.operand); }
 
 }  // namespace
 
@@ -104,6 +127,9 @@ void Capture::fill_header(shm::RecordHeader& r, const SampleSpec& spec, const Op
   r.gemm_alpha = alpha.host;
   r.k_is_outer = v.k_is_outer ? 1 : 0;
   r.scale_bytes = payload - static_cast<std::uint64_t>(v.batch_count) * v.matrix_bytes();
+  r.expert = static_cast<std::int32_t>(spec.expert);
+  r.experts = spec.experts;
+  r.valid_rows = spec.valid_rows;
   r.ndim = v.batch_count > 1 ? 3 : 2;
   const std::int64_t outer = static_cast<std::int64_t>(v.outer()), inner = static_cast<std::int64_t>(v.inner());
   if (v.batch_count > 1) {
@@ -173,6 +199,7 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
                                                CUstream stream) {
   if (!writer_) return shm::DropReason::kRingFull;
   const std::uint64_t payload = v.payload_bytes();
+  const std::uint64_t tokens_bytes = spec.tokens != nullptr ? 8 * spec.tokens->size() : 0;
   std::unique_lock<std::mutex> lock(mu_);
   if (!device_ready()) return device_ == Device::kUnset ? shm::DropReason::kNoContext : shm::DropReason::kCudaError;
   CUcontext current = nullptr;
@@ -181,20 +208,23 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
   const bool scalar_scale = v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr;
   const bool header_slot = scalar_scale || alpha.device != nullptr;
   const std::uint64_t staging_need = align_up(payload, kStagingAlign) + (header_slot ? kStagingAlign : 0);
-  if (staging_need > staging_bytes_ || shm::round_up(sizeof(shm::RecordHeader) + payload) > link_.segment()->data_bytes) {
+  if (staging_need > staging_bytes_ ||
+      shm::round_up(sizeof(shm::RecordHeader) + payload + tokens_bytes) > link_.segment()->data_bytes) {
     return shm::DropReason::kTooLarge;
   }
   const std::uint64_t staging_before = staging_head_;
   const std::optional<std::uint64_t> staged_at = reserve_staging(staging_need);
   if (!staged_at) return shm::DropReason::kStagingFull;
   Pending p;
-  p.record = reserve_record(payload, p.ring_end);
+  p.record = reserve_record(payload + tokens_bytes, p.ring_end);
   if (p.record == nullptr) {
     staging_head_ = staging_before;  // the last reservation: undone
     return shm::DropReason::kRingFull;
   }
   fill_header(*p.record, spec, v, alpha, payload);
-  p.payload_bytes = payload;
+  if (spec.tokens != nullptr) write_tokens(*p.record, payload, *spec.tokens);
+  p.payload_bytes = payload + tokens_bytes;
+  p.device_bytes = payload;
   p.staged = staging_ + *staged_at % staging_bytes_;
   p.staging_end = staging_head_;
   if (!enqueue_copies(p, v, alpha, stream)) {
@@ -207,6 +237,189 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
   }
   enqueue(lock, p);
   return std::nullopt;
+}
+
+bool Capture::gather_ready() {
+  if (gather_state_ != Gather::kUnset) return gather_state_ == Gather::kReady;
+  gather_state_ = Gather::kFailed;
+  CUmodule module = nullptr;
+  // Once, on the first sampled batched or grouped GEMM: the driver JIT-compiles the PTX for this
+  // context's device (and caches the result across runs).
+  const CUresult loaded = cu_.module_load_data == nullptr ? CUDA_ERROR_NOT_SUPPORTED
+                                                          : cu_.module_load_data(&module, kGatherKernelPtx);
+  if (loaded != CUDA_SUCCESS || cu_.module_get_function(&gather_, module, "fp8scope_gather") != CUDA_SUCCESS ||
+      cu_.launch_kernel == nullptr) {
+    std::fprintf(stderr,
+                 "fp8scope hook: cannot load the gather kernel (CUDA error %d; the driver may be older than its PTX); "
+                 "batched and grouped GEMMs are not sampled\n",
+                 static_cast<int>(loaded));
+    return false;
+  }
+  gather_state_ = Gather::kReady;
+  return true;
+}
+
+bool Capture::launch_gather(const void* pointers, std::uint32_t index, const DeviceDims& dims, std::uint32_t groups,
+                            const ExpertShape& shape, std::uint32_t element_bits, CUdeviceptr dst, std::uint64_t capacity,
+                            CUdeviceptr dims_out, CUstream stream) {
+  // The kernel's parameters, in its order and sizes (gather_kernel.cu).
+  CUdeviceptr p_pointers = reinterpret_cast<CUdeviceptr>(pointers);
+  unsigned int p_index = index, p_widths = (dims.rows_cols_64 ? 1u : 0u) | (dims.ld_64 ? 2u : 0u), p_groups = groups;
+  CUdeviceptr p_rows_array = reinterpret_cast<CUdeviceptr>(dims.rows), p_cols_array = reinterpret_cast<CUdeviceptr>(dims.cols),
+              p_ld_array = reinterpret_cast<CUdeviceptr>(dims.ld);
+  unsigned long long p_rows = shape.rows, p_cols = shape.cols, p_ld = static_cast<unsigned long long>(shape.ld),
+                     p_capacity = capacity;
+  unsigned int p_bits = element_bits;
+  CUdeviceptr p_dst = dst, p_dims_out = dims_out;
+  void* params[] = {&p_pointers, &p_index, &p_rows_array, &p_cols_array, &p_ld_array, &p_widths, &p_groups, &p_rows,
+                    &p_cols, &p_ld, &p_bits, &p_dst, &p_capacity, &p_dims_out};
+  constexpr unsigned int kThreads = 256;
+  const auto blocks = static_cast<unsigned int>(std::clamp<std::uint64_t>(capacity / (kThreads * 8), 1, 1024));
+  return cu_.launch_kernel(gather_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+}
+
+bool Capture::stage_scalar(CUdeviceptr into, const void* scalar, const void* per_expert, std::uint32_t expert,
+                           CUdeviceptr scratch, CUstream stream) {
+  if (per_expert != nullptr) {
+    return launch_gather(per_expert, expert, DeviceDims{}, 0, ExpertShape{1, 1, 1}, 32, into, sizeof(float), scratch,
+                         stream);
+  }
+  return cu_.memcpy_dtod_async(into, reinterpret_cast<CUdeviceptr>(scalar), sizeof(float), stream) == CUDA_SUCCESS;
+}
+
+std::uint64_t Capture::grouped_capacity(const SampleSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = grouped_sizes_.find(grouped_size_key(spec));
+  // Unseen: a small share, so that a step sampling every expert of a layer for the first time
+  // fits in the ring; an expert larger than that is counted too_large and sizes the next call.
+  const std::uint64_t share = std::min(staging_bytes_, link_.segment()->data_bytes) / kGroupedFirstShare;
+  return it == grouped_sizes_.end() ? share
+                                    : std::min(staging_bytes_ / 8, std::max<std::uint64_t>(it->second * kGroupedGrowth, 4096));
+}
+
+std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                                                      const OperandView& activation, CUstream stream) {
+  if (!writer_) return shm::DropReason::kRingFull;
+  const bool device_shaped = v.device_dims.present();
+  const auto expert = static_cast<std::uint32_t>(spec.expert);
+  // The kernel copies rows-contiguous (column major) matrices; a row-major one is the same bytes
+  // with rows and cols swapped.
+  const ExpertShape host = v.shape_of(expert);
+  const ExpertShape copied = v.row_major ? ExpertShape{host.cols, host.rows, host.ld} : host;
+  const std::uint64_t codes = device_shaped ? grouped_capacity(spec) : copied.rows * v.element_bits / 8 * copied.cols;
+  const bool with_tokens = spec.tokens != nullptr || (device_shaped && activation.device_dims.present());
+  const std::uint64_t tokens_bytes = with_tokens ? 8ull * spec.experts : 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!device_ready()) return device_ == Device::kUnset ? shm::DropReason::kNoContext : shm::DropReason::kCudaError;
+  CUcontext current = nullptr;
+  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::DropReason::kNoContext;
+  if (!gather_ready()) return shm::DropReason::kGatherUnavailable;
+  // Staging: the codes, a header slot (scale, alpha, the scalar gathers' scratch), and for grouped
+  // layouts the two dims_out.
+  const std::uint64_t dims = device_shaped ? dims_bytes(spec.experts) : 0;
+  const std::uint64_t staging_need = align_up(codes, kStagingAlign) + kStagingAlign + 2 * dims;
+  if (staging_need > staging_bytes_ ||
+      shm::round_up(sizeof(shm::RecordHeader) + codes + tokens_bytes) > link_.segment()->data_bytes) {
+    return shm::DropReason::kTooLarge;
+  }
+  const std::uint64_t staging_before = staging_head_;
+  const std::optional<std::uint64_t> staged_at = reserve_staging(staging_need);
+  if (!staged_at) return shm::DropReason::kStagingFull;
+  Pending p;
+  p.record = reserve_record(codes + tokens_bytes, p.ring_end);
+  if (p.record == nullptr) {
+    staging_head_ = staging_before;
+    return shm::DropReason::kRingFull;
+  }
+  fill_header(*p.record, spec, v, alpha, codes);
+  shm::RecordHeader& r = *p.record;
+  r.scale_bytes = 0;  // experts carry scalar scales only
+  r.ndim = 2;
+  r.shape[0] = static_cast<std::int64_t>(std::max<std::uint64_t>(copied.cols, 1));  // grouped: set when known
+  r.shape[1] = static_cast<std::int64_t>(std::max<std::uint64_t>(copied.rows, 1));
+  r.leading_dimension = host.ld;
+  if (spec.tokens != nullptr) write_tokens(r, codes, *spec.tokens);
+  p.payload_bytes = codes + tokens_bytes;
+  p.device_bytes = codes;
+  p.staged = staging_ + *staged_at % staging_bytes_;
+  p.staging_end = staging_head_;
+  p.experts = spec.experts;
+  p.element_bits = static_cast<std::uint32_t>(v.element_bits);
+  const CUdeviceptr slot = p.staged + align_up(codes, kStagingAlign);
+  if (device_shaped) {
+    p.staged_dims = slot + kStagingAlign;
+    if (with_tokens) p.staged_token_dims = p.staged_dims + dims;
+    p.size_key = grouped_size_key(spec);
+  }
+  bool ok = launch_gather(v.data, expert, v.device_dims, spec.experts, copied, p.element_bits, p.staged, codes,
+                          device_shaped ? p.staged_dims : slot + kSlotScaleScratch, stream);
+  if (ok && p.staged_token_dims != 0) {  // the activation's shapes only: nothing copied
+    ok = launch_gather(activation.data, expert, activation.device_dims, spec.experts, ExpertShape{}, 8, p.staged, 0,
+                       p.staged_token_dims, stream);
+  }
+  if (ok && v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr) {
+    p.staged_scale = slot + kSlotScale;
+    ok = stage_scalar(p.staged_scale, v.scales, v.scales_per_expert ? v.scales : nullptr, expert,
+                      slot + kSlotScaleScratch, stream);
+  }
+  if (ok && (alpha.device != nullptr || alpha.per_expert != nullptr)) {
+    p.staged_alpha = slot + kSlotAlpha;
+    ok = stage_scalar(p.staged_alpha, alpha.device, alpha.per_expert, expert, slot + kSlotAlphaScratch, stream);
+  }
+  if (!(ok && mark_copied(p, stream))) {
+    r.kind = shm::RecordKind::kPadding;
+    p.copied = nullptr;
+    device_ = Device::kFailed;
+    enqueue(lock, p);
+    return shm::DropReason::kCudaError;
+  }
+  enqueue(lock, p);
+  return std::nullopt;
+}
+
+bool Capture::side_stream_synchronized() {
+  return cu_.event_record(side_done_, side_stream_) == CUDA_SUCCESS && cu_.event_synchronize(side_done_) == CUDA_SUCCESS;
+}
+
+bool Capture::settle_grouped(Pending& p) {
+  std::vector<std::uint64_t> dims(4 + 2ull * p.experts), token_dims(p.staged_token_dims != 0 ? dims.size() : 0);
+  if (cu_.memcpy_dtoh_async(dims.data(), p.staged_dims, 8 * dims.size(), side_stream_) != CUDA_SUCCESS ||
+      (p.staged_token_dims != 0 &&
+       cu_.memcpy_dtoh_async(token_dims.data(), p.staged_token_dims, 8 * token_dims.size(), side_stream_) != CUDA_SUCCESS) ||
+      !side_stream_synchronized()) {
+    return false;
+  }
+  shm::RecordHeader& r = *p.record;
+  const std::uint64_t rows = dims[0], cols = dims[1], copied = dims[3];
+  const std::uint64_t needed = rows * p.element_bits / 8 * cols;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (grouped_sizes_.size() >= 4096 && !grouped_sizes_.count(p.size_key)) grouped_sizes_.clear();
+    std::uint64_t& largest = grouped_sizes_[p.size_key];
+    largest = std::max(largest, needed);
+  }
+  if (copied == 0 || rows == 0 || cols == 0) {
+    r.kind = shm::RecordKind::kPadding;
+    const bool empty = (rows == 0 || cols == 0) && dims[2] >= rows;  // an expert without tokens
+    if (!empty) {
+      shm::count_drop(link_.segment(), needed > p.device_bytes ? shm::DropReason::kTooLarge : shm::DropReason::kUnsupportedLayout);
+    }
+    return true;
+  }
+  r.shape[0] = static_cast<std::int64_t>(cols);  // column major: each column a row of the tensor
+  r.shape[1] = static_cast<std::int64_t>(rows);
+  r.leading_dimension = static_cast<std::int64_t>(dims[2]);
+  p.device_bytes = copied;
+  std::uint64_t tokens_bytes = 0;
+  if (!token_dims.empty()) {
+    std::vector<std::uint64_t> tokens(p.experts);
+    for (std::uint32_t g = 0; g < p.experts; ++g) tokens[g] = token_dims[5 + 2 * g];  // the activation's columns
+    write_tokens(r, copied, tokens);
+    tokens_bytes = r.tokens_bytes;
+  }
+  r.payload_bytes = copied + tokens_bytes;
+  p.payload_bytes = r.payload_bytes;
+  return true;
 }
 
 void Capture::step(std::uint64_t step) {
@@ -243,19 +456,21 @@ void Capture::finish(Pending& p, bool can_copy) {
     auto header_value = [&](float* into, CUdeviceptr from) {
       return from == 0 || cu_.memcpy_dtoh_async(into, from, sizeof(float), side_stream_) == CUDA_SUCCESS;
     };
-    const bool ok = cu_.stream_wait_event(side_stream_, p.copied, 0) == CUDA_SUCCESS &&
-                    cu_.memcpy_dtoh_async(p.record + 1, p.staged, p.payload_bytes, side_stream_) == CUDA_SUCCESS &&
-                    header_value(&p.record->scale_inv, p.staged_scale) &&
-                    header_value(&p.record->gemm_alpha, p.staged_alpha) &&
-                    cu_.event_record(side_done_, side_stream_) == CUDA_SUCCESS &&
-                    cu_.event_synchronize(side_done_) == CUDA_SUCCESS;
+    bool ok = cu_.stream_wait_event(side_stream_, p.copied, 0) == CUDA_SUCCESS;
+    // A grouped matrix: its shape first (settle_grouped may drop it, counted, as padding), then as
+    // many bytes as it has.
+    if (ok && p.staged_dims != 0) ok = settle_grouped(p);
+    const bool wanted = p.record->kind == shm::RecordKind::kSample;
+    ok = ok && (!wanted || (cu_.memcpy_dtoh_async(p.record + 1, p.staged, p.device_bytes, side_stream_) == CUDA_SUCCESS &&
+                            header_value(&p.record->scale_inv, p.staged_scale) &&
+                            header_value(&p.record->gemm_alpha, p.staged_alpha) && side_stream_synchronized()));
     shm::Header* h = link_.segment();
-    if (ok) {
-      h->samples_published.fetch_add(1, std::memory_order_relaxed);
-      h->bytes_published.fetch_add(p.payload_bytes, std::memory_order_relaxed);
-    } else {
+    if (!ok) {
       p.record->kind = shm::RecordKind::kPadding;
       shm::count_drop(h, shm::DropReason::kCudaError);
+    } else if (wanted) {
+      h->samples_published.fetch_add(1, std::memory_order_relaxed);
+      h->bytes_published.fetch_add(p.payload_bytes, std::memory_order_relaxed);
     }
   }
   writer_->publish(p.ring_end);

@@ -12,6 +12,23 @@ namespace {
 constexpr std::size_t kFirstVersionWithScaleModes = 120800;
 constexpr std::size_t kFirstVersionWithFp32BlockModes = 120900;
 
+// cuBLASLt's grouped GEMM (experimental since cuBLAS 13.2.0, CUDA 13.1 release notes), newer than
+// the installed 13.1 headers. Values from NVIDIA's cuBLASLt API documentation (cublasLtBatchMode_t,
+// cublasLtMatrixLayoutAttribute_t, cublasLtMatmulMatrixScale_t, cublasLtMatmulDescAttributes_t)
+// as NVIDIA's generated bindings carry them (nvmath-python nvmath/bindings/cycublasLt.pxd:730-734,
+// 770, 943, 948); Transformer Engine uses them as declared there
+// (transformer_engine/common/gemm/cublaslt_grouped_gemm.cu:817-975).
+constexpr std::size_t kFirstVersionWithGroupedLayouts = 130200;
+constexpr std::uint32_t kBatchModeGrouped = 2;  // CUBLASLT_BATCH_MODE_GROUPED
+constexpr auto kGroupedRowsArray = static_cast<cublasLtMatrixLayoutAttribute_t>(9);
+constexpr auto kGroupedColsArray = static_cast<cublasLtMatrixLayoutAttribute_t>(10);
+constexpr auto kGroupedLdArray = static_cast<cublasLtMatrixLayoutAttribute_t>(11);
+constexpr auto kGroupedRowsColsWidth = static_cast<cublasLtMatrixLayoutAttribute_t>(12);  // cublasLtIntegerWidth_t
+constexpr auto kGroupedLdWidth = static_cast<cublasLtMatrixLayoutAttribute_t>(13);
+constexpr std::int32_t kIntegerWidth64 = 1;                // CUBLASLT_INTEGER_WIDTH_64 (32 is 0, the default)
+constexpr std::int32_t kScalePerBatchScalar32F = 6;        // CUBLASLT_MATMUL_MATRIX_SCALE_PER_BATCH_SCALAR_32F
+constexpr auto kAlphaBatchStride = static_cast<cublasLtMatmulDescAttributes_t>(39);  // int64_t, 0 or 1
+
 std::optional<ScaleLayout> layout_of(std::int32_t mode, std::size_t version) {
   switch (mode) {
     case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return ScaleLayout::kTensorScalar;
@@ -58,19 +75,41 @@ bool desc_attribute(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, cublasLtMa
   return lt.desc_get(desc, attr, &value, sizeof value, &written) == CUBLAS_STATUS_SUCCESS && written == sizeof value;
 }
 
+// A grouped layout: one matrix per group, shapes in device arrays (cublasLtGroupedMatrixLayoutInit
+// and ...Create set the batch mode and count; the arrays are attributes 9-11, their integer widths
+// 12-13). Column major only, as cuBLASLt requires of grouped layouts.
+std::optional<OperandView> read_grouped_layout(const CublasLtApi& lt, cublasLtMatrixLayout_t layout, const void* data,
+                                               const DTypeMapping& type, std::int32_t order, std::int32_t groups,
+                                               shm::DropReason& reason) {
+  DeviceDims dims;
+  std::int32_t rows_cols_width = 0, ld_width = 0;
+  layout_attribute(lt, layout, kGroupedRowsColsWidth, rows_cols_width);
+  layout_attribute(lt, layout, kGroupedLdWidth, ld_width);
+  if (!layout_attribute(lt, layout, kGroupedRowsArray, dims.rows) || !layout_attribute(lt, layout, kGroupedColsArray, dims.cols) ||
+      !layout_attribute(lt, layout, kGroupedLdArray, dims.ld) || !dims.rows || !dims.cols || !dims.ld ||
+      order != CUBLASLT_ORDER_COL || groups < 1) {
+    reason = shm::DropReason::kUnreadableBatch;
+    return std::nullopt;
+  }
+  dims.rows_cols_64 = rows_cols_width == kIntegerWidth64;
+  dims.ld_64 = ld_width == kIntegerWidth64;
+  OperandView v = stored_matrix(data, type, 0, 0, 0, false, 1, 0);
+  v.experts = static_cast<std::uint32_t>(groups);
+  v.device_dims = dims;
+  return v;
+}
+
 // One operand from its layout; nothing plus the reason when it cannot be copied as a tensor.
-// `rows` and `cols` come in already read (A's, by read_matmul_shape) or 0 to be read here.
+// `rows` and `cols` come in already read (A's, by read_matmul_shape) or 0 to be read here. A
+// pointer-array batch or grouped layout gives one matrix per expert; any other batch mode is
+// counted, never read as a plain matrix (its "matrix" would be an array of pointers).
 std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayout_t layout, const void* data,
                                        std::uint64_t rows, std::uint64_t cols, shm::DropReason& reason) {
   std::uint32_t type = 0;
   std::int32_t order = CUBLASLT_ORDER_COL, batch_count = 1;
-  std::uint32_t batch_mode = 0;
+  std::uint32_t batch_mode = CUBLASLT_BATCH_MODE_STRIDED;
   std::int64_t ld = 0, stride = 0;
-  const bool known = rows != 0 && cols != 0;
-  if (layout == nullptr || data == nullptr || !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_TYPE, type) ||
-      (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_ROWS, rows)) ||
-      (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_COLS, cols)) ||
-      !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_LD, ld)) {
+  if (layout == nullptr || data == nullptr || !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_TYPE, type)) {
     reason = shm::DropReason::kUnsupportedLayout;
     return std::nullopt;
   }
@@ -79,13 +118,23 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
   layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batch_count);
   layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
   layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, batch_mode);
-  if (batch_mode == CUBLASLT_BATCH_MODE_POINTER_ARRAY) {
-    reason = shm::DropReason::kPointerArrayBatch;
+  const std::optional<DTypeMapping> dtype = map_dtype(static_cast<cudaDataType>(type));
+  const std::size_t version = lt.version != nullptr ? lt.version() : 0;
+  const bool grouped = batch_mode == kBatchModeGrouped && version >= kFirstVersionWithGroupedLayouts;
+  if (!grouped && batch_mode != CUBLASLT_BATCH_MODE_STRIDED && batch_mode != CUBLASLT_BATCH_MODE_POINTER_ARRAY) {
+    reason = shm::DropReason::kUnreadableBatch;
     return std::nullopt;
   }
-  const std::optional<DTypeMapping> dtype = map_dtype(static_cast<cudaDataType>(type));
   if (!dtype) {
     reason = shm::DropReason::kUnsupportedDtype;
+    return std::nullopt;
+  }
+  if (grouped) return read_grouped_layout(lt, layout, data, *dtype, order, batch_count, reason);
+  const bool known = rows != 0 && cols != 0;
+  if ((!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_ROWS, rows)) ||
+      (!known && !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_COLS, cols)) ||
+      !layout_attribute(lt, layout, CUBLASLT_MATRIX_LAYOUT_LD, ld)) {
+    reason = shm::DropReason::kUnsupportedLayout;
     return std::nullopt;
   }
   const bool row_major = order == CUBLASLT_ORDER_ROW;
@@ -98,7 +147,35 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
     reason = shm::DropReason::kUnsupportedLayout;
     return std::nullopt;
   }
+  if (batch_mode == CUBLASLT_BATCH_MODE_POINTER_ARRAY) {  // one shape, a device array of matrix pointers
+    OperandView v = stored_matrix(data, *dtype, rows, cols, ld, row_major, 1, 0);
+    v.experts = static_cast<std::uint32_t>(batch_count);
+    return v;
+  }
   return stored_matrix(data, *dtype, rows, cols, ld, row_major, batch_count, stride);
+}
+
+// The scales of a batched or grouped operand's codes: one scale_inv for all (pointer arrays allow
+// tensor-wide scaling only), or per group (grouped layouts, PER_BATCH_SCALAR_32F: a device array of
+// pointers). Per-group block scales are counted, not yet read.
+bool read_expert_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, std::int32_t mode, OperandView& v,
+                        shm::DropReason& reason) {
+  const void* pointer = nullptr;
+  desc_attribute(lt, desc, is_a ? CUBLASLT_MATMUL_DESC_A_SCALE_POINTER : CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pointer);
+  const bool per_group = mode == kScalePerBatchScalar32F && v.device_dims.present();
+  if (mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F && !per_group) {
+    reason = v.device_dims.present() && layout_of(mode, ~std::size_t{0}) ? shm::DropReason::kGroupedBlockScales
+                                                                           : shm::DropReason::kUnsupportedScaleMode;
+    return false;
+  }
+  if (per_group && pointer == nullptr) {
+    reason = shm::DropReason::kUnreadableBatch;
+    return false;
+  }
+  v.scale_layout = ScaleLayout::kTensorScalar;
+  v.scales = pointer;
+  v.scales_per_expert = per_group;
+  return true;
 }
 
 // The scales of operand A or B when it holds codes: the scale mode (gated on the run-time
@@ -112,6 +189,7 @@ bool read_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, co
   if (version >= kFirstVersionWithScaleModes) {
     desc_attribute(lt, desc, is_a ? CUBLASLT_MATMUL_DESC_A_SCALE_MODE : CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
   }
+  if (v.experts > 0) return read_expert_scales(lt, desc, is_a, mode, v, reason);
   const std::optional<ScaleLayout> layout = layout_of(mode, version);
   if (!layout) {
     reason = shm::DropReason::kUnsupportedScaleMode;
@@ -138,12 +216,20 @@ bool read_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, co
 
 // FP4 GEMMs: TE passes NVFP4's per-tensor scales folded into alpha (transformer_engine/common/gemm/
 // cublaslt_gemm.cu: alpha *= amax_A * amax_B / (6 * 448)^2, a device pointer).
-GemmAlpha read_alpha(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, const void* alpha) {
+// Grouped GEMMs may give each group its own alpha (ALPHA_BATCH_STRIDE 1: alpha is then a device
+// array of pointers, in device pointer mode).
+GemmAlpha read_alpha(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, const void* alpha, bool grouped) {
   GemmAlpha a;
   std::int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST, scale_type = CUDA_R_32F;
   desc_attribute(lt, desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, pointer_mode);
   desc_attribute(lt, desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, scale_type);
   if (alpha == nullptr || scale_type != CUDA_R_32F) return a;
+  std::int64_t alpha_stride = 0;
+  if (grouped) desc_attribute(lt, desc, kAlphaBatchStride, alpha_stride);
+  if (alpha_stride == 1 && pointer_mode == CUBLASLT_POINTER_MODE_DEVICE) {
+    a.per_expert = alpha;
+    return a;
+  }
   if (pointer_mode == CUBLASLT_POINTER_MODE_DEVICE) a.device = static_cast<const float*>(alpha);
   if (pointer_mode == CUBLASLT_POINTER_MODE_HOST) a.host = *static_cast<const float*>(alpha);
   return a;
@@ -203,14 +289,23 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
   if (!a || !read_scales(lt, desc, true, shape, *a, r.reason)) return r;
   std::optional<OperandView> b = read_layout(lt, Bdesc, B, 0, 0, r.reason);
   if (!b || !read_scales(lt, desc, false, shape, *b, r.reason)) return r;
+  // cuBLASLt infers the batch mode from the layouts, which must agree (cuBLASLt API, "the batch
+  // mode ... must all be the same").
+  if (a->experts != b->experts || a->device_dims.present() != b->device_dims.present()) {
+    r.reason = shm::DropReason::kUnreadableBatch;
+    return r;
+  }
   GemmCall call;
   call.source = "cublasLtMatmul";
   call.transa = shape.transa;
   call.transb = shape.transb;
   call.a = *a;
   call.b = *b;
-  if (a->dtype == DType::kE2M1 || b->dtype == DType::kE2M1) call.alpha = read_alpha(lt, desc, alpha);
+  const bool grouped = b->device_dims.present();
+  if (a->dtype == DType::kE2M1 || b->dtype == DType::kE2M1) call.alpha = read_alpha(lt, desc, alpha, grouped);
   call.stream = stream;
+  call.experts = b->experts;
+  if (call.experts > 0 && !grouped) call.tokens.assign(call.experts, b->outer());
   r.call = call;
   return r;
 }
@@ -237,6 +332,78 @@ ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m,
   call.a = a;
   call.b = b;
   call.stream = stream;
+  r.call = call;
+  return r;
+}
+
+ReadResult read_cublas_batched_call(const char* source, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                                    std::int64_t k, const void* Aarray, cudaDataType Atype, std::int64_t lda,
+                                    const void* Barray, cudaDataType Btype, std::int64_t ldb, std::int64_t batch_count,
+                                    CUstream stream) {
+  ReadResult r;
+  const std::optional<DTypeMapping> ta = map_dtype(Atype), tb = map_dtype(Btype);
+  if (!ta || !tb) return r;  // kUnsupportedDtype
+  const auto dim = [](std::int64_t d) { return static_cast<std::uint64_t>(d < 0 ? 0 : d); };
+  OperandView a = stored_matrix(Aarray, *ta, dim(transa ? k : m), dim(transa ? m : k), lda, false, 1, 0);
+  OperandView b = stored_matrix(Barray, *tb, dim(transb ? n : k), dim(transb ? k : n), ldb, false, 1, 0);
+  if (m <= 0 || n <= 0 || k <= 0 || batch_count < 1 || batch_count > 0xFFFFFFFFll || Aarray == nullptr ||
+      Barray == nullptr || a.ld < static_cast<std::int64_t>(a.rows) || b.ld < static_cast<std::int64_t>(b.rows)) {
+    r.reason = shm::DropReason::kUnsupportedLayout;
+    return r;
+  }
+  a.experts = b.experts = static_cast<std::uint32_t>(batch_count);
+  GemmCall call;
+  call.source = source;
+  call.transa = transa;
+  call.transb = transb;
+  call.a = a;
+  call.b = b;
+  call.stream = stream;
+  call.experts = a.experts;
+  call.tokens.assign(call.experts, b.cols);
+  r.call = call;
+  return r;
+}
+
+ReadResult read_cublas_grouped_call(const char* source, const GroupedProblems& groups, const void* Aarray,
+                                    cudaDataType Atype, const void* Barray, cudaDataType Btype, CUstream stream) {
+  ReadResult r;
+  const std::optional<DTypeMapping> ta = map_dtype(Atype), tb = map_dtype(Btype);
+  if (!ta || !tb) return r;  // kUnsupportedDtype
+  r.reason = shm::DropReason::kUnreadableBatch;
+  const std::size_t count = groups.m.size();
+  if (count == 0 || Aarray == nullptr || Barray == nullptr) return r;
+  // One role for the call: every group transposed alike (an MoE layer's experts are).
+  const bool transa = groups.transa[0], transb = groups.transb[0];
+  OperandView a = stored_matrix(Aarray, *ta, 0, 0, 0, false, 1, 0);
+  OperandView b = stored_matrix(Barray, *tb, 0, 0, 0, false, 1, 0);
+  GemmCall call;
+  for (std::size_t g = 0; g < count; ++g) {
+    const std::int64_t m = groups.m[g], n = groups.n[g], k = groups.k[g];
+    if (groups.transa[g] != transa || groups.transb[g] != transb || m < 0 || n < 0 || k < 0 || groups.group_size[g] < 0) {
+      return r;
+    }
+    // Column major: A is m x k (k x m transposed), B is k x n (n x k); an empty problem (no tokens)
+    // keeps its place, so experts keep their indices.
+    const ExpertShape sa{static_cast<std::uint64_t>(transa ? k : m), static_cast<std::uint64_t>(transa ? m : k), groups.lda[g]};
+    const ExpertShape sb{static_cast<std::uint64_t>(transb ? n : k), static_cast<std::uint64_t>(transb ? k : n), groups.ldb[g]};
+    if (sa.ld < static_cast<std::int64_t>(sa.rows) || sb.ld < static_cast<std::int64_t>(sb.rows)) return r;
+    for (std::int64_t i = 0; i < groups.group_size[g]; ++i) {
+      if (a.expert_shapes.size() >= 0xFFFFFFFFull) return r;
+      a.expert_shapes.push_back(sa);
+      b.expert_shapes.push_back(sb);
+      call.tokens.push_back(sb.cols);
+    }
+  }
+  if (a.expert_shapes.empty()) return r;
+  a.experts = b.experts = static_cast<std::uint32_t>(a.expert_shapes.size());
+  call.source = source;
+  call.transa = transa;
+  call.transb = transb;
+  call.a = a;
+  call.b = b;
+  call.stream = stream;
+  call.experts = a.experts;
   r.call = call;
   return r;
 }

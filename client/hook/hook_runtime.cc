@@ -91,8 +91,26 @@ void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha,
   const ReadResult read = read_cublaslt_call(*shape, desc, alpha, A, Adesc, B, Bdesc, stream);
   // The name is taken even for a GEMM that cannot be read, so the ordinals of the others hold.
   const GemmRole layout_role = read.call ? role_from_layout(read.call->transa, read.call->transb) : GemmRole::kUnknown;
-  const GemmName name = thread_ranges().name_next_gemm(layout_role, step);
+  const GemmName name = thread_ranges().name_next_gemm(layout_role, step, read.call && read.call->experts > 0);
   if (!sampler_.layer_selected(name.layer)) return;
+  if (!read.call) {
+    count(read.reason);
+    return;
+  }
+  sample(*read.call, step, name);
+}
+
+template <class Read>
+void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped,
+                                      cublasHandle_t handle, Read read_call) {
+  const std::uint64_t step = clock_.on_gemm(signature);
+  if (!sampler_.step_selected(link_.segment(), step)) return;
+  const GemmName name = thread_ranges().name_next_gemm(role_from_layout(transa, transb), step, grouped);
+  if (!sampler_.layer_selected(name.layer)) return;
+  cudaStream_t stream = nullptr;
+  const auto get_stream = cublas_api().get_stream;
+  if (get_stream == nullptr || get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = nullptr;
+  const ReadResult read = read_call(stream);
   if (!read.call) {
     count(read.reason);
     return;
@@ -104,27 +122,52 @@ void HookRuntime::observe_cublas(const char* source, cublasOperation_t transa, c
                                  int k, const void* A, cudaDataType Atype, int lda, long long strideA, const void* B,
                                  cudaDataType Btype, int ldb, long long strideB, int batch_count, cublasHandle_t handle) {
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
-  std::uint64_t signature = 0;
-  if (clock_.needs_signature()) {
-    signature = gemm_signature(A, static_cast<std::uint64_t>(ta ? k : m), static_cast<std::uint64_t>(ta ? m : k), ta, tb);
-  }
-  const std::uint64_t step = clock_.on_gemm(signature);
-  if (!sampler_.step_selected(link_.segment(), step)) return;
-  const GemmName name = thread_ranges().name_next_gemm(role_from_layout(ta, tb), step);
-  if (!sampler_.layer_selected(name.layer)) return;
-  cudaStream_t stream = nullptr;
-  const auto get_stream = cublas_api().get_stream;
-  if (get_stream == nullptr || get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = nullptr;
-  const ReadResult read = read_cublas_call(source, ta, tb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB,
-                                           batch_count, stream);
-  if (!read.call) {
-    count(read.reason);
-    return;
-  }
-  sample(*read.call, step, name);
+  const std::uint64_t signature =
+      clock_.needs_signature()
+          ? gemm_signature(A, static_cast<std::uint64_t>(ta ? k : m), static_cast<std::uint64_t>(ta ? m : k), ta, tb)
+          : 0;
+  observe_cublas_call(signature, ta, tb, false, handle, [&](CUstream stream) {
+    return read_cublas_call(source, ta, tb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB, batch_count, stream);
+  });
+}
+
+void HookRuntime::observe_cublas_batched(const char* source, cublasOperation_t transa, cublasOperation_t transb,
+                                         std::int64_t m, std::int64_t n, std::int64_t k, const void* Aarray,
+                                         cudaDataType Atype, std::int64_t lda, const void* Barray, cudaDataType Btype,
+                                         std::int64_t ldb, std::int64_t batch_count, cublasHandle_t handle) {
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  const std::uint64_t signature =
+      clock_.needs_signature()
+          ? gemm_signature(Aarray, static_cast<std::uint64_t>(ta ? k : m), static_cast<std::uint64_t>(ta ? m : k), ta, tb)
+          : 0;
+  observe_cublas_call(signature, ta, tb, true, handle, [&](CUstream stream) {
+    return read_cublas_batched_call(source, ta, tb, m, n, k, Aarray, Atype, lda, Barray, Btype, ldb, batch_count, stream);
+  });
+}
+
+void HookRuntime::observe_cublas_grouped(const char* source, const std::optional<GroupedProblems>& problems,
+                                         const void* Aarray, cudaDataType Atype, const void* Barray, cudaDataType Btype,
+                                         cublasHandle_t handle) {
+  // The arrays are the host's (cuBLAS documents them so), so the step signature reads group 0.
+  const bool ta = problems && problems->transa[0], tb = problems && problems->transb[0];
+  const std::uint64_t signature =
+      clock_.needs_signature() && problems
+          ? gemm_signature(Aarray, static_cast<std::uint64_t>(problems->m[0]), static_cast<std::uint64_t>(problems->k[0]), ta, tb)
+          : 0;
+  observe_cublas_call(signature, ta, tb, true, handle, [&](CUstream stream) {
+    if (!problems) return ReadResult{std::nullopt, shm::DropReason::kUnreadableBatch};
+    return read_cublas_grouped_call(source, *problems, Aarray, Atype, Barray, Btype, stream);
+  });
+}
+
+std::uint64_t HookRuntime::valid_rows(const GemmName& name, Operand operand, std::int64_t expert, std::uint64_t rows) {
+  if (operand == Operand::kW || expert < 0 || static_cast<std::uint64_t>(expert) >= name.declared_tokens.size()) return 0;
+  const std::uint64_t tokens = name.declared_tokens[static_cast<std::size_t>(expert)];
+  return tokens < rows ? tokens : 0;
 }
 
 void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmName& name) {
+  if (call.experts > 0) return sample_experts(call, step, name);
   struct Part {
     const OperandView& view;
     Operand kind;
@@ -144,9 +187,56 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
       count(shm::DropReason::kBudget);
       continue;
     }
-    const SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
+    // A GEMM named for its expert (a range or the C API) carries the layer's declared tokens.
+    SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
+    spec.expert = name.expert;
+    if (name.expert >= 0 && !name.declared_tokens.empty()) {
+      spec.experts = static_cast<std::uint32_t>(name.declared_tokens.size());
+      spec.tokens = &name.declared_tokens;
+      spec.valid_rows = valid_rows(name, part.kind, name.expert, part.view.outer());
+    }
     if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.alpha, call.stream)) {
       count(*dropped);
+    }
+  }
+}
+
+void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name) {
+  if (capture_.capturing(call.stream)) {
+    count(shm::DropReason::kGraphCapture);
+    return;
+  }
+  struct Part {
+    const OperandView& view;
+    Operand kind;
+  };
+  const Part parts[] = {{call.a, operand_of_a(name.role)}, {call.b, operand_of_b(name.role)}};
+  // Declared tokens, when they cover every expert of the call, say how many rows of each
+  // activation are tokens; else the host's own count (or, for grouped layouts, the device's).
+  const bool declared = name.declared_tokens.size() == call.experts;
+  const std::vector<std::uint64_t>* tokens = declared ? &name.declared_tokens : call.tokens.empty() ? nullptr : &call.tokens;
+  for (const std::uint32_t expert : sampler_.experts_for_call(name.layer, call.experts)) {
+    for (const Part& part : parts) {
+      if (!sampler_.operand_selected(part.kind)) continue;
+      SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
+      spec.expert = expert;
+      spec.experts = call.experts;
+      spec.tokens = tokens;
+      const ExpertShape shape = part.view.shape_of(expert);
+      const std::uint64_t rows = part.view.row_major ? shape.rows : shape.cols, inner = part.view.row_major ? shape.cols : shape.rows;
+      const bool device_shaped = part.view.device_dims.present();
+      if (!device_shaped && rows * inner == 0) continue;  // an expert without tokens: nothing to copy
+      // A grouped layout's rows are the device's: the daemon holds valid_rows to them.
+      spec.valid_rows = declared ? valid_rows(name, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
+      const std::uint64_t bytes = device_shaped ? capture_.grouped_capacity(spec) : rows * inner * part.view.element_bits / 8;
+      if (!sampler_.charge(step, bytes)) {
+        count(shm::DropReason::kBudget);
+        continue;
+      }
+      if (const std::optional<shm::DropReason> dropped =
+              capture_.sample_expert(spec, part.view, call.alpha, call.b, call.stream)) {
+        count(*dropped);
+      }
     }
   }
 }

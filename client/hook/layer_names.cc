@@ -22,13 +22,32 @@ std::string label_text(std::string_view name) {
 
 }  // namespace
 
+// "...experts.N" / "...expert.N": the layer before ".N" and N (up to 2^31; a longer number is no
+// expert index).
+std::int64_t split_expert(std::string_view& layer) {
+  const std::size_t dot = layer.rfind('.');
+  if (dot == std::string_view::npos || dot + 1 >= layer.size() || layer.size() - dot - 1 > 9) return -1;
+  const std::string_view digits = layer.substr(dot + 1), head = layer.substr(0, dot);
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+  }
+  if (!head.ends_with("experts") && !head.ends_with("expert")) return -1;
+  std::int64_t n = 0;
+  for (char c : digits) n = n * 10 + (c - '0');
+  layer = head;
+  return n;
+}
+
 RangeName parse_range_name(std::string_view name) {
+  RangeName out{name, RoleSuffix::kNone, -1};
   for (const SuffixRow& row : kSuffixes) {
     if (name.size() > row.text.size() && name.substr(name.size() - row.text.size()) == row.text) {
-      return {name.substr(0, name.size() - row.text.size()), row.suffix};
+      out = {name.substr(0, name.size() - row.text.size()), row.suffix, -1};
+      break;
     }
   }
-  return {name, RoleSuffix::kNone};
+  out.expert = split_expert(out.layer);
+  return out;
 }
 
 GemmRole resolve_role(GemmRole layout_role, RoleSuffix suffix) {
@@ -46,7 +65,15 @@ GemmRole resolve_role(GemmRole layout_role, RoleSuffix suffix) {
 
 void RangeStack::push(std::string_view name, const void* domain, bool step_marker) {
   const RangeName parsed = parse_range_name(name);
-  entries_.push_back({label_text(parsed.layer), parsed.suffix, domain, step_marker, {0, 0, 0, 0, 0}});
+  entries_.push_back({label_text(parsed.layer), parsed.suffix, domain, step_marker, parsed.expert, {0, 0, 0, 0, 0}, {}});
+}
+
+void RangeStack::declare_tokens(std::vector<std::uint64_t> tokens) {
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+    if (it->step_marker) continue;
+    it->tokens = std::move(tokens);
+    return;
+  }
 }
 
 void RangeStack::pop(const void* domain) {
@@ -58,7 +85,7 @@ void RangeStack::pop(const void* domain) {
   }
 }
 
-GemmName RangeStack::name_next_gemm(GemmRole layout_role, std::uint64_t step) {
+GemmName RangeStack::name_next_gemm(GemmRole layout_role, std::uint64_t step, bool grouped) {
   if (step != step_) {
     step_ = step;
     step_ordinal_ = 0;
@@ -67,10 +94,21 @@ GemmName RangeStack::name_next_gemm(GemmRole layout_role, std::uint64_t step) {
   for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
     if (it->step_marker) continue;
     const GemmRole role = resolve_role(layout_role, it->suffix);
-    const std::uint32_t ordinal = it->ordinals[static_cast<std::uint32_t>(role)]++;
-    return {it->layer + "#" + std::to_string(ordinal), role};
+    std::uint32_t ordinal = it->ordinals[static_cast<std::uint32_t>(role)]++;
+    GemmName name{"", role, explicit_expert_ >= 0 ? explicit_expert_ : it->expert, it->tokens};
+    // Declared tokens: the GEMMs of a role run one per expert with tokens, in index order.
+    std::vector<std::uint32_t> with_tokens;
+    for (std::size_t e = 0; e < it->tokens.size(); ++e) {
+      if (it->tokens[e] > 0) with_tokens.push_back(static_cast<std::uint32_t>(e));
+    }
+    if (!with_tokens.empty() && name.expert < 0 && !grouped) {
+      name.expert = with_tokens[ordinal % with_tokens.size()];
+      ordinal /= static_cast<std::uint32_t>(with_tokens.size());
+    }
+    name.layer = it->layer + "#" + std::to_string(ordinal);
+    return name;
   }
-  return {"gemm#" + std::to_string(in_step), layout_role};
+  return {"gemm#" + std::to_string(in_step), layout_role, explicit_expert_, {}};
 }
 
 RangeStack& thread_ranges() {

@@ -57,6 +57,10 @@ const CublasApi& cublas_api() {
     CublasApi a;
     resolve(a.gemm_ex, "cublasGemmEx", kSonames);
     resolve(a.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx", kSonames);
+    resolve(a.gemm_batched_ex, "cublasGemmBatchedEx", kSonames);
+    resolve(a.gemm_batched_ex_64, "cublasGemmBatchedEx_64", kSonames);
+    resolve(a.gemm_grouped_batched_ex, "cublasGemmGroupedBatchedEx", kSonames);
+    resolve(a.gemm_grouped_batched_ex_64, "cublasGemmGroupedBatchedEx_64", kSonames);
     resolve(a.get_stream, "cublasGetStream_v2", kSonames);
     return a;
   }();
@@ -84,6 +88,9 @@ const DriverApi& driver_api() {
     get(a.event_record, FP8SCOPE_SYMBOL_NAME(cuEventRecord));
     get(a.event_synchronize, FP8SCOPE_SYMBOL_NAME(cuEventSynchronize));
     get(a.event_destroy, FP8SCOPE_SYMBOL_NAME(cuEventDestroy));
+    get(a.module_load_data, FP8SCOPE_SYMBOL_NAME(cuModuleLoadData));
+    get(a.module_get_function, FP8SCOPE_SYMBOL_NAME(cuModuleGetFunction));
+    get(a.launch_kernel, FP8SCOPE_SYMBOL_NAME(cuLaunchKernel));
     return a;  // the handle stays open: the functions must outlive this scope
   }();
   return api;

@@ -1,5 +1,6 @@
 #include "fp8scope/hook/sampler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,9 @@ shm::PolicyCopy policy_from_environment() {
   number_from_environment("FP8SCOPE_START_STEP", p.start_step);
   number_from_environment("FP8SCOPE_END_STEP", p.end_step);
   number_from_environment("FP8SCOPE_BYTES_PER_STEP", p.max_bytes_per_step);
+  std::uint64_t experts_per_call = 0;
+  number_from_environment("FP8SCOPE_EXPERTS_PER_CALL", experts_per_call);
+  p.experts_per_call = static_cast<std::uint32_t>(std::min<std::uint64_t>(experts_per_call, 0xFFFFFFFFu));
   if (const char* regex = std::getenv("FP8SCOPE_LAYER_REGEX")) {
     std::snprintf(p.layer_regex, sizeof p.layer_regex, "%s", regex);
   }
@@ -67,6 +71,7 @@ void Sampler::adopt(const shm::PolicyCopy& p) {
   operand_mask_.store(p.operand_mask, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   max_bytes_per_step_ = p.max_bytes_per_step;
+  experts_per_call_ = p.experts_per_call;
   layer_cache_.clear();
   layer_pattern_.reset();
   if (p.layer_regex[0] != '\0') {
@@ -117,6 +122,20 @@ bool Sampler::charge(std::uint64_t step, std::uint64_t bytes) {
   if (max_bytes_per_step_ != 0 && budget_used_ + bytes > max_bytes_per_step_) return false;
   budget_used_ += bytes;
   return true;
+}
+
+std::vector<std::uint32_t> Sampler::experts_for_call(const std::string& layer, std::uint32_t experts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::uint32_t> chosen;
+  if (experts_per_call_ == 0 || experts_per_call_ >= experts) {
+    for (std::uint32_t e = 0; e < experts; ++e) chosen.push_back(e);
+    return chosen;
+  }
+  if (next_expert_.size() >= kMaxCachedLayers && !next_expert_.count(layer)) next_expert_.clear();
+  std::uint32_t& next = next_expert_[layer];
+  for (std::uint32_t i = 0; i < experts_per_call_; ++i) chosen.push_back((next + i) % experts);
+  next = (next + experts_per_call_) % experts;
+  return chosen;
 }
 
 }  // namespace fp8scope::hook

@@ -16,7 +16,7 @@ import ctypes
 import threading
 import warnings
 
-__all__ = ["available", "step", "log", "range_push", "range_pop", "name_modules"]
+__all__ = ["available", "step", "log", "range_push", "range_pop", "expert", "expert_tokens", "name_modules"]
 
 _MAX_NAME_BYTES = 63
 
@@ -32,6 +32,9 @@ def _load_hook():
     process.fp8scope_log_scalar.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_double]
     process.fp8scope_range_push.argtypes = [ctypes.c_char_p]
     process.fp8scope_range_pop.argtypes = []
+    if version() >= 2:  # mixture-of-experts calls
+        process.fp8scope_set_expert.argtypes = [ctypes.c_int32]
+        process.fp8scope_expert_tokens.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
     return process
 
 
@@ -74,6 +77,41 @@ def range_push(name):
 def range_pop():
     if _hook is not None:
         _hook.fp8scope_range_pop()
+
+
+class expert:
+    """The GEMMs inside run for expert `index` of the layer (a context manager):
+
+        with fp8scope.expert(3):
+            y = experts[3](x)
+    """
+
+    def __init__(self, index):
+        self.index = int(index)
+        if self.index < 0:
+            raise ValueError(f"fp8scope.expert: expected a non-negative expert index, got {self.index}")
+
+    def __enter__(self):
+        if _hook is not None and hasattr(_hook, "fp8scope_set_expert"):
+            _hook.fp8scope_set_expert(self.index)
+        return self
+
+    def __exit__(self, *exc):
+        if _hook is not None and hasattr(_hook, "fp8scope_set_expert"):
+            _hook.fp8scope_set_expert(-1)
+        return False
+
+
+def expert_tokens(tokens):
+    """Tokens routed to each expert (a sequence of non-negative ints, zero included) for the GEMMs of
+    the current range: one GEMM per expert with tokens (TE's GroupedLinear: pass its m_splits) or a
+    grouped GEMM whose groups are padded past their tokens."""
+    counts = [int(t) for t in tokens]
+    if any(t < 0 for t in counts):
+        raise ValueError("fp8scope.expert_tokens: token counts must be non-negative")
+    if _hook is not None and hasattr(_hook, "fp8scope_expert_tokens") and counts:
+        array = (ctypes.c_uint64 * len(counts))(*counts)
+        _hook.fp8scope_expert_tokens(array, len(counts))
 
 
 def _nvtx_ranges():

@@ -1,5 +1,8 @@
 #include "device_gemms.h"
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
@@ -125,6 +128,132 @@ void Gemms::wgrad_nt(const DeviceOperand& x, const DeviceOperand& dy, DeviceBuff
 void Gemms::tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L,
                const float* alpha_device) {
   lt_matmul(true, false, a, L, Q, b, L, P, out, Q, P, alpha_device);
+}
+
+namespace {
+
+// cuBLASLt's grouped API (cuBLAS 13.2+; not in the 13.1 headers the trainer builds against), from
+// NVIDIA's cuBLASLt documentation: cublasLtGroupedMatrixLayoutCreate, resolved at run time.
+using GroupedLayoutCreate = cublasStatus_t (*)(cublasLtMatrixLayout_t*, cudaDataType, int, const void*, const void*,
+                                               const void*);
+
+GroupedLayoutCreate grouped_layout_create() {
+  static const auto f = reinterpret_cast<GroupedLayoutCreate>(dlsym(RTLD_DEFAULT, "cublasLtGroupedMatrixLayoutCreate"));
+  if (f == nullptr) fail("cublasLtGroupedMatrixLayoutCreate (cuBLAS 13.2 or newer) not found", 0);
+  return f;
+}
+
+// A device array of the host values (pointers or int32 shapes) for one call.
+template <class T>
+std::unique_ptr<DeviceBuffer> device_array(const std::vector<T>& v) {
+  auto b = std::make_unique<DeviceBuffer>(std::max<std::size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) b->upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+}  // namespace
+
+void Gemms::experts(ExpertForm form, bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
+  switch (form) {
+    case ExpertForm::kLtGrouped: return lt_grouped(transa, transb, problems);
+    case ExpertForm::kCublasGrouped: return cublas_grouped(transa, transb, problems);
+    case ExpertForm::kCublasBatched: return cublas_batched(transa, transb, problems);
+    case ExpertForm::kLoop:
+      for (const ExpertProblem& p : problems) {
+        if (p.m > 0 && p.n > 0 && (transa ? p.a_rows : p.a_cols) > 0) lt_one(transa, transb, p);
+      }
+      return;
+  }
+}
+
+void Gemms::lt_one(bool transa, bool transb, const ExpertProblem& p) {
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasLtMatmulDesc_t desc = nullptr;
+  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const std::int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.a_rows, p.a_cols, p.a_rows), "cublasLtMatrixLayoutCreate A");
+  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.b_rows, p.b_cols, p.b_rows), "cublasLtMatrixLayoutCreate B");
+  check(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p.m, p.n, p.m), "cublasLtMatrixLayoutCreate D");
+  check(cublasLtMatmul(lt_, desc, &alpha, p.a, la, p.b, lb, &beta, p.d, ld, p.d, ld, nullptr, workspace_->get(),
+                       kWorkspaceBytes, stream_),
+        "cublasLtMatmul");
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(desc);
+}
+
+void Gemms::lt_grouped(bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
+  // As Transformer Engine sets it up (cublaslt_grouped_gemm.cu): device arrays of pointers and of
+  // int32 rows and cols per group, ld = rows, every layout grouped.
+  std::vector<const void*> a, b;
+  std::vector<void*> d;
+  std::vector<std::int32_t> a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
+  for (const ExpertProblem& p : problems) {
+    a.push_back(p.a), b.push_back(p.b), d.push_back(p.d);
+    a_rows.push_back(p.a_rows), a_cols.push_back(p.a_cols), b_rows.push_back(p.b_rows), b_cols.push_back(p.b_cols);
+    d_rows.push_back(p.m), d_cols.push_back(p.n);
+  }
+  auto da = device_array(a), db = device_array(b), dd = device_array(d), dar = device_array(a_rows),
+       dac = device_array(a_cols), dbr = device_array(b_rows), dbc = device_array(b_cols), ddr = device_array(d_rows),
+       ddc = device_array(d_cols);
+  const int groups = static_cast<int>(problems.size());
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  check(grouped_layout_create()(&la, CUDA_R_16BF, groups, dar->get(), dac->get(), dar->get()), "grouped layout A");
+  check(grouped_layout_create()(&lb, CUDA_R_16BF, groups, dbr->get(), dbc->get(), dbr->get()), "grouped layout B");
+  check(grouped_layout_create()(&ld, CUDA_R_32F, groups, ddr->get(), ddc->get(), ddr->get()), "grouped layout D");
+  cublasLtMatmulDesc_t desc = nullptr;
+  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const std::int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(lt_, desc, &alpha, da->get(), la, db->get(), lb, &beta, dd->get(), ld, dd->get(), ld, nullptr,
+                       workspace_->get(), kWorkspaceBytes, stream_),
+        "cublasLtMatmul (grouped)");
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+}
+
+void Gemms::cublas_grouped(bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
+  const std::size_t n = problems.size();
+  std::vector<cublasOperation_t> ta(n, transa ? CUBLAS_OP_T : CUBLAS_OP_N), tb(n, transb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  std::vector<int> m, nn, k, lda, ldb, ldc, size(n, 1);
+  std::vector<float> alpha(n, 1.0f), beta(n, 0.0f);
+  std::vector<const void*> a, b;
+  std::vector<void*> d;
+  for (const ExpertProblem& p : problems) {
+    m.push_back(p.m), nn.push_back(p.n), k.push_back(transa ? p.a_rows : p.a_cols);
+    lda.push_back(p.a_rows), ldb.push_back(p.b_rows), ldc.push_back(p.m);
+    a.push_back(p.a), b.push_back(p.b), d.push_back(p.d);
+  }
+  auto da = device_array(a), db = device_array(b), dd = device_array(d);
+  check(cublasGemmGroupedBatchedEx(blas_, ta.data(), tb.data(), m.data(), nn.data(), k.data(), alpha.data(),
+                                   static_cast<const void* const*>(da->get()), CUDA_R_16BF, lda.data(),
+                                   static_cast<const void* const*>(db->get()), CUDA_R_16BF, ldb.data(), beta.data(),
+                                   static_cast<void* const*>(dd->get()), CUDA_R_32F, ldc.data(), static_cast<int>(n),
+                                   size.data(), CUBLAS_COMPUTE_32F),
+        "cublasGemmGroupedBatchedEx");
+}
+
+void Gemms::cublas_batched(bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
+  const ExpertProblem& p0 = problems.front();
+  std::vector<const void*> a, b;
+  std::vector<void*> d;
+  for (const ExpertProblem& p : problems) a.push_back(p.a), b.push_back(p.b), d.push_back(p.d);
+  auto da = device_array(a), db = device_array(b), dd = device_array(d);
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasGemmBatchedEx(blas_, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, p0.m, p0.n,
+                            transa ? p0.a_rows : p0.a_cols, &alpha, static_cast<const void* const*>(da->get()),
+                            CUDA_R_16BF, p0.a_rows, static_cast<const void* const*>(db->get()), CUDA_R_16BF, p0.b_rows,
+                            &beta, static_cast<void* const*>(dd->get()), CUDA_R_32F, p0.m,
+                            static_cast<int>(problems.size()), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmBatchedEx");
 }
 
 void Gemms::capture_probe(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K) {

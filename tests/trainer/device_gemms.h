@@ -45,6 +45,23 @@ struct DeviceOperand {
   cublasLtMatmulMatrixScale_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 };
 
+// The GEMM forms mixture-of-experts layers use, one problem per expert: cuBLASLt grouped layouts
+// (the device holds each group's shape), cublasGemmGroupedBatchedEx (one group per expert),
+// cublasGemmBatchedEx (every expert padded to one shape) and a loop of cublasLtMatmul calls, one
+// per expert with tokens (Transformer Engine's GroupedLinear).
+enum class ExpertForm { kLtGrouped, kCublasGrouped, kCublasBatched, kLoop };
+
+// One expert's problem as cuBLAS sees it (column major, ld = rows): d (m x n, fp32) = op(a) op(b),
+// BF16 a and b.
+struct ExpertProblem {
+  const void* a;
+  int a_rows, a_cols;
+  const void* b;
+  int b_rows, b_cols;
+  void* d;
+  int m, n;
+};
+
 class Gemms {
  public:
   Gemms();
@@ -64,12 +81,19 @@ class Gemms {
   void tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L,
           const float* alpha_device = nullptr);
 
+  // Every expert's problem of one pass in the given form (kCublasBatched: all of one shape).
+  void experts(ExpertForm form, bool transa, bool transb, const std::vector<ExpertProblem>& problems);
+
   // Starts capturing the stream into a CUDA graph, runs one GEMM, ends and discards the graph.
   void capture_probe(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K);
 
  private:
   void lt_matmul(bool transa, bool transb, const DeviceOperand& a, int a_rows, int a_cols, const DeviceOperand& b,
                  int b_rows, int b_cols, DeviceBuffer& out, int m, int n, const float* alpha_device = nullptr);
+  void lt_grouped(bool transa, bool transb, const std::vector<ExpertProblem>& problems);
+  void cublas_grouped(bool transa, bool transb, const std::vector<ExpertProblem>& problems);
+  void cublas_batched(bool transa, bool transb, const std::vector<ExpertProblem>& problems);
+  void lt_one(bool transa, bool transb, const ExpertProblem& p);
 
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;

@@ -3,7 +3,9 @@
 // them, and an NVTX range per layer. `--mode bf16`: BF16 operands, PyTorch's layouts (fprop TN,
 // dgrad NN through cublasGemmEx, wgrad NT). `--mode fp8`: TE's delayed scaling (E4M3 forward, E5M2
 // gradients), every GEMM TN with transposed copies, as FP8 cuBLASLt requires on Ada and Hopper.
-// Losses go to --losses, one per line as hex floats, so runs can be compared bit for bit.
+// `--mode moe`: the middle layer is a mixture of experts (moe_layer.h) whose expert GEMMs run in the
+// form --moe-gemm names, BF16 elsewhere. Losses go to --losses, one per line as hex floats, so runs
+// can be compared bit for bit.
 //
 // Built with the tests. It runs from the build tree against the CPU fixtures (RUNPATH) on a machine
 // without a GPU; on a GPU machine LD_LIBRARY_PATH to the real libraries wins.
@@ -24,6 +26,7 @@
 #include "block_scaling.h"
 #include "device_gemms.h"
 #include "host_tensors.h"
+#include "moe_layer.h"
 
 using namespace fp8scope::trainer;
 
@@ -33,6 +36,7 @@ constexpr int kInputs = 32, kOutputs = 16;
 constexpr int kLayers = 3;
 constexpr float kLearningRate = 0.05f;
 constexpr int kAmaxHistory = 16;
+constexpr int kMoeLayer = 1;  // --mode moe: the hidden-to-hidden layer is the mixture of experts
 
 struct Options {
   int steps = 100;
@@ -50,7 +54,16 @@ struct Options {
   std::string save_weights, serve_weights;
   bool capture_probe = false;
   bool no_step_api = false;
+  MoeOptions moe;
 };
+
+std::optional<ExpertForm> expert_form(const std::string& name) {
+  if (name == "lt-grouped") return ExpertForm::kLtGrouped;
+  if (name == "cublas-grouped") return ExpertForm::kCublasGrouped;
+  if (name == "batched") return ExpertForm::kCublasBatched;
+  if (name == "loop") return ExpertForm::kLoop;
+  return std::nullopt;
+}
 
 // The hook's C API when the hook is loaded, else nothing (the trainer also runs without it).
 struct HookApi {
@@ -171,6 +184,7 @@ class Trainer {
       layers_.emplace_back();
       layers_.back().w = random_normal(widths[l + 1], widths[l], std::sqrt(2.0f / static_cast<float>(widths[l])), rng_);
     }
+    if (o.mode == "moe") moe_ = std::make_unique<MoeLayer>("mlp." + std::to_string(kMoeLayer) + ".experts", o.hidden, o.moe, rng_);
   }
 
   double step(int step);
@@ -195,6 +209,9 @@ class Trainer {
                 DeviceBuffer& out, int P, int Q, int L);
   Matrix forward(int step, int l, const Matrix& input);
   Matrix backward(int step, int l, const Matrix& dy);
+  // dX of layer l through the ReLU of the layer below.
+  Matrix below_relu(int l, Matrix dx) const;
+  OperandDump bf16_dump(int step);
 
   Options o_;
   std::mt19937_64 rng_;
@@ -203,6 +220,7 @@ class Trainer {
   Gemms gemms_;
   Matrix t1_, t2_;
   std::vector<Layer> layers_;
+  std::unique_ptr<MoeLayer> moe_;
 };
 
 void Trainer::dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
@@ -239,6 +257,12 @@ Matrix Trainer::forward(int step, int l, const Matrix& input) {
   const int M = input.rows, K = input.cols, N = L.w.rows;
   const std::string name = "mlp." + std::to_string(l);
   L.input = input;
+  if (moe_ && l == kMoeLayer) {
+    L.pre_activation = moe_->forward(step, input, gemms_, bf16_dump(step));
+    Matrix y = L.pre_activation;
+    for (float& v : y.v) v = std::max(v, 0.0f);
+    return y;
+  }
   DeviceBuffer out(static_cast<std::size_t>(M) * N * sizeof(float));
   if (block_) {
     // The weight keeps one device buffer (the hook finds a step by its first GEMM's weight).
@@ -297,6 +321,7 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const int M = dy.rows, N = dy.cols, K = L.w.cols;
   const std::string name = "mlp." + std::to_string(l);
+  if (moe_ && l == kMoeLayer) return below_relu(l, moe_->backward(dy, gemms_, bf16_dump(step), kLearningRate));
   DeviceBuffer dx_out(static_cast<std::size_t>(M) * K * sizeof(float)), dw_out(static_cast<std::size_t>(N) * K * sizeof(float));
   if (block_) {
     // dX[M,K] = dY[M,N] W[N,K] and dW[N,K] = dY^T[N,M] X[M,K], each TN with operands quantized along
@@ -340,12 +365,21 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
   }
   const Matrix dw = download(dw_out, N, K);
   for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= kLearningRate * dw.v[i];
-  Matrix dx = download(dx_out, M, K);
+  return below_relu(l, download(dx_out, M, K));
+}
+
+Matrix Trainer::below_relu(int l, Matrix dx) const {
   if (l > 0) {
     const Matrix& below = layers_[static_cast<std::size_t>(l - 1)].pre_activation;
     for (std::size_t i = 0; i < dx.v.size(); ++i) dx.v[i] = below.v[i] > 0.0f ? dx.v[i] : 0.0f;
   }
   return dx;
+}
+
+OperandDump Trainer::bf16_dump(int step) {
+  return [this, step](const std::string& name, int rows, int cols, const std::vector<std::uint16_t>& bits) {
+    dump(step, name, "<u2", rows, cols, bits.data(), bits.size() * 2);
+  };
 }
 
 double Trainer::step(int step) {
@@ -456,8 +490,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(16, 4096));
   app.add_option("--batch", o.batch, "Rows per step (a multiple of 16)")->check(CLI::Range(16, 4096));
   app.add_option("--mode", o.mode,
-                 "bf16, fp8 (delayed scaling, E4M3 forward, E5M2 backward), mxfp8, block (1x128 and 128x128) or nvfp4")
-      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4"}));
+                 "bf16, fp8 (delayed scaling, E4M3 forward, E5M2 backward), mxfp8, block (1x128 and 128x128), nvfp4, or "
+                 "moe (BF16 with a mixture of experts in the middle)")
+      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4", "moe"}));
+  std::string moe_gemm = "lt-grouped";
+  app.add_option("--moe-gemm", moe_gemm, "moe: the expert GEMMs' form: lt-grouped, cublas-grouped, batched or loop")
+      ->check(CLI::IsMember({"lt-grouped", "cublas-grouped", "batched", "loop"}));
+  app.add_option("--experts", o.moe.experts, "moe: experts")->check(CLI::Range(1, 256));
+  app.add_option("--top-k", o.moe.top_k, "moe: experts per token")->check(CLI::Range(1, 256));
+  app.add_option("--moe-pad", o.moe.pad, "moe: each expert's rows padded to a multiple of this")->check(CLI::Range(1, 1024));
+  app.add_option("--nan-padding-step", o.moe.nan_padding_step,
+                 "moe: at this step the first padded expert's padding rows of X are NaN");
   app.add_option("--losses", o.losses, "Write one loss per line (hex float) here");
   app.add_option("--seed", o.seed, "Data and initialization seed");
   app.add_option("--dump-step", o.dump_step, "Write every GEMM operand of this step as .npy into --dump-dir");
@@ -473,6 +516,15 @@ int main(int argc, char** argv) {
   app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
   app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
   CLI11_PARSE(app, argc, argv);
+  o.moe.form = *expert_form(moe_gemm);
+  if (o.moe.top_k > o.moe.experts) {
+    std::fprintf(stderr, "tiny_trainer: --top-k %d: expected at most --experts (%d)\n", o.moe.top_k, o.moe.experts);
+    return 2;
+  }
+  if (o.mode == "moe" && (!o.serve_weights.empty() || !o.save_weights.empty())) {
+    std::fprintf(stderr, "tiny_trainer: --mode moe saves and serves no weights\n");
+    return 2;
+  }
   if (o.hidden % 16 != 0 || o.batch % 16 != 0) {
     std::fprintf(stderr, "tiny_trainer: --hidden and --batch: expected multiples of 16, got %d and %d\n", o.hidden, o.batch);
     return 2;

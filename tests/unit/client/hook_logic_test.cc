@@ -73,6 +73,49 @@ TEST_CASE("a GEMM is named by its innermost range and its ordinal there, per rol
   CHECK(ranges.name_next_gemm(GemmRole::kFprop, 1).layer == "gemm#0");  // a new step counts afresh
 }
 
+TEST_CASE("experts keep their index: by range name, by the C API, and by declared tokens", "[hook]") {
+  RangeStack ranges;
+  // "...experts.N": expert N of the layer "...experts".
+  ranges.push("layers.3.mlp.experts.5/forward", nullptr);
+  GemmName n = ranges.name_next_gemm(GemmRole::kFprop, 0);
+  CHECK((n.layer == "layers.3.mlp.experts#0" && n.expert == 5 && n.role == GemmRole::kFprop));
+  ranges.pop(nullptr);
+  ranges.push("layers.3.mlp.experts.12", nullptr);
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "layers.3.mlp.experts#0");  // a name of its own range
+  ranges.pop(nullptr);
+  ranges.push("layers.3.mlp.fc.5", nullptr);  // no "experts" before the number: not an expert
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).expert == -1);
+  ranges.pop(nullptr);
+  // Declared tokens: the range's GEMMs of each role are the experts with tokens, in order.
+  ranges.push("layers.3.mlp.experts/forward", nullptr);
+  ranges.declare_tokens({7, 0, 3, 0, 9});
+  std::vector<std::int64_t> experts;
+  for (int i = 0; i < 6; ++i) experts.push_back(ranges.name_next_gemm(GemmRole::kFprop, 0).expert);
+  CHECK(experts == std::vector<std::int64_t>{0, 2, 4, 0, 2, 4});
+  CHECK(ranges.name_next_gemm(GemmRole::kDgrad, 0).expert == 0);  // each role counts on its own
+  const GemmName grouped = ranges.name_next_gemm(GemmRole::kWgrad, 0, /*grouped=*/true);
+  CHECK((grouped.expert == -1 && grouped.declared_tokens.size() == 5));  // a grouped GEMM holds them all
+  ranges.pop(nullptr);
+  // The C API wins, until cleared.
+  ranges.set_expert(3);
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 1).expert == 3);
+  ranges.set_expert(-1);
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 1).expert == -1);
+}
+
+TEST_CASE("the sampler rotates through the experts of a call when told to sample only some", "[hook]") {
+  shm::PolicyCopy p;
+  p.every_n_steps = 1;
+  Sampler all(p);
+  CHECK(all.experts_for_call("moe#0", 4) == std::vector<std::uint32_t>{0, 1, 2, 3});
+  p.experts_per_call = 3;
+  Sampler some(p);
+  CHECK(some.experts_for_call("moe#0", 8) == std::vector<std::uint32_t>{0, 1, 2});
+  CHECK(some.experts_for_call("moe#0", 8) == std::vector<std::uint32_t>{3, 4, 5});
+  CHECK(some.experts_for_call("moe#0", 8) == std::vector<std::uint32_t>{6, 7, 0});  // every one seen in 3 calls
+  CHECK(some.experts_for_call("other#0", 8) == std::vector<std::uint32_t>{0, 1, 2});  // each layer its own turn
+}
+
 TEST_CASE("names become printable, bounded label values", "[hook]") {
   RangeStack ranges;
   ranges.push(std::string("layer\x01\xff", 7), nullptr);
@@ -170,6 +213,85 @@ TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {
   CHECK(bad_ld.reason == shm::DropReason::kUnsupportedLayout);
 }
 
+// cuBLASLt's grouped API (cuBLAS 13.2+, not in the installed headers), as the fixture implements
+// it from the documentation.
+extern "C" cublasStatus_t cublasLtGroupedMatrixLayoutCreate(cublasLtMatrixLayout_t*, cudaDataType, int, const void*,
+                                                            const void*, const void*);
+
+TEST_CASE("cuBLASLt grouped layouts: shapes on the device, per-group scales, block scales counted", "[hook]") {
+  cublasLtMatmulDesc_t desc = nullptr;
+  REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  const std::int32_t t = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  // Four experts; the "device" arrays are host memory in the fixtures.
+  const std::int64_t rows64[4] = {64, 64, 64, 64}, cols64[4] = {32, 0, 96, 32};
+  const std::int32_t rows[4] = {64, 64, 64, 64}, cols[4] = {32, 0, 96, 32};
+  const void* pointers[4] = {};
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr;
+  REQUIRE(cublasLtGroupedMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, 4, rows, rows, rows) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtGroupedMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, 4, rows64, cols64, rows64) == CUBLAS_STATUS_SUCCESS);
+  const std::int32_t wide = 1;  // CUBLASLT_INTEGER_WIDTH_64 for B's rows, cols and ld
+  cublasLtMatrixLayoutSetAttribute(lb, static_cast<cublasLtMatrixLayoutAttribute_t>(12), &wide, sizeof wide);
+  cublasLtMatrixLayoutSetAttribute(lb, static_cast<cublasLtMatrixLayoutAttribute_t>(13), &wide, sizeof wide);
+  auto read = [&] { return read_cublaslt_call(read_matmul_shape(desc, la), desc, nullptr, pointers, la, pointers, lb, nullptr); };
+  ReadResult r = read();
+  REQUIRE(r.call);
+  CHECK(r.call->experts == 4);
+  CHECK(r.call->tokens.empty());  // the device knows them: the gather kernel reads them
+  CHECK((r.call->b.device_dims.rows == rows64 && r.call->b.device_dims.cols == cols64 && r.call->b.device_dims.ld == rows64));
+  CHECK((r.call->b.device_dims.rows_cols_64 && r.call->b.device_dims.ld_64));
+  CHECK((r.call->a.device_dims.rows == rows && !r.call->a.device_dims.rows_cols_64));
+  CHECK((r.call->a.scale_layout == ScaleLayout::kTensorScalar && !r.call->a.scales_per_expert));
+  (void)cols;
+  SECTION("per-group scalar scales: device arrays of pointers") {
+    const std::int32_t per_group = 6;  // CUBLASLT_MATMUL_MATRIX_SCALE_PER_BATCH_SCALAR_32F
+    const float* scale_pointers[4] = {};
+    const void* array = scale_pointers;
+    for (auto [mode_attr, pointer_attr] : {std::pair{CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER},
+                                           std::pair{CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER}}) {
+      cublasLtMatmulDescSetAttribute(desc, mode_attr, &per_group, sizeof per_group);
+      cublasLtMatmulDescSetAttribute(desc, pointer_attr, &array, sizeof array);
+    }
+    r = read();
+    REQUIRE(r.call);
+    CHECK((r.call->a.scales_per_expert && r.call->a.scales == array && r.call->b.scales_per_expert));
+  }
+  SECTION("per-group block scales are counted, not misread") {
+    const std::int32_t mxfp8 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mxfp8, sizeof mxfp8);
+    r = read();
+    CHECK_FALSE(r.call);
+    CHECK(r.reason == shm::DropReason::kGroupedBlockScales);
+  }
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(desc);
+}
+
+TEST_CASE("cublasGemmBatchedEx and cublasGemmGroupedBatchedEx: an expert per batch element or problem", "[hook]") {
+  const char pointers[1] = {};
+  ReadResult r = read_cublas_batched_call("cublasGemmBatchedEx", true, false, 32, 48, 64, pointers, CUDA_R_16BF, 64,
+                                          pointers, CUDA_R_16BF, 64, 5, nullptr);
+  REQUIRE(r.call);
+  CHECK(r.call->experts == 5);
+  CHECK((r.call->a.rows == 64 && r.call->a.cols == 32 && r.call->b.rows == 64 && r.call->b.cols == 48));
+  CHECK(r.call->tokens == std::vector<std::uint64_t>(5, 48));
+  // Two groups: two problems of 16 tokens, then one with none (its place, and the expert's index, kept).
+  GroupedProblems g;
+  g.transa = {true, true}, g.transb = {false, false};
+  g.m = {32, 32}, g.n = {16, 0}, g.k = {64, 64}, g.lda = {64, 64}, g.ldb = {64, 64}, g.group_size = {2, 1};
+  r = read_cublas_grouped_call("cublasGemmGroupedBatchedEx", g, pointers, CUDA_R_16BF, pointers, CUDA_R_16BF, nullptr);
+  REQUIRE(r.call);
+  CHECK(r.call->experts == 3);
+  CHECK(r.call->tokens == std::vector<std::uint64_t>{16, 16, 0});
+  CHECK((r.call->b.shape_of(2).cols == 0 && r.call->b.shape_of(0).rows == 64));
+  g.transb = {false, true};  // experts transposed differently: no one role
+  CHECK(read_cublas_grouped_call("g", g, pointers, CUDA_R_16BF, pointers, CUDA_R_16BF, nullptr).reason ==
+        shm::DropReason::kUnreadableBatch);
+  CHECK(read_cublas_batched_call("b", true, false, 32, 48, 64, pointers, CUDA_R_16BF, 16, pointers, CUDA_R_16BF, 64, 5,
+                                 nullptr).reason == shm::DropReason::kUnsupportedLayout);  // lda < rows
+}
+
 TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what cannot be read", "[hook]") {
   cublasLtMatmulDesc_t desc = nullptr;
   REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
@@ -252,11 +374,23 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
     CHECK(r.call->alpha.device == &alpha);
     cublasLtMatrixLayoutDestroy(fp4);
   }
-  SECTION("pointer-array batches are counted") {
-    const std::int32_t pointer_array = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+  SECTION("pointer-array batches are one matrix per expert, never a plain matrix; other modes are counted") {
+    const std::int32_t pointer_array = CUBLASLT_BATCH_MODE_POINTER_ARRAY, unknown = 7;
     cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &pointer_array, sizeof pointer_array);
     r = read();
-    CHECK(r.reason == shm::DropReason::kPointerArrayBatch);
+    CHECK(r.reason == shm::DropReason::kUnreadableBatch);  // A is not a pointer array: the layouts disagree
+    cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &pointer_array, sizeof pointer_array);
+    cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batches, sizeof batches);
+    r = read();
+    REQUIRE(r.call);
+    CHECK(r.call->experts == 3);
+    CHECK((r.call->a.experts == 3 && r.call->a.batch_count == 1 && r.call->a.data == data));
+    CHECK((r.call->b.experts == 3 && r.call->b.shape_of(2).rows == 16 && r.call->b.shape_of(2).cols == 64));
+    CHECK(r.call->tokens == std::vector<std::uint64_t>(3, r.call->b.outer()));
+    cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &unknown, sizeof unknown);
+    r = read();
+    CHECK_FALSE(r.call);
+    CHECK(r.reason == shm::DropReason::kUnreadableBatch);
   }
   SECTION("other layout orders are counted") {
     const std::int32_t col32 = CUBLASLT_ORDER_COL32;

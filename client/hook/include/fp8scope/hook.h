@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* Bumped when a function is added; never when one changes (a change is a new name). */
-#define FP8SCOPE_HOOK_API_VERSION 1
+#define FP8SCOPE_HOOK_API_VERSION 2
 uint32_t fp8scope_hook_api_version(void);
 
 /* The training loop entered `step`. Samples carry it and the policy's every-N counts it; once
@@ -29,6 +29,19 @@ void fp8scope_log_scalar(const char* name, uint64_t step, double value);
  * the role of the GEMMs inside; "/forward" and "/backward" narrow it. */
 void fp8scope_range_push(const char* name);
 void fp8scope_range_pop(void);
+
+/* API version 2: mixture-of-experts layers. A range named "<layer>.experts.<N>" (or
+ * "<layer>.expert.<N>") names expert N of "<layer>.experts" without a call. */
+
+/* The calling thread's GEMMs belong to `expert` until this is called again; -1: to none. */
+void fp8scope_set_expert(int32_t expert);
+
+/* Tokens routed to each of `experts` experts (zero included) for the GEMMs of the innermost range:
+ * its GEMMs of each role are then those of the experts with tokens, in index order (as TE's
+ * GroupedLinear runs one GEMM per such expert, so names never shift when an expert gets none),
+ * and the rows of a grouped GEMM's group past its tokens are padding, which the daemon checks is
+ * zero. At most 65536 experts; larger counts are ignored. */
+void fp8scope_expert_tokens(const uint64_t* tokens, uint32_t experts);
 
 #ifdef __cplusplus
 }

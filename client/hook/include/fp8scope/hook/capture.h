@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fp8scope/shm/shm_ring.h"
@@ -27,6 +28,12 @@ struct SampleSpec {
   GemmRole role;
   Operand operand;
   const char* source;
+  // Mixture-of-experts GEMMs: the expert (-1: none), the call's experts, the tokens routed to each
+  // (null: not known on the host) and the rows of the sample holding tokens (0: all).
+  std::int64_t expert = -1;
+  std::uint32_t experts = 0;
+  const std::vector<std::uint64_t>* tokens = nullptr;
+  std::uint64_t valid_rows = 0;
 };
 
 class Capture {
@@ -37,6 +44,15 @@ class Capture {
   // carries scales); the reason when it was dropped instead.
   std::optional<shm::DropReason> sample(const SampleSpec& spec, const OperandView& operand, const GemmAlpha& alpha,
                                         CUstream stream);
+  // The same for expert spec.expert of a batched or grouped GEMM (operand.experts > 0), whose
+  // matrix only the device can reach: copied by the gather kernel on the caller's stream. A grouped
+  // layout's shape is learned there too (at most grouped_capacity() bytes are copied; more is a
+  // drop), and the activation's (b's) shapes give the tokens per expert.
+  std::optional<shm::DropReason> sample_expert(const SampleSpec& spec, const OperandView& operand,
+                                               const GemmAlpha& alpha, const OperandView& activation, CUstream stream);
+  // What sample_expert may copy for one matrix of a grouped layout: the last size seen for it, with
+  // room to grow, or a share of the staging ring the first time.
+  std::uint64_t grouped_capacity(const SampleSpec& spec);
   // True when `stream` is being captured into a CUDA graph (nothing may be enqueued on it then).
   bool capturing(CUstream stream);
 
@@ -55,14 +71,33 @@ class Capture {
     CUdeviceptr staged = 0;    // the payload: codes, then the scale tensor
     CUdeviceptr staged_scale = 0, staged_alpha = 0;  // one fp32 each, into the record's header
     std::uint64_t staging_end = 0;  // release the staging ring up to here
+    std::uint64_t device_bytes = 0;  // what to copy from `staged` (the rest of the payload is written here)
+    // Grouped layouts: the gather kernel's dims_out for the matrix and for the activation (whose
+    // columns are the tokens per expert), read before the record is published.
+    CUdeviceptr staged_dims = 0, staged_token_dims = 0;
+    std::uint32_t experts = 0, element_bits = 0;
+    std::string size_key;  // grouped_sizes_'s key
   };
 
   bool device_ready();  // under mu_, on the calling thread
+  bool gather_ready();  // the gather kernel, loaded on first use; under mu_
   static void fill_header(shm::RecordHeader& r, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                           std::uint64_t payload);
   // The copies on the caller's stream and the event after them; false when a driver call failed.
   bool enqueue_copies(Pending& p, const OperandView& v, const GemmAlpha& alpha, CUstream stream);
   bool mark_copied(Pending& p, CUstream stream);
+  // One fp32 (a scale or an alpha) into the header slot: from a device scalar, or the expert's entry
+  // of a device array of pointers (the gather kernel).
+  bool stage_scalar(CUdeviceptr into, const void* scalar, const void* per_expert, std::uint32_t expert,
+                    CUdeviceptr scratch, CUstream stream);
+  bool launch_gather(const void* pointers, std::uint32_t index, const DeviceDims& dims, std::uint32_t groups,
+                     const ExpertShape& shape, std::uint32_t element_bits, CUdeviceptr dst, std::uint64_t capacity,
+                     CUdeviceptr dims_out, CUstream stream);
+  // A grouped sample's shape, codes size and tokens from the gather's dims_out, on the publisher
+  // thread. A matrix that did not fit or was malformed makes the record padding (counted); an
+  // empty one (an expert without tokens) too, uncounted. False when a driver call failed.
+  bool settle_grouped(Pending& p);
+  bool side_stream_synchronized();  // waits for what was queued on the side stream
   std::optional<std::uint64_t> reserve_staging(std::uint64_t bytes);
   shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
   // Queues a record for the publisher and releases `lock` (mu_), then wakes the publisher if it
@@ -95,6 +130,9 @@ class Capture {
   CUdeviceptr staging_ = 0;
   std::uint64_t staging_head_ = 0, staging_tail_ = 0;
   std::vector<CUevent> free_events_;
+  enum class Gather { kUnset, kReady, kFailed } gather_state_ = Gather::kUnset;
+  CUfunction gather_ = nullptr;
+  std::unordered_map<std::string, std::uint64_t> grouped_sizes_;  // last codes bytes per grouped matrix
 };
 
 }  // namespace fp8scope::hook

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "fp8scope/shm/shm_ring.h"
 #include "fp8scope/vocabulary/dtype.h"
@@ -18,7 +19,25 @@
 
 namespace fp8scope::hook {
 
-// One stored input matrix, possibly a strided batch of them.
+// One expert's matrix of a batched or grouped GEMM, as the host knows it (column major unless the
+// operand is row major).
+struct ExpertShape {
+  std::uint64_t rows = 0, cols = 0;
+  std::int64_t ld = 0;
+};
+
+// A cuBLASLt grouped layout's shapes, which only the device knows: device arrays of rows, cols and
+// ld, one entry per group, int32 or int64 (CUBLASLT_GROUPED_MATRIX_LAYOUT_*).
+struct DeviceDims {
+  const void* rows = nullptr;
+  const void* cols = nullptr;
+  const void* ld = nullptr;
+  bool rows_cols_64 = false, ld_64 = false;
+  bool present() const { return rows != nullptr; }
+};
+
+// One stored input matrix, possibly a strided batch of them, or (experts > 0) one matrix per
+// expert reached through a device array of device pointers.
 struct OperandView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
@@ -36,6 +55,18 @@ struct OperandView {
   const void* scales = nullptr;
   std::uint64_t scale_bytes = 0;
   bool k_is_outer = false;
+  // Pointer-array and grouped GEMMs: `data` is a device array of `experts` matrix pointers. Their
+  // shape is rows/cols/ld for all, or expert_shapes[e] each, or on the device (device_dims, the
+  // host's rows and cols then 0). scales_per_expert: `scales` is a device array of pointers to one
+  // fp32 scale_inv per expert (CUBLASLT_MATMUL_MATRIX_SCALE_PER_BATCH_SCALAR_32F).
+  std::uint32_t experts = 0;
+  std::vector<ExpertShape> expert_shapes;
+  DeviceDims device_dims;
+  bool scales_per_expert = false;
+
+  ExpertShape shape_of(std::uint32_t expert) const {
+    return expert < expert_shapes.size() ? expert_shapes[expert] : ExpertShape{rows, cols, ld};
+  }
 
   // The matrix as a row-major tensor: `outer` rows of `inner` contiguous elements.
   std::uint64_t inner() const { return row_major ? cols : rows; }
@@ -52,6 +83,9 @@ struct OperandView {
 struct GemmAlpha {
   const float* device = nullptr;  // CUBLASLT_POINTER_MODE_DEVICE: copied with the operands
   float host = 0.0f;              // CUBLASLT_POINTER_MODE_HOST: read at the call
+  // Grouped GEMMs with CUBLASLT_MATMUL_DESC_ALPHA_BATCH_STRIDE 1: a device array of pointers to
+  // each group's alpha.
+  const void* per_expert = nullptr;
 };
 
 struct GemmCall {
@@ -60,6 +94,10 @@ struct GemmCall {
   OperandView a, b;
   GemmAlpha alpha;
   CUstream stream = nullptr;
+  // Batched and grouped GEMMs: the experts (batch elements, problems or groups) and, where the
+  // host knows them, the tokens routed to each (b's columns: X in fprop, Dy in dgrad and wgrad).
+  std::uint32_t experts = 0;
+  std::vector<std::uint64_t> tokens;
 };
 
 // Layout role: TN fprop, NN dgrad, NT wgrad, TT unknown.
@@ -95,5 +133,19 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
 ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m, int n, int k, const void* A,
                             cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
                             long long strideB, int batch_count, CUstream stream);
+
+// cublasGemmBatchedEx: one shape for all, matrices through device pointer arrays.
+ReadResult read_cublas_batched_call(const char* source, bool transa, bool transb, std::int64_t m, std::int64_t n,
+                                    std::int64_t k, const void* Aarray, cudaDataType Atype, std::int64_t lda,
+                                    const void* Barray, cudaDataType Btype, std::int64_t ldb, std::int64_t batch_count,
+                                    CUstream stream);
+
+// cublasGemmGroupedBatchedEx's host arrays, one entry per group, widened from int or int64.
+struct GroupedProblems {
+  std::vector<bool> transa, transb;
+  std::vector<std::int64_t> m, n, k, lda, ldb, group_size;
+};
+ReadResult read_cublas_grouped_call(const char* source, const GroupedProblems& groups, const void* Aarray,
+                                    cudaDataType Atype, const void* Barray, cudaDataType Btype, CUstream stream);
 
 }  // namespace fp8scope::hook

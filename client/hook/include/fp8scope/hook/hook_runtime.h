@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "fp8scope/hook/call_guard.h"
@@ -29,6 +30,12 @@ class HookRuntime {
   void observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                       const void* A, cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype,
                       int ldb, long long strideB, int batch_count, cublasHandle_t handle);
+  void observe_cublas_batched(const char* source, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
+                              std::int64_t n, std::int64_t k, const void* Aarray, cudaDataType Atype, std::int64_t lda,
+                              const void* Barray, cudaDataType Btype, std::int64_t ldb, std::int64_t batch_count,
+                              cublasHandle_t handle);
+  void observe_cublas_grouped(const char* source, const std::optional<GroupedProblems>& problems, const void* Aarray,
+                              cudaDataType Atype, const void* Barray, cudaDataType Btype, cublasHandle_t handle);
 
   void step(std::uint64_t step);
   void scalar(const char* name, std::uint64_t step, double value);
@@ -40,8 +47,17 @@ class HookRuntime {
 
  private:
   HookRuntime();
-  // Everything after the step check, for a GEMM whose step is sampled.
+  // Everything after the step check, for a GEMM whose step is sampled: one matrix per operand, or
+  // for a batched or grouped GEMM the chosen experts' matrices.
   void sample(const GemmCall& call, std::uint64_t step, const GemmName& name);
+  void sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name);
+  // cuBLAS calls: after the step check, name, read (read_call()) and sample.
+  template <class Read>
+  void observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped, cublasHandle_t handle,
+                           Read read_call);
+  // The rows of an activation of `expert` that hold tokens, as fp8scope_expert_tokens() declared
+  // them (0: all, or not declared).
+  static std::uint64_t valid_rows(const GemmName& name, Operand operand, std::int64_t expert, std::uint64_t rows);
   void count(shm::DropReason reason, std::uint64_t n = 1) { shm::count_drop(link_.segment(), reason, n); }
 
   std::string step_range_;

@@ -3,6 +3,13 @@
 // its ordinal among the GEMMs of the same role inside that range, "blocks.0.mlp.fc1#0"; outside
 // any range, by its ordinal within the step, "gemm#7". A range name may end in a role suffix
 // ("/fprop", "/dgrad", "/wgrad", or "/forward", "/backward") that wins over the layout's role.
+//
+// Experts of a mixture-of-experts layer keep their index, never an ordinal that shifts when an
+// expert gets no tokens: a range named "...experts.N" (or "expert.N") is expert N of the layer
+// "...experts"; fp8scope_set_expert() names it explicitly; and after fp8scope_expert_tokens() in a
+// range, the GEMMs of each role there are the experts with tokens, in index order (TE's
+// GroupedLinear runs one GEMM per such expert), while a grouped GEMM there learns how many of each
+// group's rows are tokens (the rest is padding).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +24,9 @@ namespace fp8scope::hook {
 enum class RoleSuffix { kNone, kFprop, kDgrad, kWgrad, kForward, kBackward };
 
 struct RangeName {
-  std::string_view layer;  // the name without its suffix
+  std::string_view layer;  // the name without its suffix (and without ".N" after "experts")
   RoleSuffix suffix = RoleSuffix::kNone;
+  std::int64_t expert = -1;
 };
 RangeName parse_range_name(std::string_view name);
 
@@ -32,6 +40,8 @@ inline constexpr std::size_t kMaxLayerLabelBytes = 200;
 struct GemmName {
   std::string layer;
   GemmRole role = GemmRole::kUnknown;
+  std::int64_t expert = -1;  // a single GEMM's expert, when a name or the C API gives it
+  std::vector<std::uint64_t> declared_tokens;  // fp8scope_expert_tokens() of the range, per expert
 };
 
 class RangeStack {
@@ -42,8 +52,14 @@ class RangeStack {
   void pop(const void* domain);
   std::size_t depth() const { return entries_.size(); }
 
-  // Names the next GEMM on this thread, and counts it.
-  GemmName name_next_gemm(GemmRole layout_role, std::uint64_t step);
+  // Names the next GEMM on this thread, and counts it. A batched or grouped GEMM (`grouped`) holds
+  // every expert at once: it takes no expert from the declared tokens.
+  GemmName name_next_gemm(GemmRole layout_role, std::uint64_t step, bool grouped = false);
+
+  // fp8scope_set_expert: the thread's GEMMs are this expert's until set again (-1: none).
+  void set_expert(std::int64_t expert) { explicit_expert_ = expert; }
+  // fp8scope_expert_tokens: tokens routed to each expert, for the GEMMs of the innermost range.
+  void declare_tokens(std::vector<std::uint64_t> tokens);
 
  private:
   struct Entry {
@@ -51,9 +67,12 @@ class RangeStack {
     RoleSuffix suffix;
     const void* domain;
     bool step_marker;
+    std::int64_t expert;
     std::uint32_t ordinals[5];  // by GemmRole value
+    std::vector<std::uint64_t> tokens;  // declared
   };
   std::vector<Entry> entries_;
+  std::int64_t explicit_expert_ = -1;
   std::uint64_t step_ = ~0ull;
   std::uint32_t step_ordinal_ = 0;
 };

@@ -28,9 +28,18 @@ using CublasGemmStridedBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOp
                                                         cudaDataType, int, long long, int, cublasComputeType_t,
                                                         cublasGemmAlgo_t);
 
+using CublasGemmBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                                 const void*, const void* const[], cudaDataType, int, const void* const[],
+                                                 cudaDataType, int, const void*, void* const[], cudaDataType, int, int,
+                                                 cublasComputeType_t, cublasGemmAlgo_t);
+
 struct CublasApi {
   CublasGemmExFn gemm_ex = nullptr;
   CublasGemmStridedBatchedExFn gemm_strided_batched_ex = nullptr;
+  CublasGemmBatchedExFn gemm_batched_ex = nullptr;
+  decltype(&::cublasGemmBatchedEx_64) gemm_batched_ex_64 = nullptr;
+  decltype(&::cublasGemmGroupedBatchedEx) gemm_grouped_batched_ex = nullptr;
+  decltype(&::cublasGemmGroupedBatchedEx_64) gemm_grouped_batched_ex_64 = nullptr;
   decltype(&::cublasGetStream_v2) get_stream = nullptr;
 };
 
@@ -51,6 +60,10 @@ struct DriverApi {
   decltype(&::cuEventRecord) event_record = nullptr;
   decltype(&::cuEventSynchronize) event_synchronize = nullptr;
   decltype(&::cuEventDestroy) event_destroy = nullptr;
+  // The gather kernel's (capture.h); without them, batched and grouped GEMMs are not sampled.
+  decltype(&::cuModuleLoadData) module_load_data = nullptr;
+  decltype(&::cuModuleGetFunction) module_get_function = nullptr;
+  decltype(&::cuLaunchKernel) launch_kernel = nullptr;
 
   bool complete() const;
 };

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/shm/shm_ring.h"
@@ -32,6 +33,9 @@ class Sampler {
   bool operand_selected(Operand operand) const;
   // Charges `bytes` to the step's budget; false (and nothing charged) when it would overrun it.
   bool charge(std::uint64_t step, std::uint64_t bytes);
+  // The experts of a batched or grouped GEMM to sample this call: all, or experts_per_call of them
+  // starting where this layer's previous call stopped, so each is seen in turn.
+  std::vector<std::uint32_t> experts_for_call(const std::string& layer, std::uint32_t experts);
 
  private:
   void adopt(const shm::PolicyCopy& p);
@@ -45,6 +49,8 @@ class Sampler {
   std::optional<LayerPattern> layer_pattern_;  // none: every layer
   std::unordered_map<std::string, bool> layer_cache_;
   std::uint64_t budget_step_ = ~0ull, budget_used_ = 0;
+  std::uint32_t experts_per_call_ = 0;
+  std::unordered_map<std::string, std::uint32_t> next_expert_;  // by layer, bounded like layer_cache_
 };
 
 }  // namespace fp8scope::hook

@@ -1,0 +1,64 @@
+// The one kernel the hook runs on the GPU: it copies one matrix of a batched or grouped GEMM whose
+// address (and, for cuBLASLt's grouped layouts, shape) only the device knows, in stream order on
+// the caller's stream, so the hook never reads device memory from the host and never waits. The
+// hook loads it from this file's PTX (gather_kernel.ptx, embedded; cuModuleLoadData JIT-compiles it
+// for the context's device) and links no CUDA runtime.
+//
+// fp8scope_gather(pointers, index, rows_array, cols_array, ld_array, widths, groups,
+//                 rows, cols, ld, element_bits, dst, capacity, dims_out):
+//   pointers      device array of device pointers, one per batch element or group
+//   index         which one to copy
+//   rows_array..  a grouped layout's device arrays of rows, cols and ld per group (int32; int64 for
+//                 rows and cols when widths bit 0 is set, for ld when bit 1 is), or all null: then
+//                 rows, cols and ld (elements) hold for every one
+//   groups        entries of those arrays
+//   the matrix    column major: `rows` contiguous elements of element_bits bits per column, `cols`
+//                 columns, `ld` elements apart
+//   dst           receives the matrix packed (rows * element_bits / 8 bytes a column), when it is at
+//                 most `capacity` bytes and well formed (ld >= rows, whole bytes a column)
+//   dims_out      (written by thread 0) [0..2] rows, cols, ld of the matrix copied, [3] the bytes
+//                 copied (0: nothing, it did not fit or was malformed), then rows and cols of every
+//                 group g at [4 + 2g] and [5 + 2g] (grouped layouts only)
+// Every thread computes the same shape, so no thread waits for another.
+
+__device__ unsigned long long dim_at(const void* array, bool wide, unsigned int i) {
+  return wide ? static_cast<unsigned long long>(static_cast<const long long*>(array)[i])
+                 : static_cast<unsigned long long>(static_cast<long long>(static_cast<const int*>(array)[i]));
+}
+
+extern "C" __global__ void fp8scope_gather(const unsigned long long* pointers, unsigned int index, const void* rows_array,
+                                           const void* cols_array, const void* ld_array, unsigned int widths,
+                                           unsigned int groups, unsigned long long rows, unsigned long long cols,
+                                           unsigned long long ld, unsigned int element_bits, unsigned char* dst,
+                                           unsigned long long capacity, unsigned long long* dims_out) {
+  const bool grouped = rows_array != nullptr && cols_array != nullptr && ld_array != nullptr;
+  if (grouped) {
+    rows = dim_at(rows_array, widths & 1u, index);
+    cols = dim_at(cols_array, widths & 1u, index);
+    ld = dim_at(ld_array, widths & 2u, index);
+  }
+  const unsigned long long column_bits = rows * element_bits;
+  const unsigned long long column_bytes = column_bits / 8, pitch = ld * element_bits / 8;
+  // Negative dimensions read as huge unsigned numbers: the size checks refuse them.
+  const bool well_formed = rows < (1ull << 40) && cols < (1ull << 40) && ld >= rows && column_bits % 8 == 0;
+  const unsigned long long bytes = well_formed ? column_bytes * cols : 0;
+  const bool copy = well_formed && bytes <= capacity && pointers[index] != 0;
+  const unsigned long long thread = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (thread == 0) {
+    dims_out[0] = rows;
+    dims_out[1] = cols;
+    dims_out[2] = ld;
+    dims_out[3] = copy ? bytes : 0;
+    for (unsigned int g = 0; grouped && g < groups; ++g) {
+      dims_out[4 + 2 * g] = dim_at(rows_array, widths & 1u, g);
+      dims_out[5 + 2 * g] = dim_at(cols_array, widths & 1u, g);
+    }
+  }
+  if (!copy) return;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(pointers[index]);
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = thread; i < bytes; i += stride) {
+    const unsigned long long column = i / column_bytes, offset = i % column_bytes;
+    dst[i] = src[column * pitch + offset];
+  }
+}

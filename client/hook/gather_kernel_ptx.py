@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""The gather kernel's PTX, which the hook embeds (capture.cc loads it with cuModuleLoadData).
+
+    gather_kernel_ptx.py --nvcc NVCC --write          # regenerate gather_kernel.ptx from gather_kernel.cu
+    gather_kernel_ptx.py --nvcc NVCC --ptxas PTXAS --check
+
+The PTX is committed, so the hook builds without nvcc. nvcc 13 writes `.version 9.0`, which only a
+CUDA 13 driver's JIT accepts; the kernel uses nothing newer than PTX ISA 7.0 (CUDA 11.0), so the
+version is lowered to 7.0 and any driver since CUDA 11 loads it. --check assembles the committed
+PTX for every architecture fp8scope builds for (and Turing and Blackwell) with ptxas, and, when
+this nvcc is the one that wrote the committed file, checks that it still writes exactly that.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "gather_kernel.cu")
+COMMITTED = os.path.join(HERE, "gather_kernel.ptx")
+ISA = "7.0"
+ARCHITECTURES = ["sm_75", "sm_89", "sm_90", "sm_100"]
+
+
+def generate(nvcc):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "gather_kernel.ptx")
+        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-O3", SOURCE, "-o", out], check=True)
+        text = open(out).read()
+    lowered, n = re.subn(r"(?m)^\.version \d+\.\d+$", f".version {ISA}", text)
+    if n != 1:
+        sys.exit("gather_kernel_ptx: nvcc wrote no .version line")
+    return lowered
+
+
+def toolkit_line(text):
+    match = re.search(r"(?m)^// Cuda compilation tools, release .*$", text)
+    return match.group(0) if match else ""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nvcc", required=True)
+    parser.add_argument("--ptxas")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    if args.write:
+        open(COMMITTED, "w").write(generate(args.nvcc))
+        print(f"wrote {COMMITTED}")
+        return
+    committed = open(COMMITTED).read()
+    if f".version {ISA}" not in committed or ".entry fp8scope_gather(" not in committed:
+        sys.exit(f"{COMMITTED}: expected PTX ISA {ISA} with the entry fp8scope_gather")
+    for arch in ARCHITECTURES:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = subprocess.run([args.ptxas, f"-arch={arch}", COMMITTED, "-o", os.path.join(tmp, "k.cubin")],
+                                    capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"ptxas -arch={arch} refused {COMMITTED}:\n{result.stderr}")
+    fresh = generate(args.nvcc)
+    if toolkit_line(fresh) == toolkit_line(committed) and fresh != committed:
+        sys.exit(f"{COMMITTED} is not what {args.nvcc} writes from gather_kernel.cu: run with --write and commit it")
+    print(f"{COMMITTED}: assembles for {', '.join(ARCHITECTURES)}"
+          + ("" if toolkit_line(fresh) == toolkit_line(committed) else " (written by another nvcc: not compared)"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+// A mixture-of-experts job through the real hook, shipper and daemon: tiny_trainer --mode moe
+// trains with its expert GEMMs in each form MoE frameworks use (cuBLASLt grouped layouts, whose
+// shapes only the device knows; cublasGemmGroupedBatchedEx; cublasGemmBatchedEx; TE's loop of one
+// GEMM per expert with tokens). The hook changes no loss; every expert's operands reach the daemon
+// named by expert, with the statistics `fp8scope analyze` gives for the dumped operands; experts
+// without tokens are counted and shift no name; metrics stay one series per tensor; padding that is
+// not zero is flagged.
+#include <sqlite3.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "support/daemon_fixture.h"
+#include "support/temp_dir.h"
+
+using namespace fp8scope::testing;
+using nlohmann::json;
+
+namespace {
+
+const char* const kForms[] = {"lt-grouped", "cublas-grouped", "batched", "loop"};
+const std::string kExpertLayer = "mlp.1.experts#0";
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> child_env() {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  return {std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"};
+}
+
+std::vector<std::string> moe_args(const std::string& form, const std::string& losses, std::vector<std::string> more = {}) {
+  std::vector<std::string> args = {"--mode", "moe", "--moe-gemm", form, "--experts", "6", "--top-k", "2",
+                                   "--batch", "32", "--hidden", "32", "--steps", "30", "--losses", losses};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+ProcessResult plain(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {FP8SCOPE_TINY_TRAINER};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, child_env(), 300.0);
+}
+
+ProcessResult hooked(const DaemonProcess& d, const std::string& run, const std::vector<std::string>& args,
+                     std::vector<std::string> run_flags = {}) {
+  std::vector<std::string> argv = {FP8SCOPE_CLI, "run", "--endpoint", d.grpc(), "--job", "moe", "--run", run};
+  argv.insert(argv.end(), run_flags.begin(), run_flags.end());
+  argv.push_back("--");
+  argv.push_back(FP8SCOPE_TINY_TRAINER);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, child_env(), 300.0);
+}
+
+// One history record: its place, and the figures the tests read.
+struct Row {
+  std::string layer, gemm, operand, recipe;
+  std::int64_t step = 0, expert = -1, tokens = -1, padding_nonzero = 0, padding_nonfinite = 0;
+  double mse = 0, underflow = 0;
+};
+
+std::vector<Row> records(const std::string& data_dir, const std::string& run) {
+  std::vector<Row> out;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2((data_dir + "/history.sqlite").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return out;
+  sqlite3_stmt* q = nullptr;
+  sqlite3_prepare_v2(db,
+                     "SELECT layer, gemm, operand, recipe, step, expert, expert_tokens, padding_nonzero, "
+                     "padding_nonfinite, stat_mse, stat_underflow_ratio FROM records WHERE run = ? ORDER BY id",
+                     -1, &q, nullptr);
+  sqlite3_bind_text(q, 1, run.c_str(), -1, SQLITE_TRANSIENT);
+  auto text = [&](int i) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(q, i))); };
+  auto integer = [&](int i, std::int64_t null) { return sqlite3_column_type(q, i) == SQLITE_NULL ? null : sqlite3_column_int64(q, i); };
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    out.push_back({text(0), text(1), text(2), text(3), sqlite3_column_int64(q, 4), integer(5, -1), integer(6, -1),
+                   integer(7, 0), integer(8, 0), sqlite3_column_double(q, 9), sqlite3_column_double(q, 10)});
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a mixture-of-experts trainer learns in every expert GEMM form, and the hook changes no loss", "[hook][moe]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  for (const char* form : kForms) {
+    INFO(form);
+    const ProcessResult alone = plain(moe_args(form, dir.file(std::string(form) + ".plain")));
+    REQUIRE(alone.exit_code == 0);
+    const ProcessResult under = hooked(daemon, form, moe_args(form, dir.file(std::string(form) + ".hooked")), {"--every", "7"});
+    INFO(under.err);
+    REQUIRE(under.exit_code == 0);
+    const std::vector<std::string> a = lines_of(dir.file(std::string(form) + ".plain")),
+                                   b = lines_of(dir.file(std::string(form) + ".hooked"));
+    REQUIRE(a.size() == 30);
+    CHECK(a == b);  // bit for bit
+    CHECK(std::stod(a.back()) < 0.8 * std::stod(a.front()));
+  }
+}
+
+TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads their dumps", "[hook][moe]") {
+  const std::string form = GENERATE(as<std::string>{}, "lt-grouped", "cublas-grouped", "batched", "loop");
+  INFO(form);
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  std::filesystem::create_directories(dir.file("dump"));
+  const ProcessResult run =
+      hooked(daemon, "experts", moe_args(form, dir.file("losses"), {"--dump-step", "14", "--dump-dir", dir.file("dump")}),
+             {"--every", "7"});
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  // The dumps say which experts had tokens at step 14 (an expert without tokens dumps nothing).
+  std::set<int> with_tokens;
+  for (int e = 0; e < 6; ++e) {
+    if (std::filesystem::exists(dir.file("dump") + "/mlp.1.experts.fprop.x.e" + std::to_string(e) + ".npy")) with_tokens.insert(e);
+  }
+  REQUIRE(!with_tokens.empty());
+  const std::map<std::string, std::vector<std::string>> operands = {
+      {"fprop", {"x", "w"}}, {"dgrad", {"w", "dy"}}, {"wgrad", {"x", "dy"}}};
+  std::vector<Row> rows;
+  REQUIRE(eventually([&] {
+    rows = records(dir.file("data"), "experts");
+    std::size_t found = 0;
+    for (const Row& r : rows) found += r.step == 14 && r.layer == kExpertLayer && r.recipe == "tensor_current";
+    return found >= with_tokens.size() * 6;
+  }));
+  for (const int e : with_tokens) {
+    for (const auto& [gemm, ops] : operands) {
+      for (const std::string& op : ops) {
+        const std::string file = dir.file("dump") + "/mlp.1.experts." + gemm + "." + op + ".e" + std::to_string(e) + ".npy";
+        INFO(file);
+        const ProcessResult analyze = cli({"analyze", file, "--dtype", "bf16", "--json", "--recipe", "tensor_current",
+                                           "--format", op == "dy" ? "e5m2" : "e4m3"});
+        REQUIRE(analyze.exit_code == 0);
+        const json expected = json::parse(analyze.out);
+        const Row* got = nullptr;
+        for (const Row& r : rows) {
+          if (r.step == 14 && r.layer == kExpertLayer && r.gemm == gemm && r.operand == op && r.expert == e &&
+              r.recipe == "tensor_current") {
+            got = &r;
+          }
+        }
+        REQUIRE(got != nullptr);
+        CHECK(got->mse == Approx(expected["mse"].get<double>()).epsilon(1e-12));
+        CHECK(got->underflow == expected["underflow_ratio"].get<double>());
+        CHECK(got->tokens > 0);
+        CHECK(got->padding_nonzero == 0);  // the trainer pads with zeros
+      }
+    }
+  }
+  // No other layer name: the experts are named by index, never by an ordinal.
+  for (const Row& r : rows) {
+    if (r.layer.rfind("mlp.1", 0) == 0) CHECK(r.layer == kExpertLayer);
+  }
+  // /metrics: one series per tensor (no expert label), the worst expert named, the load.
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  CHECK(metrics.find("expert=\"") == std::string::npos);
+  const double worst = metric_value(metrics, "fp8scope_expert_worst",
+                                    {{"job", "moe"}, {"layer", kExpertLayer}, {"gemm", "fprop"}, {"operand", "x"},
+                                     {"format", "e4m3"}, {"recipe", "tensor_current"}, {"statistic", "underflow_ratio"}});
+  CHECK(worst >= 0);
+  CHECK(worst < 6);
+  CHECK(metric_value(metrics, "fp8scope_expert_tokens_max", {{"job", "moe"}, {"layer", kExpertLayer}}) > 0);
+  // `fp8scope tensors --expert N`: that expert's tensors, each with its tokens.
+  const int first = *with_tokens.begin();
+  const ProcessResult listed = cli({"tensors", "--endpoint", daemon.grpc(), "--expert", std::to_string(first), "--json"});
+  REQUIRE(listed.exit_code == 0);
+  std::size_t of_expert = 0;
+  for (std::size_t at = 0, end; (end = listed.out.find('\n', at)) != std::string::npos; at = end + 1) {
+    const json t = json::parse(listed.out.substr(at, end - at));
+    CHECK(t["expert"] == first);
+    of_expert += t["key"]["layer"] == kExpertLayer;
+  }
+  CHECK(of_expert == 6);  // X, W and Dy of fprop, dgrad and wgrad
+  // advise names each expert as a tensor; the report draws the layer's experts against its steps.
+  const ProcessResult advice = cli({"advise", "--data-dir", dir.file("data"), "--run", "experts", "--format", "json"});
+  REQUIRE(advice.exit_code == 0);
+  const json advised_json = json::parse(advice.out);
+  std::set<std::string> advised;
+  for (const json& t : advised_json["tensors"]) advised.insert(t["layer"].get<std::string>());
+  for (const int e : with_tokens) CHECK(advised.count(kExpertLayer + "/expert" + std::to_string(e)) == 1);
+  CHECK(advised_json.contains("experts"));
+  const std::string html = dir.file("report.html");
+  REQUIRE(cli({"report", "--data-dir", dir.file("data"), "--run", "experts", "-o", html}).exit_code == 0);
+  const std::string page = read_text(html);
+  CHECK(page.find("<h2>Experts</h2>") != std::string::npos);
+  CHECK(page.find(" per expert and step (") != std::string::npos);
+  for (const int e : with_tokens) CHECK(page.find(">expert " + std::to_string(e) + "</text>") != std::string::npos);
+}
+
+TEST_CASE("experts without tokens are counted, and padding that is not zero is flagged", "[hook][moe]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  // Sixteen experts, one each, for 32 tokens: some get none. At step 7 one expert's padding is NaN.
+  const ProcessResult run = hooked(daemon, "padding",
+                                   {"--mode", "moe", "--moe-gemm", "lt-grouped", "--experts", "16", "--top-k", "1",
+                                    "--batch", "32", "--hidden", "32", "--steps", "8", "--nan-padding-step", "7"},
+                                   {"--every", "7"});
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  std::vector<Row> rows;
+  REQUIRE(eventually([&] {
+    rows = records(dir.file("data"), "padding");
+    for (const Row& r : rows) {
+      if (r.step == 7 && r.padding_nonfinite > 0) return true;
+    }
+    return false;
+  }));
+  bool flagged = false;
+  for (const Row& r : rows) {
+    if (r.step == 7 && r.padding_nonfinite > 0) {
+      flagged = true;
+      CHECK(r.expert >= 0);
+      CHECK(r.operand == "x");  // X's padding, read by fprop and by wgrad
+    }
+    if (r.step == 0) CHECK(r.padding_nonfinite == 0);
+  }
+  CHECK(flagged);
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  CHECK(metric_value(metrics, "fp8scope_experts_without_tokens", {{"job", "moe"}, {"layer", kExpertLayer}}) >= 1);
+  CHECK(metric_value(metrics, "fp8scope_padding_nonfinite_ratio",
+                     {{"job", "moe"}, {"layer", kExpertLayer}, {"gemm", "fprop"}, {"operand", "x"}}) > 0);
+}

@@ -1,0 +1,73 @@
+// tiny_trainer's mixture-of-experts layer (--mode moe): a router (a linear map to E logits, on the
+// host) sends each token to its top-k experts, weighted by the softmax of their logits; each
+// expert is a BF16 linear map whose GEMMs (fprop, dgrad, wgrad) run for all experts at once in one
+// of the forms MoE frameworks use (device_gemms.h, ExpertForm). Each expert's tokens are padded to
+// a multiple of `pad` rows with zeros, as block-scaled grouped GEMMs want them; an expert may get
+// no token at all. At `nan_padding_step` the first padded expert's padding rows of X are NaN
+// instead (the bug fp8scope must flag). The layer tells the hook how many of each expert's rows are tokens
+// (fp8scope_expert_tokens) when the hook is loaded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device_gemms.h"
+#include "host_tensors.h"
+
+namespace fp8scope::trainer {
+
+struct MoeOptions {
+  int experts = 4, top_k = 2, pad = 32;
+  ExpertForm form = ExpertForm::kLtGrouped;
+  int nan_padding_step = -1;
+};
+
+// What dumps the operands: name ("<range>.<gemm>.<operand>.e<expert>"), rows, cols, BF16 bits.
+using OperandDump = std::function<void(const std::string& name, int rows, int cols, const std::vector<std::uint16_t>&)>;
+
+class MoeLayer {
+ public:
+  MoeLayer(const std::string& name, int width, const MoeOptions& options, std::mt19937_64& rng);
+
+  // The layer's output before its activation, [tokens, width].
+  Matrix forward(int step, const Matrix& x, Gemms& gemms, const OperandDump& dump);
+  // dX for the layer below, from dY of the output; updates the router and the experts.
+  Matrix backward(const Matrix& dy, Gemms& gemms, const OperandDump& dump, float learning_rate);
+
+ private:
+  struct Route {
+    int expert, row;  // the expert and the token's row among its rows
+    float gate;
+  };
+  // Each expert's rows in one buffer: its first row, its tokens and its padded count.
+  struct Group {
+    int first = 0, tokens = 0, rows = 0;
+  };
+  void route(const Matrix& x);
+  // Runs one pass (fprop, dgrad, wgrad) of every expert in the layer's form, in its NVTX range.
+  void run(Gemms& gemms, const std::string& gemm, bool transa, bool transb, const std::vector<ExpertProblem>& problems) const;
+  int padded(int tokens) const { return (tokens + o_.pad - 1) / o_.pad * o_.pad; }
+  // An expert's token rows of a padded BF16 buffer, for dumps.
+  std::vector<std::uint16_t> token_rows(const std::vector<std::uint16_t>& rows, int expert) const;
+
+  std::string name_;
+  int width_;
+  MoeOptions o_;
+  Matrix router_;                // [E, width]
+  std::vector<Matrix> weights_;  // E of [width, width] ([out, in])
+  std::vector<std::unique_ptr<DeviceBuffer>> weight_buffers_;
+  // From the forward pass, for the backward pass.
+  Matrix input_;
+  std::vector<std::vector<Route>> routes_;  // per token, its top-k
+  std::vector<Group> groups_;
+  std::vector<std::uint16_t> x_rows_;       // every expert's rows of X, BF16, padded
+  std::vector<float> expert_out_;           // every expert's rows of X W^T, fp32
+  int total_rows_ = 0;
+  void (*expert_tokens_api_)(const std::uint64_t*, std::uint32_t) = nullptr;
+};
+
+}  // namespace fp8scope::trainer
