@@ -343,6 +343,7 @@ RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, 
     if (x.spike_blame != y.spike_blame) return x.spike_blame > y.spike_blame;
     return x.risk > y.risk;
   });
+  out.experts = expert_outliers(run);
   return out;
 }
 

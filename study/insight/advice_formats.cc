@@ -108,6 +108,8 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
     out << "\n";
   }
   if (!any) out << "\nevery tensor is kept as it is.\n";
+  if (!a.experts.empty()) out << "\nexperts that depart from their layer's others:\n";
+  for (const ExpertOutlier& e : a.experts) out << "  " << e.sentence << "\n";
 }
 
 void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
@@ -250,7 +252,21 @@ std::string advice_json(const RunAdvice& a) {
     }
     tensors.push_back(j);
   }
-  return nlohmann::json{{"run", a.run}, {"tensors", tensors}}.dump();
+  nlohmann::json experts = nlohmann::json::array();
+  for (const ExpertOutlier& e : a.experts) {
+    experts.push_back({{"layer", e.tensor.layer},
+                       {"gemm", e.tensor.gemm},
+                       {"operand", e.tensor.operand},
+                       {"statistic", e.statistic},
+                       {"recipe", e.recipe},
+                       {"experts", e.experts},
+                       {"values", e.values},
+                       {"median", e.median},
+                       {"factor", std::isfinite(e.factor) ? nlohmann::json(e.factor) : nlohmann::json(nullptr)},
+                       {"experts_in_layer", e.experts_in_layer},
+                       {"sentence", e.sentence}});
+  }
+  return nlohmann::json{{"run", a.run}, {"tensors", tensors}, {"experts", experts}}.dump();
 }
 
 }  // namespace fp8scope::insight

@@ -42,6 +42,22 @@ std::optional<std::size_t> studied_statistic_index(std::string_view key) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::string_view kExpertInfix = "/expert";
+}  // namespace
+
+std::string expert_layer_name(const std::string& layer, std::int64_t expert) {
+  return layer + std::string(kExpertInfix) + std::to_string(expert);
+}
+
+std::optional<std::pair<std::string, std::int64_t>> split_expert_layer(const std::string& layer) {
+  const std::size_t at = layer.rfind(kExpertInfix);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string digits = layer.substr(at + kExpertInfix.size());
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::make_pair(layer.substr(0, at), std::stoll(digits));
+}
+
 Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
                                     const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   history::HistoryFilter filter;
@@ -58,7 +74,8 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
   RunRecords out;
   out.run = run;
   Status s = history.query(filter, [&](const history::HistoryRecord& r) {
-    TensorRecords& tensor = out.tensors[TensorKey{r.layer, gemm_name(r.gemm), operand_name(r.operand)}];
+    const std::string layer = r.expert >= 0 ? expert_layer_name(r.layer, r.expert) : r.layer;
+    TensorRecords& tensor = out.tensors[TensorKey{layer, gemm_name(r.gemm), operand_name(r.operand)}];
     tensor.dtype = r.dtype;
     if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.scale_layout = r.scale_layout;
     RecordPoint& p = tensor.recipes[RecipeKey{r.recipe, r.format}].emplace_back();

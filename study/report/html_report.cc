@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "fp8scope/insight/advice_formats.h"
+#include "fp8scope/report/expert_section.h"
 #include "fp8scope/report/html_parts.h"
 #include "fp8scope/report/svg_chart.h"
 
@@ -282,6 +283,7 @@ std::string html_report(const insight::RunStudy& s, const ReportOptions& o) {
   advice_section(s, out);
   inference_section(s, out);
   heatmap_section(s, o, out);
+  expert_section(s, o.heatmap_columns, out);
   scale_section(s, o, out);
   out << "</body></html>\n";
   return out.str();

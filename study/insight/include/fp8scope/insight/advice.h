@@ -10,6 +10,7 @@
 
 #include "fp8scope/insight/amax_replay.h"
 #include "fp8scope/insight/attribution.h"
+#include "fp8scope/insight/expert_summary.h"
 #include "fp8scope/insight/run_records.h"
 
 namespace fp8scope::insight {
@@ -79,6 +80,7 @@ struct RunAdvice {
   std::string run;
   std::uint64_t sampling_interval = 1;  // the run's, for AutoswitchGemm's freq
   std::vector<TensorAdvice> tensors;    // highest risk first
+  std::vector<ExpertOutlier> experts;   // MoE experts that depart from their layer's others
 };
 
 // An FP8 run captures its tensors already cast (its own scale and codes, recipe "observed"), so

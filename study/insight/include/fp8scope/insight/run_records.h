@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp8scope/kernels/status.h"
@@ -89,6 +90,12 @@ struct RunRecords {
   std::uint64_t records = 0;
   std::uint64_t sampling_interval = 1;  // the median gap between sampled steps
 };
+
+// A mixture-of-experts layer's experts are tensors of their own, "<layer>/expert<N>", so that every
+// study (compare, advise, report) sees an expert as it sees a dense layer.
+std::string expert_layer_name(const std::string& layer, std::int64_t expert);
+// The MoE layer and expert of such a name; nothing for a dense layer's.
+std::optional<std::pair<std::string, std::int64_t>> split_expert_layer(const std::string& layer);
 
 // Reads every record of `run`, streaming: each row becomes one compact point of its series (no
 // copy of the row is kept); progress(done, total) is called as rows arrive (total from a count

@@ -2,7 +2,8 @@
 // what fp8scope concludes about a run: the loss curves with spikes marked, the tensors that moved
 // at each onset, the advice table with its TE debug-API YAML and Megatron list, the inference
 // check when the run used FP8 weights its baseline trained, heatmaps of
-// underflow and overflow per tensor and step, and delayed against current scale.
+// underflow and overflow per tensor and step, experts x steps for mixture-of-experts layers, and
+// delayed against current scale.
 #pragma once
 
 #include <string>
