@@ -146,6 +146,7 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--job", o.job, "Only this job");
   c.history->add_option("--run", o.run, "Only this run");
   c.history->add_option("--layer", o.layer, "Only layers matching this regex");
+  c.history->add_option("--expert", o.expert, "Only this expert's records (mixture-of-experts layers)");
   c.history->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown");
   c.history->add_option("--operand", o.operand, "x, w or dy");
   c.history->add_option("--recipe", o.recipe, "Recipe name, or observed")
@@ -283,16 +284,16 @@ std::unique_ptr<history::HistoryReader> history_reader(const AdminOptions& o, st
 
 void print_history_header(const AdminOptions& o, std::ostream& out) {
   if (o.csv) {
-    out << "time,job,run,host,rank,step,layer,gemm,operand,dtype,numel,recipe,format,scale,scale_max,scale_current,"
-           "scale_layout,gemm_alpha";
+    out << "time,job,run,host,rank,step,layer,gemm,operand,expert,expert_tokens,padding_nonzero,padding_nonfinite,dtype,"
+           "numel,recipe,format,scale,scale_max,scale_current,scale_layout,gemm_alpha";
     for (const Statistic& s : statistics()) {
       if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
     }
     out << "\n";
   } else {
     char line[256];
-    std::snprintf(line, sizeof line, "%7s %-10s %-28s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run", "layer",
-                  "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
+    std::snprintf(line, sizeof line, "%7s %-10s %-28s %6s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run",
+                  "layer", "expert", "gemm", "op", "rank", "recipe", "underflow", "overflow", "mse", "cosine");
     out << line;
   }
 }
@@ -305,7 +306,9 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
   };
   if (o.csv) {
     out << number(r.time, "%.3f") << "," << r.job << "," << r.run << "," << r.host << "," << r.rank << "," << r.step
-        << "," << r.layer << "," << gemm_name(r.gemm) << "," << operand_name(r.operand) << "," << r.dtype << ","
+        << "," << r.layer << "," << gemm_name(r.gemm) << "," << operand_name(r.operand) << ","
+        << (r.expert >= 0 ? std::to_string(r.expert) : "") << "," << (r.expert_tokens >= 0 ? std::to_string(r.expert_tokens) : "")
+        << "," << r.padding_nonzero << "," << r.padding_nonfinite << "," << r.dtype << ","
         << r.numel << "," << r.recipe << "," << r.format << "," << number(r.scale, "%.9g") << ","
         << number(r.scale_max, "%.9g") << "," << number(r.scale_current, "%.9g") << "," << r.scale_layout << ","
         << (r.gemm_alpha != 0 ? number(r.gemm_alpha, "%.9g") : "");
@@ -317,8 +320,9 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
     out << "\n";
   } else {
     char line[512];
-    std::snprintf(line, sizeof line, "%7llu %-10s %-28s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
-                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), gemm_name(r.gemm),
+    const std::string expert = r.expert >= 0 ? std::to_string(r.expert) : "-";
+    std::snprintf(line, sizeof line, "%7llu %-10s %-28s %6s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
+                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), expert.c_str(), gemm_name(r.gemm),
                   operand_name(r.operand), r.rank, r.recipe.c_str(), number(value("underflow_ratio")).c_str(),
                   number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
                   number(value("cosine"), "%.6f").c_str());
@@ -352,6 +356,7 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     }
   }
   f.recipe = o.recipe;
+  if (o.expert) f.expert = *o.expert;
   f.min_step = o.min_step;
   f.max_step = o.max_step;
   f.limit = o.limit == 0 ? 100000 : o.limit;
@@ -361,6 +366,7 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   // its one error line and nothing else.
   bool header = false;
   const Status s = reader->query(f, [&](const history::HistoryRecord& r) {
+    if (o.expert && r.expert != static_cast<std::int64_t>(*o.expert)) return true;  // an older daemon sends every expert
     if (!header) print_history_header(o, out);
     header = true;
     print_history_row(o, r, out);

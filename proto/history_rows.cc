@@ -127,6 +127,7 @@ v1::HistoryQuery filter_to_wire(const history::HistoryFilter& f) {
   q.set_max_step(f.max_step);
   q.set_limit(f.limit);
   q.set_after_id(f.after_id);
+  if (f.expert) q.set_expert(*f.expert);
   return q;
 }
 
@@ -142,6 +143,7 @@ history::HistoryFilter filter_from_wire(const v1::HistoryQuery& q) {
   f.max_step = q.max_step();
   f.limit = q.limit();
   f.after_id = q.after_id();
+  if (q.has_expert()) f.expert = q.expert();
   return f;
 }
 

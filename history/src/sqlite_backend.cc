@@ -31,7 +31,11 @@ void bind_filter(Statement& q, const HistoryFilter& f) {
   q.text(7, f.operand ? operand_name(*f.operand) : "");
   q.text(8, f.recipe);
   q.integer(10, bound(f.after_id));
+  if (f.expert) q.integer(11, *f.expert);
 }
+
+// Only a filter by expert names the expert column, which an older file opened read-only may lack.
+std::string filter_where(const HistoryFilter& f) { return kFilterWhere + std::string(f.expert ? " AND expert = ?11" : ""); }
 
 // A table's columns as this file has them: an older file opened read-only may lack later ones,
 // which read as NULL.
@@ -195,7 +199,7 @@ Result<std::uint64_t> SqliteBackend::delete_before(double time) {
 
 Result<std::uint64_t> SqliteBackend::count(const HistoryFilter& f) const {
   std::lock_guard<std::mutex> lock(read_mu_);
-  Statement q(read_db_, std::string("SELECT COUNT(*)") + kFilterWhere);
+  Statement q(read_db_, "SELECT COUNT(*)" + filter_where(f));
   if (!q.ok()) return sql_error(read_db_, "count");
   bind_filter(q, f);
   if (sqlite3_step(q.get()) != SQLITE_ROW) return sql_error(read_db_, "count");
@@ -204,7 +208,7 @@ Result<std::uint64_t> SqliteBackend::count(const HistoryFilter& f) const {
 
 Status SqliteBackend::query(const HistoryFilter& f, const std::function<bool(const HistoryRecord&)>& each) const {
   std::lock_guard<std::mutex> lock(read_mu_);
-  Statement q(read_db_, "SELECT id, " + records_select_ + kFilterWhere + " ORDER BY id LIMIT ?9");
+  Statement q(read_db_, "SELECT id, " + records_select_ + filter_where(f) + " ORDER BY id LIMIT ?9");
   if (!q.ok()) return sql_error(read_db_, "query");
   bind_filter(q, f);
   q.integer(9, f.limit == 0 ? -1 : f.limit);

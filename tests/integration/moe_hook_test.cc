@@ -187,6 +187,25 @@ TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads 
     of_expert += t["key"]["layer"] == kExpertLayer;
   }
   CHECK(of_expert == 6);  // X, W and Dy of fprop, dgrad and wgrad
+  // `fp8scope history --expert N`, through the daemon's Admin API: that expert's records only.
+  const ProcessResult history = cli({"history", "--endpoint", daemon.grpc(), "--run", "experts", "--expert",
+                                     std::to_string(first), "--layer", "experts", "--csv"});
+  REQUIRE(history.exit_code == 0);
+  std::size_t history_rows = 0;
+  for (std::size_t at = history.out.find('\n') + 1, end; (end = history.out.find('\n', at)) != std::string::npos;
+       at = end + 1) {
+    const std::string line = history.out.substr(at, end - at);
+    std::vector<std::string> cells;
+    for (std::size_t c = 0, comma; (comma = line.find(',', c)) != std::string::npos || c <= line.size(); c = comma + 1) {
+      cells.push_back(line.substr(c, comma == std::string::npos ? std::string::npos : comma - c));
+      if (comma == std::string::npos) break;
+    }
+    REQUIRE(cells.size() > 10);
+    CHECK(cells[9] == std::to_string(first));  // the expert column
+    CHECK(std::stoll(cells[10]) > 0);           // its tokens
+    ++history_rows;
+  }
+  CHECK(history_rows >= 6);
   // advise names each expert as a tensor; the report draws the layer's experts against its steps.
   const ProcessResult advice = cli({"advise", "--data-dir", dir.file("data"), "--run", "experts", "--format", "json"});
   REQUIRE(advice.exit_code == 0);

@@ -122,6 +122,7 @@ TEST_CASE("records, GEMM outputs and scalars are stored, filtered, paged and kep
     for (std::uint64_t step = 0; step < 50; ++step) {
       HistoryRecord r = record("fp8", step % 2 ? "blocks.1.attn" : "blocks.0.mlp", step, step / 100.0);
       if (step % 5 == 0) r.operand = Operand::kW;
+      if (step % 2 == 0) r.expert = static_cast<std::int64_t>(step % 4), r.expert_tokens = 10;  // blocks.0.mlp: MoE
       store->add(r);
       store->add(ScalarRecord{0, "job", "fp8", "node-a", 0, step, "loss", 3.0 - step * 0.01});
     }
@@ -148,6 +149,13 @@ TEST_CASE("records, GEMM outputs and scalars are stored, filtered, paged and kep
   CHECK(reader.value()->count(weights).value() == 10);
   weights.gemm = GemmRole::kWgrad;
   CHECK(reader.value()->count(weights).value() == 0);
+
+  HistoryFilter expert;  // one expert's records: even steps with step % 4 == 2
+  expert.expert = 2;
+  CHECK(reader.value()->count(expert).value() == 12);
+  for (const HistoryRecord& r : read_all(*reader.value(), expert)) CHECK((r.expert == 2 && r.step % 4 == 2));
+  expert.expert = 3;  // odd steps are a dense layer's
+  CHECK(reader.value()->count(expert).value() == 0);
 
   // Pages: after_id continues where the last page ended, in the order records were added.
   HistoryFilter page;

@@ -77,6 +77,7 @@ struct HistoryFilter {
   std::string job, run, layer_regex, recipe;  // "" = any
   std::optional<GemmRole> gemm;
   std::optional<Operand> operand;
+  std::optional<std::int64_t> expert;         // one expert's records (mixture-of-experts layers)
   std::uint64_t min_step = 0, max_step = 0;   // max 0 = no bound
   std::uint32_t limit = 100000;               // 0 = no limit
   std::uint64_t after_id = 0;                 // only records after this one: the next page
