@@ -195,38 +195,49 @@ bool Capture::mark_copied(Pending& p, CUstream stream) {
   return true;
 }
 
+std::optional<shm::DropReason> Capture::context_problem() {
+  if (!device_ready()) return device_ == Device::kUnset ? shm::DropReason::kNoContext : shm::DropReason::kCudaError;
+  CUcontext current = nullptr;
+  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::DropReason::kNoContext;
+  return std::nullopt;
+}
+
+std::optional<shm::DropReason> Capture::reserve(std::uint64_t staging, std::uint64_t payload, Pending& p) {
+  if (staging > staging_bytes_ || shm::round_up(sizeof(shm::RecordHeader) + payload) > link_.segment()->data_bytes) {
+    return shm::DropReason::kTooLarge;
+  }
+  const std::uint64_t staging_before = staging_head_;
+  const std::optional<std::uint64_t> staged_at = reserve_staging(staging);
+  if (!staged_at) return shm::DropReason::kStagingFull;
+  p.record = reserve_record(payload, p.ring_end);
+  if (p.record == nullptr) {
+    staging_head_ = staging_before;  // the last reservation: undone
+    return shm::DropReason::kRingFull;
+  }
+  p.staged = staging_ + *staged_at % staging_bytes_;
+  p.staging_end = staging_head_;
+  return std::nullopt;
+}
+
 std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                                                CUstream stream) {
   if (!writer_) return shm::DropReason::kRingFull;
   const std::uint64_t payload = v.payload_bytes();
   const std::uint64_t tokens_bytes = spec.tokens != nullptr ? 8 * spec.tokens->size() : 0;
   std::unique_lock<std::mutex> lock(mu_);
-  if (!device_ready()) return device_ == Device::kUnset ? shm::DropReason::kNoContext : shm::DropReason::kCudaError;
-  CUcontext current = nullptr;
-  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::DropReason::kNoContext;
+  if (const auto problem = context_problem()) return problem;
   // Staging: the payload, then one aligned slot for the fp32 values that go into the record's header.
   const bool scalar_scale = v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr;
   const bool header_slot = scalar_scale || alpha.device != nullptr;
-  const std::uint64_t staging_need = align_up(payload, kStagingAlign) + (header_slot ? kStagingAlign : 0);
-  if (staging_need > staging_bytes_ ||
-      shm::round_up(sizeof(shm::RecordHeader) + payload + tokens_bytes) > link_.segment()->data_bytes) {
-    return shm::DropReason::kTooLarge;
-  }
-  const std::uint64_t staging_before = staging_head_;
-  const std::optional<std::uint64_t> staged_at = reserve_staging(staging_need);
-  if (!staged_at) return shm::DropReason::kStagingFull;
   Pending p;
-  p.record = reserve_record(payload + tokens_bytes, p.ring_end);
-  if (p.record == nullptr) {
-    staging_head_ = staging_before;  // the last reservation: undone
-    return shm::DropReason::kRingFull;
+  if (const auto full = reserve(align_up(payload, kStagingAlign) + (header_slot ? kStagingAlign : 0),
+                                payload + tokens_bytes, p)) {
+    return full;
   }
   fill_header(*p.record, spec, v, alpha, payload);
   if (spec.tokens != nullptr) write_tokens(*p.record, payload, *spec.tokens);
   p.payload_bytes = payload + tokens_bytes;
   p.device_bytes = payload;
-  p.staged = staging_ + *staged_at % staging_bytes_;
-  p.staging_end = staging_head_;
   if (!enqueue_copies(p, v, alpha, stream)) {
     // The reserved space is published as padding; the staging range is released with it.
     p.record->kind = shm::RecordKind::kPadding;
@@ -310,26 +321,14 @@ std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, co
   const bool with_tokens = spec.tokens != nullptr || (device_shaped && activation.device_dims.present());
   const std::uint64_t tokens_bytes = with_tokens ? 8ull * spec.experts : 0;
   std::unique_lock<std::mutex> lock(mu_);
-  if (!device_ready()) return device_ == Device::kUnset ? shm::DropReason::kNoContext : shm::DropReason::kCudaError;
-  CUcontext current = nullptr;
-  if (cu_.ctx_get_current(&current) != CUDA_SUCCESS || current != context_) return shm::DropReason::kNoContext;
+  if (const auto problem = context_problem()) return problem;
   if (!gather_ready()) return shm::DropReason::kGatherUnavailable;
   // Staging: the codes, a header slot (scale, alpha, the scalar gathers' scratch), and for grouped
   // layouts the two dims_out.
   const std::uint64_t dims = device_shaped ? dims_bytes(spec.experts) : 0;
-  const std::uint64_t staging_need = align_up(codes, kStagingAlign) + kStagingAlign + 2 * dims;
-  if (staging_need > staging_bytes_ ||
-      shm::round_up(sizeof(shm::RecordHeader) + codes + tokens_bytes) > link_.segment()->data_bytes) {
-    return shm::DropReason::kTooLarge;
-  }
-  const std::uint64_t staging_before = staging_head_;
-  const std::optional<std::uint64_t> staged_at = reserve_staging(staging_need);
-  if (!staged_at) return shm::DropReason::kStagingFull;
   Pending p;
-  p.record = reserve_record(codes + tokens_bytes, p.ring_end);
-  if (p.record == nullptr) {
-    staging_head_ = staging_before;
-    return shm::DropReason::kRingFull;
+  if (const auto full = reserve(align_up(codes, kStagingAlign) + kStagingAlign + 2 * dims, codes + tokens_bytes, p)) {
+    return full;
   }
   fill_header(*p.record, spec, v, alpha, codes);
   shm::RecordHeader& r = *p.record;
@@ -341,8 +340,6 @@ std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, co
   if (spec.tokens != nullptr) write_tokens(r, codes, *spec.tokens);
   p.payload_bytes = codes + tokens_bytes;
   p.device_bytes = codes;
-  p.staged = staging_ + *staged_at % staging_bytes_;
-  p.staging_end = staging_head_;
   p.experts = spec.experts;
   p.element_bits = static_cast<std::uint32_t>(v.element_bits);
   const CUdeviceptr slot = p.staged + align_up(codes, kStagingAlign);

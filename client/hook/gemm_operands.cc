@@ -310,17 +310,21 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
   return r;
 }
 
-ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m, int n, int k, const void* A,
-                            cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
-                            long long strideB, int batch_count, CUstream stream) {
+namespace {
+
+// A cuBLAS call's stored A and B (column major: A is m x k, k x m when transposed; B is k x n, n x k),
+// `stored` matrices of each `stride` apart, for a call of `batch_count`.
+ReadResult cublas_operands(const char* source, bool transa, bool transb, std::int64_t m, std::int64_t n, std::int64_t k,
+                           const void* A, cudaDataType Atype, std::int64_t lda, long long strideA, const void* B,
+                           cudaDataType Btype, std::int64_t ldb, long long strideB, std::int64_t stored,
+                           std::int64_t batch_count, CUstream stream) {
   ReadResult r;
   const std::optional<DTypeMapping> ta = map_dtype(Atype), tb = map_dtype(Btype);
   if (!ta || !tb) return r;  // kUnsupportedDtype
-  // Stored shapes (column major): A is m x k (k x m when transposed), B is k x n (n x k).
-  const auto dim = [](int d) { return static_cast<std::uint64_t>(d < 0 ? 0 : d); };
-  const OperandView a = stored_matrix(A, *ta, dim(transa ? k : m), dim(transa ? m : k), lda, false, batch_count, strideA);
-  const OperandView b = stored_matrix(B, *tb, dim(transb ? n : k), dim(transb ? k : n), ldb, false, batch_count, strideB);
-  if (m <= 0 || n <= 0 || k <= 0 || batch_count < 1 || A == nullptr || B == nullptr ||
+  const auto dim = [](std::int64_t d) { return static_cast<std::uint64_t>(d < 0 ? 0 : d); };
+  const OperandView a = stored_matrix(A, *ta, dim(transa ? k : m), dim(transa ? m : k), lda, false, stored, strideA);
+  const OperandView b = stored_matrix(B, *tb, dim(transb ? n : k), dim(transb ? k : n), ldb, false, stored, strideB);
+  if (m <= 0 || n <= 0 || k <= 0 || batch_count < 1 || batch_count > 0xFFFFFFFFll || A == nullptr || B == nullptr ||
       a.ld < static_cast<std::int64_t>(a.rows) || b.ld < static_cast<std::int64_t>(b.rows)) {
     r.reason = shm::DropReason::kUnsupportedLayout;
     return r;
@@ -336,32 +340,26 @@ ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m,
   return r;
 }
 
+}  // namespace
+
+ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m, int n, int k, const void* A,
+                            cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                            long long strideB, int batch_count, CUstream stream) {
+  return cublas_operands(source, transa, transb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB, batch_count,
+                         batch_count, stream);
+}
+
 ReadResult read_cublas_batched_call(const char* source, bool transa, bool transb, std::int64_t m, std::int64_t n,
                                     std::int64_t k, const void* Aarray, cudaDataType Atype, std::int64_t lda,
                                     const void* Barray, cudaDataType Btype, std::int64_t ldb, std::int64_t batch_count,
                                     CUstream stream) {
-  ReadResult r;
-  const std::optional<DTypeMapping> ta = map_dtype(Atype), tb = map_dtype(Btype);
-  if (!ta || !tb) return r;  // kUnsupportedDtype
-  const auto dim = [](std::int64_t d) { return static_cast<std::uint64_t>(d < 0 ? 0 : d); };
-  OperandView a = stored_matrix(Aarray, *ta, dim(transa ? k : m), dim(transa ? m : k), lda, false, 1, 0);
-  OperandView b = stored_matrix(Barray, *tb, dim(transb ? n : k), dim(transb ? k : n), ldb, false, 1, 0);
-  if (m <= 0 || n <= 0 || k <= 0 || batch_count < 1 || batch_count > 0xFFFFFFFFll || Aarray == nullptr ||
-      Barray == nullptr || a.ld < static_cast<std::int64_t>(a.rows) || b.ld < static_cast<std::int64_t>(b.rows)) {
-    r.reason = shm::DropReason::kUnsupportedLayout;
-    return r;
-  }
-  a.experts = b.experts = static_cast<std::uint32_t>(batch_count);
-  GemmCall call;
-  call.source = source;
-  call.transa = transa;
-  call.transb = transb;
-  call.a = a;
-  call.b = b;
-  call.stream = stream;
-  call.experts = a.experts;
-  call.tokens.assign(call.experts, b.cols);
-  r.call = call;
+  // The pointer arrays stand where the matrices would: one stored matrix, one expert per element.
+  ReadResult r = cublas_operands(source, transa, transb, m, n, k, Aarray, Atype, lda, 0, Barray, Btype, ldb, 0, 1,
+                                 batch_count, stream);
+  if (!r.call) return r;
+  GemmCall& call = *r.call;
+  call.a.experts = call.b.experts = call.experts = static_cast<std::uint32_t>(batch_count);
+  call.tokens.assign(call.experts, call.b.cols);
   return r;
 }
 

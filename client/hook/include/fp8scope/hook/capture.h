@@ -81,6 +81,11 @@ class Capture {
 
   bool device_ready();  // under mu_, on the calling thread
   bool gather_ready();  // the gather kernel, loaded on first use; under mu_
+  // Under mu_: why the caller's thread cannot sample now (no device, not the hook's context).
+  std::optional<shm::DropReason> context_problem();
+  // Under mu_: `staging` bytes of staging and a ring record of `payload` bytes, both or neither
+  // (p.record, ring_end, staged and staging_end set), or why not.
+  std::optional<shm::DropReason> reserve(std::uint64_t staging, std::uint64_t payload, Pending& p);
   static void fill_header(shm::RecordHeader& r, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                           std::uint64_t payload);
   // The copies on the caller's stream and the event after them; false when a driver call failed.
