@@ -480,10 +480,8 @@ void Trainer::capture_probe() {
   gemms_.capture_probe({dw->get(), Element::kBF16, 16, 32}, {dx->get(), Element::kBF16, 16, 32}, out, 16, 16, 32);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
+// The command line into o; an exit status when the process should stop there (help, bad input).
+std::optional<int> parse_options(int argc, char** argv, Options& o) {
   CLI::App app{"tiny_trainer: a small MLP trained through cuBLASLt/cuBLAS, for testing fp8scope's hook"};
   app.add_option("--steps", o.steps, "Training steps")->check(CLI::Range(1, 1000000));
   app.add_option("--hidden", o.hidden, "Width of the two hidden layers (a multiple of 16, as FP8 GEMMs need)")
@@ -515,7 +513,11 @@ int main(int argc, char** argv) {
   app.add_option("--fork-at-step", o.fork_at_step, "At this step fork a child that runs one GEMM (CPU fixtures only)");
   app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
   app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   o.moe.form = *expert_form(moe_gemm);
   if (o.moe.top_k > o.moe.experts) {
     std::fprintf(stderr, "tiny_trainer: --top-k %d: expected at most --experts (%d)\n", o.moe.top_k, o.moe.experts);
@@ -529,7 +531,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tiny_trainer: --hidden and --batch: expected multiples of 16, got %d and %d\n", o.hidden, o.batch);
     return 2;
   }
+  return std::nullopt;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const std::optional<int> stop = parse_options(argc, argv, o)) return *stop;
   std::FILE* losses = nullptr;
   if (!o.losses.empty() && (losses = std::fopen(o.losses.c_str(), "w")) == nullptr) fail("opening --losses", errno);
   Trainer trainer(o);
