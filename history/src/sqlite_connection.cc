@@ -1,5 +1,7 @@
 #include "sqlite_connection.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <optional>
 #include <unordered_map>
@@ -47,7 +49,13 @@ Status exec(sqlite3* db, const std::string& sql) {
 
 Result<sqlite3*> open_db(const std::string& path, bool read_only) {
   sqlite3* db = nullptr;
-  const int mode = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  // The daemon writes only a regular file: a link could point its writes anywhere it may write.
+  const int mode = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW;
+  struct stat st {};
+  if (!read_only && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return Status::error("cannot open " + path + ": a symbolic link; the history must be a regular file (move the "
+                         "link away to start)");
+  }
   if (sqlite3_open_v2(path.c_str(), &db, mode | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
     Status s = sql_error(db, "cannot open " + path);
     sqlite3_close(db);

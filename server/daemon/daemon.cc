@@ -125,6 +125,7 @@ struct Daemon::Impl {
   PolicyStore policy;
   std::unique_ptr<TensorSeries> series;
   std::unique_ptr<HealthMetrics> health;
+  std::unique_ptr<DataDirLock> data_dir_lock;  // taken first, released last
   std::unique_ptr<AckJournal> journal;  // outlives the history, whose writer releases its slots
   std::unique_ptr<history::HistoryStore> history;
   std::unique_ptr<TensorTable> tensors;
@@ -180,6 +181,9 @@ std::string Daemon::metrics_address() const { return impl_->metrics_address; }
 Result<std::vector<AckJournal::Leftover>> Daemon::Impl::open_stores() {
   const DaemonConfig& c = config;
   if (Status s = prepare_data_dir(c.data_dir); !s.ok()) return s;
+  Result<std::unique_ptr<DataDirLock>> lock = DataDirLock::take(c.data_dir);
+  if (!lock.ok()) return lock.status();
+  data_dir_lock = std::move(lock).value();
   history::HistoryStoreOptions history_options;
   history_options.writer = host_name() + ":" + std::filesystem::absolute(c.data_dir).lexically_normal().string();
   history_options.retention_days = c.retention_days;
@@ -210,11 +214,23 @@ Status Daemon::Impl::settle_leftovers(const std::vector<AckJournal::Leftover>& l
   if (!lost.empty()) {
     std::map<std::string, std::uint64_t> by_job;
     for (const AckJournal::Leftover& l : lost) ++by_job[l.job];
+    constexpr std::size_t kJobsNamed = 10;  // the log line stays short whatever the file held
     std::string jobs;
-    for (const auto& [job, n] : by_job) jobs += (jobs.empty() ? "" : ", ") + job + ": " + std::to_string(n);
+    std::size_t named = 0;
+    for (const auto& [job, n] : by_job) {
+      if (named++ == kJobsNamed) {
+        jobs += ", and " + std::to_string(by_job.size() - kJobsNamed) + " more jobs";
+        break;
+      }
+      jobs += (jobs.empty() ? "" : ", ") + job + ": " + std::to_string(n);
+    }
     spdlog::warn("the previous fp8scoped stopped before storing {} samples it had acknowledged as accepted ({})",
                  lost.size(), jobs);
     health->acknowledged_lost_before_start(lost.size());
+  }
+  if (journal->unreadable_slots() != 0) {
+    spdlog::warn("{}: {} taken slots no fp8scoped wrote (a damaged file) were not counted as lost samples",
+                 journal->path(), journal->unreadable_slots());
   }
   if (Status s = journal->start_fresh(); !s.ok()) return s;
   if (Status s = history->forget_stored_samples(); !s.ok()) return s;

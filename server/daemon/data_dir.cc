@@ -1,5 +1,7 @@
 #include "fp8scope/daemon/data_dir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,5 +53,29 @@ Status prepare_data_dir(const std::string& dir) {
   }
   return Status();
 }
+
+Result<std::unique_ptr<DataDirLock>> DataDirLock::take(const std::string& dir) {
+  const std::string path = dir + "/fp8scoped.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Status::error("--data-dir " + dir + ": cannot open " + path + ": " + std::strerror(errno));
+  std::unique_ptr<DataDirLock> lock(new DataDirLock(fd));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    const std::string owner = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : std::string("unknown");
+    if (error != EWOULDBLOCK) return Status::error("--data-dir " + dir + ": cannot lock " + path + ": " + std::strerror(error));
+    return Status::error("--data-dir " + dir + ": another fp8scoped (pid " +
+                         owner.substr(0, owner.find_first_not_of("0123456789")) +
+                         ") uses it; stop that one, or give this one a --data-dir of its own");
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return Status::error("--data-dir " + dir + ": cannot write " + path + ": " + std::strerror(errno));
+  }
+  return lock;
+}
+
+DataDirLock::~DataDirLock() { ::close(fd_); }
 
 }  // namespace fp8scope::server

@@ -33,6 +33,9 @@ constexpr char kMagic[8] = {'F', 'P', '8', 'S', 'A', 'C', 'K', 'J'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kSlotBytes = 64;
 constexpr std::size_t kHeaderBytes = 64;
+// No journal has more slots than this (64 MiB): a larger file is not one, and is not read.
+constexpr std::uint64_t kMaxSlots = 1u << 20;
+constexpr std::size_t kJobBytes = kSlotBytes - 21;
 
 std::uint64_t new_boot_id() {
   std::random_device random;
@@ -45,15 +48,19 @@ std::string os_error(const std::string& path, const std::string& what) {
   return path + ": cannot " + what + ": " + std::strerror(errno);
 }
 
-// A slot as read back from the file of a daemon that is gone.
-AckJournal::Leftover decode_slot(const char* raw) {
+// A slot as read back from the file of a daemon that is gone; nothing when it is not one a daemon
+// wrote (a boot of 0, a job name past the slot or not printable): garbage, not a lost sample.
+std::optional<AckJournal::Leftover> decode_slot(const char* raw) {
   AckJournal::Leftover l;
   std::uint8_t job_len = 0;
   std::memcpy(&l.boot, raw, 8);
   std::memcpy(&l.seq, raw + 8, 8);
   std::memcpy(&l.rank, raw + 16, 4);
   std::memcpy(&job_len, raw + 20, 1);
-  l.job.assign(raw + 21, std::min<std::size_t>(job_len, kSlotBytes - 21));
+  if (l.boot == 0 || job_len > kJobBytes) return std::nullopt;
+  l.job.assign(raw + 21, job_len);
+  const bool printable = std::all_of(l.job.begin(), l.job.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  if (!printable) return std::nullopt;
   return l;
 }
 
@@ -64,11 +71,24 @@ static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && std::atomic<std::uint64
 Result<std::unique_ptr<AckJournal>> AckJournal::open(const std::string& path, std::uint32_t slots) {
   static_assert(sizeof(Slot) == kSlotBytes, "a slot is 64 bytes on disk");
   static_assert(offsetof(Slot, seq) == 8 && offsetof(Slot, job) == 21, "decode_slot's offsets");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  // A link is not followed: it could point the daemon's writes anywhere it may write.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && errno == ELOOP) {
+    return Status::error(path + ": a symbolic link; the journal of accepted samples must be a regular file in the "
+                                "data dir (move the link away to start)");
+  }
   if (fd < 0) return Status::error(os_error(path, "open the journal of accepted samples"));
   std::unique_ptr<AckJournal> journal(new AckJournal(path, fd, slots, new_boot_id()));
   struct stat st{};
   if (fstat(fd, &st) != 0) return Status::error(os_error(path, "stat"));
+  const std::uint64_t largest = kHeaderBytes + kMaxSlots * kSlotBytes;
+  if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > largest) {
+    return Status::error(path + ": not a journal of accepted samples (" +
+                         (S_ISREG(st.st_mode) ? std::to_string(st.st_size) + " bytes, more than any journal's " +
+                                                    std::to_string(largest)
+                                              : std::string("not a regular file")) +
+                         "); move it away to start");
+  }
   if (static_cast<std::size_t>(st.st_size) >= kHeaderBytes) {
     std::vector<char> file(static_cast<std::size_t>(st.st_size));
     if (pread(fd, file.data(), file.size(), 0) != static_cast<ssize_t>(file.size())) {
@@ -82,11 +102,18 @@ Result<std::unique_ptr<AckJournal>> AckJournal::open(const std::string& path, st
     }
     // A file cut short (a crash while it was being allocated) holds the slots it has.
     for (std::size_t at = kHeaderBytes; at + kSlotBytes <= file.size(); at += kSlotBytes) {
-      AckJournal::Leftover l = decode_slot(file.data() + at);
-      if (l.seq != 0) journal->leftovers_.push_back(std::move(l));
+      std::uint64_t seq = 0;
+      std::memcpy(&seq, file.data() + at + 8, 8);
+      if (seq == 0) continue;  // free
+      std::optional<AckJournal::Leftover> l = decode_slot(file.data() + at);
+      if (l) {
+        journal->leftovers_.push_back(std::move(*l));
+      } else {
+        ++journal->unreadable_slots_;
+      }
     }
   }
-  if (journal->leftovers_.empty()) {
+  if (journal->leftovers_.empty() && journal->unreadable_slots_ == 0) {
     if (Status s = journal->start_fresh(); !s.ok()) return s;
   }
   return journal;
@@ -125,6 +152,7 @@ Status AckJournal::start_fresh() {
   if (map == MAP_FAILED) return Status::error(os_error(path_, "map"));
   map_ = map;
   leftovers_.clear();
+  unreadable_slots_ = 0;
   free_.resize(slots_);
   for (std::uint32_t i = 0; i < slots_; ++i) free_[i] = slots_ - 1 - i;  // slot 0 is taken first
   return Status();

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -638,4 +639,41 @@ TEST_CASE("a forward GEMM's X and W give its FP8 output error", "[daemon][gemm]"
                                  CastFormat::kE4M3);
   REQUIRE(expected.ok());
   CHECK(metric_value(metrics, "fp8scope_gemm_output_mse", labels) == Approx(expected.value().mse).epsilon(1e-12));
+}
+
+// Issue 26, 5 and 8: a second daemon on a data dir in use, and data-dir files that are links.
+TEST_CASE("a second daemon on a data dir in use is refused, naming the first, and touches nothing there", "[daemon]") {
+  TempDir dir;
+  const std::string data = dir.file("data");
+  DaemonProcess first(data);
+  const auto journal_time = std::filesystem::last_write_time(data + "/accepted.journal");
+  const auto socket_inode = [&] {
+    struct stat st {};
+    return ::lstat((data + "/shared-memory.sock").c_str(), &st) == 0 ? st.st_ino : 0;
+  };
+  const ino_t socket_before = socket_inode();
+  const ProcessResult second = run_process({FP8SCOPE_DAEMON, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                                            "--data-dir", data, "--backend", "cpu"});
+  CHECK(second.exit_code == 1);
+  CHECK((second.out + second.err).find("another fp8scoped (pid " + std::to_string(first.pid()) + ") uses it") !=
+        std::string::npos);
+  CHECK(std::filesystem::last_write_time(data + "/accepted.journal") == journal_time);
+  CHECK(socket_inode() == socket_before);
+  CHECK(first.running());
+  CHECK(cli({"status", "--endpoint", first.grpc()}).exit_code == 0);
+}
+
+TEST_CASE("history and journal files that are symbolic links are refused, and nothing is written through them", "[daemon]") {
+  TempDir dir;
+  for (const char* name : {"history.sqlite", "accepted.journal"}) {
+    INFO(name);
+    const std::string data = dir.file(std::string("data-") + name), target = dir.file(std::string("target-") + name);
+    std::filesystem::create_directories(data);
+    REQUIRE(symlink(target.c_str(), (data + "/" + name).c_str()) == 0);
+    const ProcessResult refused = run_process({FP8SCOPE_DAEMON, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                                               "--data-dir", data, "--backend", "cpu"});
+    CHECK(refused.exit_code == 1);
+    CHECK((refused.out + refused.err).find("a symbolic link") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(target));
+  }
 }

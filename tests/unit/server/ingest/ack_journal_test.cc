@@ -3,6 +3,8 @@
 // that is not a journal is an error, not a silent reset.
 #include "fp8scope/ingest/ack_journal.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <set>
@@ -90,4 +92,60 @@ TEST_CASE("a long job name is cut to the slot, and a file that is not a journal 
   auto refused = AckJournal::open(foreign, 8);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.message().find("not a journal of accepted samples") != std::string::npos);
+}
+
+// Issue 26, 5-7: the journal's file as an attacker or a damaged disk leaves it.
+TEST_CASE("a journal that is a symbolic link is refused, and nothing is written where it points", "[ack_journal]") {
+  fp8scope::testing::TempDir dir;
+  const std::string outside = dir.file("outside"), path = dir.file("accepted.journal");
+  std::ofstream(outside) << "keep me";
+  REQUIRE(symlink(outside.c_str(), path.c_str()) == 0);
+  auto refused = AckJournal::open(path, 8);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("a symbolic link") != std::string::npos);
+  std::ifstream in(outside);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "keep me");
+  // Dangling: no file appears at the target.
+  const std::string nowhere = dir.file("nowhere"), dangling = dir.file("dangling.journal");
+  REQUIRE(symlink(nowhere.c_str(), dangling.c_str()) == 0);
+  CHECK_FALSE(AckJournal::open(dangling, 8).ok());
+  CHECK_FALSE(std::ifstream(nowhere).good());
+}
+
+TEST_CASE("a journal larger than any journal is refused before it is read", "[ack_journal]") {
+  fp8scope::testing::TempDir dir;
+  const std::string path = dir.file("accepted.journal");
+  { REQUIRE(AckJournal::open(path, 8).ok()); }
+  REQUIRE(truncate(path.c_str(), 1ll << 40) == 0);  // sparse: 1 TiB of holes after a valid header
+  auto refused = AckJournal::open(path, 8);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("more than any journal's") != std::string::npos);
+}
+
+TEST_CASE("slots no daemon wrote are counted unreadable, not lost, and do not reach the log as bytes", "[ack_journal]") {
+  fp8scope::testing::TempDir dir;
+  const std::string path = dir.file("accepted.journal");
+  {
+    auto journal = AckJournal::open(path, 64);
+    REQUIRE(journal.ok());
+    REQUIRE(journal.value()->accept("real-job", 3));
+  }
+  {
+    // Overwrite slots 1..63 with bytes no daemon writes: a non-zero seq, control bytes in the name.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    for (int s = 1; s < 64; ++s) {
+      char raw[64];
+      for (int i = 0; i < 64; ++i) raw[i] = static_cast<char>((s * 131 + i * 17) | 1);
+      raw[20] = 30;  // a job name of 30 bytes, most of them not printable
+      f.seekp(64 + 64 * s);
+      f.write(raw, sizeof raw);
+    }
+  }
+  auto reopened = AckJournal::open(path, 64);
+  REQUIRE(reopened.ok());
+  REQUIRE(reopened.value()->leftovers().size() == 1);
+  CHECK(reopened.value()->leftovers()[0].job == "real-job");
+  CHECK(reopened.value()->unreadable_slots() == 63);
+  REQUIRE(reopened.value()->start_fresh().ok());
+  CHECK(reopened.value()->unreadable_slots() == 0);
 }

@@ -45,6 +45,8 @@ class AckJournal {
   AckJournal& operator=(const AckJournal&) = delete;
 
   const std::vector<Leftover>& leftovers() const { return leftovers_; }
+  // Taken slots no daemon could have written (a damaged file): neither samples nor counted lost.
+  std::uint64_t unreadable_slots() const { return unreadable_slots_; }
   // Clears what the previous daemon left (after the caller has counted it) for this start.
   Status start_fresh();
 
@@ -70,6 +72,7 @@ class AckJournal {
   void* map_ = nullptr;  // the whole file, once start_fresh() has allocated it
   std::size_t map_bytes_ = 0;
   std::vector<Leftover> leftovers_;
+  std::uint64_t unreadable_slots_ = 0;
   mutable std::mutex mu_;
   std::vector<std::uint32_t> free_;  // free slots, taken from the back
   std::uint64_t next_seq_ = 1;
