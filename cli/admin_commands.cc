@@ -1,4 +1,5 @@
 #include "fp8scope/cli/admin_commands.h"
+#include "fp8scope/cli/number_checks.h"
 
 #include <google/protobuf/util/json_util.h>
 
@@ -151,8 +152,8 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--operand", o.operand, "x, w or dy");
   c.history->add_option("--recipe", o.recipe, "Recipe name, or observed")
       ->check(CLI::IsMember(recipe_names_and_observed()));
-  c.history->add_option("--min-step", o.min_step, "First step");
-  c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)");
+  c.history->add_option("--min-step", o.min_step, "First step")->check(step_number());
+  c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)")->check(step_number());
   c.history->add_option("--limit", o.limit, "At most this many rows (default 100000)");
   c.history->add_flag("--csv", o.csv, "CSV with every statistic as a column");
   c.history->add_option("--history", o.history,

@@ -1,4 +1,5 @@
 #include "fp8scope/cli/connection_flags.h"
+#include "fp8scope/cli/number_checks.h"
 
 #include <chrono>
 #include <fstream>
@@ -25,7 +26,7 @@ void add_credential_flags(CLI::App* cmd, ConnectionFlags& f) {
   cmd->add_option("--timeout", f.timeout_seconds,
                   "Seconds to wait for the daemon to connect and answer (a refused connection fails at once)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(positive_seconds());
 }
 
 Result<ConnectionOptions> resolve(const ConnectionFlags& f) {

@@ -1,4 +1,5 @@
 #include "fp8scope/cli/log_command.h"
+#include "fp8scope/cli/number_checks.h"
 
 #include <unistd.h>
 
@@ -13,7 +14,7 @@ void add_log_command(CLI::App& app, LogOptions& o) {
   add_connection_flags(cmd, o.connection);
   cmd->add_option("--run", o.run, "Run name")->envname("FP8SCOPE_RUN")->required();
   cmd->add_option("--job", o.job, "Job name")->envname("FP8SCOPE_JOB")->capture_default_str();
-  cmd->add_option("--step", o.step, "Training step")->required();
+  cmd->add_option("--step", o.step, "Training step")->required()->check(step_number());
   cmd->add_option("--name", o.name, "Scalar name")->capture_default_str();
   cmd->add_option("--value", o.value, "Its value")->required();
   cmd->add_option("--rank", o.rank, "Rank that measured it")->capture_default_str();

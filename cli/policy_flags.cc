@@ -1,4 +1,5 @@
 #include "fp8scope/cli/policy_flags.h"
+#include "fp8scope/cli/number_checks.h"
 
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/kernels/recipe.h"
@@ -11,9 +12,10 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
   cmd->add_option("--layer-regex", f.layer_regex, "Sample layers whose name this layer pattern matches (docs/operations.md; '' = all)");
   cmd->add_option("--operands", f.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
   cmd->add_option("--every", f.every, "Sample every N steps");
-  cmd->add_option("--start-step", f.start_step, "First step to sample");
-  cmd->add_option("--end-step", f.end_step, "Stop sampling at this step (0 = never)");
-  cmd->add_option("--bytes-per-step", f.bytes_per_step, "Per-process byte budget per step (0 = no limit)");
+  cmd->add_option("--start-step", f.start_step, "First step to sample")->check(step_number());
+  cmd->add_option("--end-step", f.end_step, "Stop sampling at this step (0 = never)")->check(step_number());
+  cmd->add_option("--bytes-per-step", f.bytes_per_step, "Per-process byte budget per step (0 = no limit)")
+      ->check(unsigned_number());
   cmd->add_option("--experts-per-call", f.experts_per_call,
                   "Batched and grouped GEMMs: experts sampled per call, rotating so every expert is seen (0 = all)");
   cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default: every recipe)");

@@ -1,4 +1,5 @@
 #include "fp8scope/cli/push_command.h"
+#include "fp8scope/cli/number_checks.h"
 
 #include <unistd.h>
 
@@ -24,7 +25,7 @@ void add_push_command(CLI::App& app, PushOptions& o) {
                   "Layer label; with several tensors each is labelled LAYER/<tensor name>")->required();
   cmd->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown")->capture_default_str();
   cmd->add_option("--operand", o.operand, "x, w or dy")->required();
-  cmd->add_option("--step", o.step, "Training step of the sample")->capture_default_str();
+  cmd->add_option("--step", o.step, "Training step of the sample")->capture_default_str()->check(step_number());
   cmd->add_option("--run", o.run, "Run name")->envname("FP8SCOPE_RUN")->capture_default_str();
   cmd->add_option("--job", o.job, "Job name")->envname("FP8SCOPE_JOB")->capture_default_str();
   cmd->add_option("--rank", o.rank, "Rank of the sending process")->capture_default_str();

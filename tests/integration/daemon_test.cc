@@ -677,3 +677,30 @@ TEST_CASE("history and journal files that are symbolic links are refused, and no
     CHECK_FALSE(std::filesystem::exists(target));
   }
 }
+
+// Issue 26, 14: numbers outside what an option means are usage errors, not queries that wrap.
+TEST_CASE("negative, wrapping and NaN numbers are usage errors, and a huge timeout still reaches the daemon", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::vector<std::vector<std::string>> refused = {
+      {"history", "--min-step", "-5"},
+      {"history", "--max-step", "-1"},
+      {"history", "--max-step", "18446744073709551616"},
+      {"history", "--max-step", "9223372036854775808"},
+      {"history", "--timeout", "nan"},
+      {"status", "--timeout", "-1"},
+      {"log", "--run", "r", "--step", "-1", "--value", "1"},
+      {"policy", "set", "--start-step", "-3"},
+      {"policy", "set", "--bytes-per-step", "-1"}};
+  for (std::vector<std::string> args : refused) {
+    args.insert(args.end(), {"--endpoint", daemon.grpc()});
+    INFO(args[0] << " " << args[1] << " " << args[2]);
+    const ProcessResult r = cli(args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("expected") != std::string::npos);
+    CHECK(r.err.find("cannot reach") == std::string::npos);
+  }
+  const ProcessResult patient = cli({"history", "--endpoint", daemon.grpc(), "--timeout", "1e300", "--max-step", "9223372036854775807"});
+  CHECK(patient.exit_code == 0);
+  CHECK(patient.err.empty());
+}
