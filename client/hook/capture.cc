@@ -253,12 +253,11 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
 bool Capture::gather_ready() {
   if (gather_state_ != Gather::kUnset) return gather_state_ == Gather::kReady;
   gather_state_ = Gather::kFailed;
-  CUmodule module = nullptr;
   // Once, on the first sampled batched or grouped GEMM: the driver JIT-compiles the PTX for this
   // context's device (and caches the result across runs).
   const CUresult loaded = cu_.module_load_data == nullptr ? CUDA_ERROR_NOT_SUPPORTED
-                                                          : cu_.module_load_data(&module, kGatherKernelPtx);
-  if (loaded != CUDA_SUCCESS || cu_.module_get_function(&gather_, module, "fp8scope_gather") != CUDA_SUCCESS ||
+                                                          : cu_.module_load_data(&gather_module_, kGatherKernelPtx);
+  if (loaded != CUDA_SUCCESS || cu_.module_get_function(&gather_, gather_module_, "fp8scope_gather") != CUDA_SUCCESS ||
       cu_.launch_kernel == nullptr) {
     std::fprintf(stderr,
                  "fp8scope hook: cannot load the gather kernel (CUDA error %d; the driver may be older than its PTX); "

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "url_redaction.h"
+
 namespace fp8scope::history {
 
 Result<HistoryLocation> parse_history_location(const std::string& location) {
@@ -16,7 +18,7 @@ Result<HistoryLocation> parse_history_location(const std::string& location) {
     return HistoryLocation{HistoryLocation::Kind::kSqlite, path};
   }
   if (const std::size_t scheme = path.find("://"); scheme != std::string::npos) {
-    return Status::error("--history " + location + ": unknown scheme '" + path.substr(0, scheme) +
+    return Status::error("--history " + redact_url(location) + ": unknown scheme '" + path.substr(0, scheme) +
                          "'; expected postgresql://user@host:port/database, sqlite:///path/history.sqlite, a SQLite "
                          "file, or fp8scoped's --data-dir");
   }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "columns.h"
+#include "url_redaction.h"
 #include "fp8scope/pattern/layer_pattern.h"
 #include "postgres_connection.h"
 #include "postgres_migrations.h"

@@ -13,7 +13,4 @@ namespace fp8scope::history {
 // `writer`: this daemon among those sharing the database ("" opens for reading only).
 Result<std::unique_ptr<Backend>> open_postgres_backend(const std::string& url, const std::string& writer);
 
-// The URL with its password (in the authority or as ?password=) replaced by "***", for messages.
-std::string redact_url(const std::string& url);
-
 }  // namespace fp8scope::history

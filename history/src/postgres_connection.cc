@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "postgres_backend.h"
+#include "url_redaction.h"
 
 namespace fp8scope::history {
 
@@ -121,31 +122,14 @@ Result<PGconn*> connect_postgres(const std::string& url, const std::string& loca
   PGconn* db = PQconnectdbParams(keys, values, 1);
   if (db == nullptr) return Status::error(location + ": out of memory");
   if (PQstatus(db) != CONNECTION_OK) {
-    Status s = Status::error("cannot connect to PostgreSQL at " + location + ": " + trim_message(PQerrorMessage(db)));
+    // libpq's message may repeat the URL (a bad %-escape, say): no copy of its password stays.
+    Status s = Status::error("cannot connect to PostgreSQL at " + location + ": " +
+                             redact_message(trim_message(PQerrorMessage(db)), url));
     PQfinish(db);
     return s;
   }
   PgResult quiet(PQexec(db, "SET client_min_messages = warning"));
   return db;
-}
-
-std::string redact_url(const std::string& url) {
-  std::string out = url;
-  const std::size_t scheme = out.find("://");
-  if (scheme != std::string::npos) {
-    const std::size_t start = scheme + 3;
-    const std::size_t at = out.find('@', start);
-    const std::size_t slash = out.find('/', start);
-    if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
-      const std::size_t colon = out.find(':', start);
-      if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
-    }
-  }
-  for (std::size_t p = out.find("password="); p != std::string::npos; p = out.find("password=", p + 1)) {
-    const std::size_t end = out.find('&', p);
-    out.replace(p + 9, (end == std::string::npos ? out.size() : end) - p - 9, "***");
-  }
-  return out;
 }
 
 }  // namespace fp8scope::history

@@ -390,6 +390,27 @@ TEST_CASE("locations that cannot be a history are errors that say what is accept
   REQUIRE(!refused.ok());
   CHECK_THAT(refused.message(), Catch::Contains("cannot connect to PostgreSQL at postgresql://fp8scope:***@127.0.0.1:1/db"));
   CHECK_THAT(refused.message(), !Catch::Contains("hunter2"));
+  // Issue 26, 11: no shape of URL shows its password, in fp8scope's words or libpq's.
+  struct Shape {
+    const char* url;
+    const char* password;
+  };
+  const Shape shapes[] = {
+      {"postgresql://fp8scope:c2VjcmV0/K2+Zm9v==@127.0.0.1:1/db", "c2VjcmV0/K2+Zm9v=="},  // base64: '/' and '+'
+      {"postgresql://fp8scope:p@ssw0rd@127.0.0.1:1/db", "ssw0rd"},                     // '@' in the password
+      {"postgresql://fp8scope:bad%zzpass@127.0.0.1:1/db", "zzpass"},                   // a bad %-escape
+      {"postgresql://fp8scope:per%40cent@127.0.0.1:1/db", "per@cent"},                 // %-encoded, decoded by libpq
+      {"postgresql+psycopg2://fp8scope:hunter3@127.0.0.1:1/db", "hunter3"},            // a scheme not known
+      {"postgresql://127.0.0.1:1/db?user=fp8scope&password=hunter4", "hunter4"}};      // as a parameter
+  for (const Shape& shape : shapes) {
+    INFO(shape.url);
+    auto r = HistoryStore::open(shape.url, {"w", 0});
+    REQUIRE(!r.ok());
+    CHECK_THAT(r.message(), !Catch::Contains(shape.password));
+    auto reader = open_history_reader(shape.url);
+    REQUIRE(!reader.ok());
+    CHECK_THAT(reader.message(), !Catch::Contains(shape.password));
+  }
   // A database fp8scope never wrote is no history to read.
   auto empty = open_history_reader(postgres().create_database());
   REQUIRE(!empty.ok());

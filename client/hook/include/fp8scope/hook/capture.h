@@ -136,6 +136,7 @@ class Capture {
   std::uint64_t staging_head_ = 0, staging_tail_ = 0;
   std::vector<CUevent> free_events_;
   enum class Gather { kUnset, kReady, kFailed } gather_state_ = Gather::kUnset;
+  CUmodule gather_module_ = nullptr;  // kept for as long as gather_ may run: the process's life
   CUfunction gather_ = nullptr;
   std::unordered_map<std::string, std::uint64_t> grouped_sizes_;  // last codes bytes per grouped matrix
 };
