@@ -238,16 +238,18 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
   if (spec.tokens != nullptr) write_tokens(*p.record, payload, *spec.tokens);
   p.payload_bytes = payload + tokens_bytes;
   p.device_bytes = payload;
-  if (!enqueue_copies(p, v, alpha, stream)) {
+  return submit(lock, p, enqueue_copies(p, v, alpha, stream));
+}
+
+std::optional<shm::DropReason> Capture::submit(std::unique_lock<std::mutex>& lock, Pending& p, bool copies_enqueued) {
+  if (!copies_enqueued) {
     // The reserved space is published as padding; the staging range is released with it.
     p.record->kind = shm::RecordKind::kPadding;
     p.copied = nullptr;
     device_ = Device::kFailed;
-    enqueue(lock, p);
-    return shm::DropReason::kCudaError;
   }
   enqueue(lock, p);
-  return std::nullopt;
+  return copies_enqueued ? std::nullopt : std::optional<shm::DropReason>(shm::DropReason::kCudaError);
 }
 
 bool Capture::gather_ready() {
@@ -362,15 +364,7 @@ std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, co
     p.staged_alpha = slot + kSlotAlpha;
     ok = stage_scalar(p.staged_alpha, alpha.device, alpha.per_expert, expert, slot + kSlotAlphaScratch, stream);
   }
-  if (!(ok && mark_copied(p, stream))) {
-    r.kind = shm::RecordKind::kPadding;
-    p.copied = nullptr;
-    device_ = Device::kFailed;
-    enqueue(lock, p);
-    return shm::DropReason::kCudaError;
-  }
-  enqueue(lock, p);
-  return std::nullopt;
+  return submit(lock, p, ok && mark_copied(p, stream));
 }
 
 bool Capture::side_stream_synchronized() {

@@ -235,6 +235,19 @@ GemmAlpha read_alpha(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, const voi
   return a;
 }
 
+// A call of the operands a reader found; alpha, experts and tokens are the reader's to add.
+GemmCall gemm_call(const char* source, bool transa, bool transb, const OperandView& a, const OperandView& b,
+                   CUstream stream) {
+  GemmCall call;
+  call.source = source;
+  call.transa = transa;
+  call.transb = transb;
+  call.a = a;
+  call.b = b;
+  call.stream = stream;
+  return call;
+}
+
 }  // namespace
 
 GemmRole role_from_layout(bool transa, bool transb) {
@@ -295,15 +308,9 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
     r.reason = shm::DropReason::kUnreadableBatch;
     return r;
   }
-  GemmCall call;
-  call.source = "cublasLtMatmul";
-  call.transa = shape.transa;
-  call.transb = shape.transb;
-  call.a = *a;
-  call.b = *b;
+  GemmCall call = gemm_call("cublasLtMatmul", shape.transa, shape.transb, *a, *b, stream);
   const bool grouped = b->device_dims.present();
   if (a->dtype == DType::kE2M1 || b->dtype == DType::kE2M1) call.alpha = read_alpha(lt, desc, alpha, grouped);
-  call.stream = stream;
   call.experts = b->experts;
   if (call.experts > 0 && !grouped) call.tokens.assign(call.experts, b->outer());
   r.call = call;
@@ -329,14 +336,7 @@ ReadResult cublas_operands(const char* source, bool transa, bool transb, std::in
     r.reason = shm::DropReason::kUnsupportedLayout;
     return r;
   }
-  GemmCall call;
-  call.source = source;
-  call.transa = transa;
-  call.transb = transb;
-  call.a = a;
-  call.b = b;
-  call.stream = stream;
-  r.call = call;
+  r.call = gemm_call(source, transa, transb, a, b, stream);
   return r;
 }
 
@@ -375,7 +375,7 @@ ReadResult read_cublas_grouped_call(const char* source, const GroupedProblems& g
   const bool transa = groups.transa[0], transb = groups.transb[0];
   OperandView a = stored_matrix(Aarray, *ta, 0, 0, 0, false, 1, 0);
   OperandView b = stored_matrix(Barray, *tb, 0, 0, 0, false, 1, 0);
-  GemmCall call;
+  std::vector<std::uint64_t> tokens;
   for (std::size_t g = 0; g < count; ++g) {
     const std::int64_t m = groups.m[g], n = groups.n[g], k = groups.k[g];
     if (groups.transa[g] != transa || groups.transb[g] != transb || m < 0 || n < 0 || k < 0 || groups.group_size[g] < 0) {
@@ -390,18 +390,14 @@ ReadResult read_cublas_grouped_call(const char* source, const GroupedProblems& g
       if (a.expert_shapes.size() >= 0xFFFFFFFFull) return r;
       a.expert_shapes.push_back(sa);
       b.expert_shapes.push_back(sb);
-      call.tokens.push_back(sb.cols);
+      tokens.push_back(sb.cols);
     }
   }
   if (a.expert_shapes.empty()) return r;
   a.experts = b.experts = static_cast<std::uint32_t>(a.expert_shapes.size());
-  call.source = source;
-  call.transa = transa;
-  call.transb = transb;
-  call.a = a;
-  call.b = b;
-  call.stream = stream;
+  GemmCall call = gemm_call(source, transa, transb, a, b, stream);
   call.experts = a.experts;
+  call.tokens = std::move(tokens);
   r.call = call;
   return r;
 }

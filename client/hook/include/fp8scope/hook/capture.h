@@ -86,6 +86,9 @@ class Capture {
   // Under mu_: `staging` bytes of staging and a ring record of `payload` bytes, both or neither
   // (p.record, ring_end, staged and staging_end set), or why not.
   std::optional<shm::DropReason> reserve(std::uint64_t staging, std::uint64_t payload, Pending& p);
+  // Under mu_: queues p for the publisher; when its copies could not be enqueued, as padding (its
+  // ring and staging space released with it), the device given up and kCudaError returned.
+  std::optional<shm::DropReason> submit(std::unique_lock<std::mutex>& lock, Pending& p, bool copies_enqueued);
   static void fill_header(shm::RecordHeader& r, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                           std::uint64_t payload);
   // The copies on the caller's stream and the event after them; false when a driver call failed.
