@@ -265,12 +265,19 @@ DASHBOARDS = {"fp8scope-overview.json": overview, "fp8scope-layer.json": layer, 
 # History by training step, from the PostgreSQL history a job's daemons share (fp8scoped --history
 # postgresql://...): Prometheus plots against time, this board against step, one run or a run against
 # its baseline. Trend panels take step as their x axis. Values reach SQL through ${var:sqlstring}
-# (quoted and escaped); the statistic variable names a column and only offers the table's columns.
+# (quoted and escaped) and nothing else: the statistic variable, whose value a URL can set to
+# anything, is mapped to its column by a CASE over the fixed list, never interpolated as a name.
 # Series are named run and baseline (a run's name is data, not an SQL identifier).
 HISTORY_OUT = os.path.join(HERE, "grafana-postgresql")
 PG = {"type": "grafana-postgresql-datasource", "uid": "fp8scope-history"}
 STATISTICS = ["underflow_ratio", "overflow_ratio", "mse", "cosine", "sqnr_db", "amax", "amin", "dynamic_range_log2",
               "zero_ratio", "nonfinite_ratio", "saturation_ratio"]
+
+
+def statistic_column():
+    # An unknown value reads as NULL: the panel is empty, and nothing of the value runs.
+    whens = " ".join(f"WHEN '{s}' THEN stat_{s}" for s in STATISTICS)
+    return f"CASE ${{statistic:sqlstring}} {whens} END"
 
 
 def sql_variable(name, sql, label=None):
@@ -321,7 +328,7 @@ history = dashboard(
         by_step("Loss", [sql(loss_sql("run"), "A"), sql(loss_sql("baseline"), "B")], 0, 0,
                 "The run's and the baseline's loss by step (the lowest rank that logged it).", w=24),
         by_step("Statistic of the tensor",
-                [sql(tensor_sql("run", "stat_${statistic}"), "A"), sql(tensor_sql("baseline", "stat_${statistic}"), "B")],
+                [sql(tensor_sql("run", statistic_column()), "A"), sql(tensor_sql("baseline", statistic_column()), "B")],
                 0, 8, "The chosen statistic of the chosen tensor under the chosen recipe, by step, in the run and its "
                       "baseline (the worst rank per step)."),
         by_step("Scale against current scaling's",
