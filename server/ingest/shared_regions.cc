@@ -19,6 +19,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace fp8scope::server {
@@ -77,6 +78,7 @@ Result<std::unique_ptr<SharedRegions>> SharedRegions::open(const std::string& pa
 
 SharedRegions::SharedRegions(std::string path, int listener, int wake, SharedRegionLimits limits)
     : path_(std::move(path)), listener_(listener), wake_(wake), instance_(random_id()), limits_(limits) {
+  spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -87,7 +89,16 @@ SharedRegions::~SharedRegions() {
   thread_.join();
   close(listener_);
   close(wake_);
+  if (spare_ >= 0) close(spare_);
   unlink(path_.c_str());
+}
+
+void SharedRegions::View::release() const {
+  if (bytes.empty()) return;
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data()) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data() + bytes.size()) + page - 1) / page * page;
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // the pages stay the client's
 }
 
 std::string SharedRegions::instance_id() const { return id_key(instance_); }
@@ -109,6 +120,13 @@ Result<SharedRegions::View> SharedRegions::view(const std::string& id, std::uint
     return Status::error("names bytes " + std::to_string(offset) + "+" + std::to_string(bytes) +
                          " of a shared memory region of " + std::to_string(r.bytes) + " bytes");
   }
+  // Bytes the client never wrote are a hole in its memfd, and tmpfs fills a hole the daemon reads
+  // with new pages: memory neither the client's pages nor the daemon's budget account for.
+  const off_t hole = bytes == 0 ? 0 : lseek(r.file, static_cast<off_t>(offset), SEEK_HOLE);
+  if (hole < 0 || static_cast<std::uint64_t>(hole) - offset < bytes) {
+    return Status::error("names bytes " + std::to_string(offset) + "+" + std::to_string(bytes) +
+                         " of a shared memory region that were never written (a hole in its memfd)");
+  }
   return View{r.mapping, {static_cast<const std::uint8_t*>(r.mapping.get()) + offset, static_cast<std::size_t>(bytes)}};
 }
 
@@ -128,10 +146,22 @@ Result<SharedRegions::Region> SharedRegions::map_region(int fd) const {
                          std::to_string(st.st_size));
   }
   const auto bytes = static_cast<std::size_t>(st.st_size);
+  // A file description of the daemon's own, whose offset SEEK_HOLE may move (the client's is shared
+  // with the descriptor it sent).
+  const int file = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+  if (file < 0) return Status::error("cannot open it: " + errno_text());
   void* base = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return Status::error("cannot map it: " + errno_text());
+  if (base == MAP_FAILED) {
+    const std::string why = errno_text();
+    close(file);
+    return Status::error("cannot map it: " + why);
+  }
   Region r;
-  r.mapping = std::shared_ptr<const void>(base, [bytes](const void* p) { munmap(const_cast<void*>(p), bytes); });
+  r.mapping = std::shared_ptr<const void>(base, [bytes, file](const void* p) {
+    munmap(const_cast<void*>(p), bytes);
+    close(file);
+  });
+  r.file = file;
   r.bytes = bytes;
   return r;
 }
@@ -149,8 +179,11 @@ void SharedRegions::on_message(Connection& c) {
   shared_region::RegionRequest request;
   shared_region::FdMessage msg(&request, sizeof request);
   const ssize_t n = recvmsg(c.fd, msg.get(), MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (n <= 0) return;
-  const int region_fd = msg.attached();
+  const int region_fd = n >= 0 ? msg.attached() : -1;  // owned, whatever the message held
+  if (n <= 0) {
+    if (region_fd >= 0) close(region_fd);
+    return;
+  }
   std::string refusal;
   if (c.region) {
     refusal = "this connection already registered a region";
@@ -158,7 +191,7 @@ void SharedRegions::on_message(Connection& c) {
              request.magic != shared_region::kMagic || request.version != shared_region::kVersion) {
     refusal = "expected a RegionRequest of version " + std::to_string(shared_region::kVersion);
   } else if (region_fd < 0) {
-    refusal = "expected one file descriptor attached (SCM_RIGHTS)";
+    refusal = "expected one file descriptor attached (SCM_RIGHTS), got " + std::to_string(msg.received());
   }
   Result<Region> region = Status::error(refusal);
   if (refusal.empty()) region = map_region(region_fd);
@@ -186,6 +219,24 @@ void SharedRegions::on_message(Connection& c) {
   reply(c.fd, &id, "");
 }
 
+void SharedRegions::refuse_one() {
+  // The pending connection stays queued, and the listener readable, until it is taken: take it
+  // with the descriptor held in reserve for this, close it, and hold another.
+  if (spare_ >= 0) close(spare_);
+  const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd >= 0) close(fd);
+  spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const auto now = std::chrono::steady_clock::now();
+  ++refused_;
+  if (now - last_refusal_log_ >= std::chrono::seconds(10)) {
+    last_refusal_log_ = now;
+    spdlog::warn("shared memory socket: out of file descriptors; refused {} connection(s) so far (those clients "
+                 "stream their bytes instead; raise the descriptor limit, LimitNOFILE in the systemd unit)",
+                 refused_);
+  }
+  if (spare_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // none to reserve: do not spin
+}
+
 void SharedRegions::serve() {
   std::vector<Connection> connections;
   const auto drop = [&](std::size_t i) {
@@ -210,7 +261,9 @@ void SharedRegions::serve() {
     }
     if ((fds[1].revents & POLLIN) != 0) {
       const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0 && connections.size() >= limits_.max_regions) {
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        refuse_one();
+      } else if (fd >= 0 && connections.size() >= limits_.max_regions) {
         close(fd);  // full: the client streams its bytes instead
       } else if (fd >= 0) {
         ucred cred{};

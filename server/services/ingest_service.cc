@@ -221,6 +221,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       events = assembler_->add(chunk, bytes);
       last_chunk_ = std::chrono::steady_clock::now();
     }
+    if (view) view->release();  // copied
     for (AssemblerEvent& e : events) {
       v1::ServerMessage ack;
       ack.mutable_ack()->set_sample_id(e.sample_id);

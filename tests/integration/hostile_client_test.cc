@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -414,6 +415,109 @@ TEST_CASE("shared memory: only sealed memfds are taken, and a chunk naming bytes
   CHECK(recv(idle, &byte, 1, 0) == 0);
   close(idle);
   CHECK(daemon_serves(daemon));
+}
+
+// What a process holds and has used, from /proc.
+std::size_t open_descriptors(int pid) {
+  std::size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) n += !entry.is_directory();
+  return n;
+}
+
+double cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after the command name
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Sends one message of `bytes` (a RegionRequest's first bytes) with `fds` attached on a new
+// connection to the shared-memory socket, and returns the daemon's reply message ("" if none).
+std::string send_with_descriptors(const std::string& socket, std::size_t bytes, const std::vector<int>& fds) {
+  const int c = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const std::optional<sockaddr_un> addr = shared_region::socket_address(socket);
+  REQUIRE(addr);
+  REQUIRE(connect(c, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) == 0);
+  shared_region::RegionRequest request;
+  iovec iov{&request, bytes};
+  std::vector<char> control(CMSG_SPACE(fds.size() * sizeof(int)));
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control.data();
+  m.msg_controllen = control.size();
+  cmsghdr* h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(h), fds.data(), fds.size() * sizeof(int));
+  REQUIRE(sendmsg(c, &m, MSG_NOSIGNAL) >= 0);
+  std::string message;
+  if (bytes > 0) {
+    const timeval limit{20, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    shared_region::RegionReply reply;
+    if (recv(c, &reply, sizeof reply, 0) == static_cast<ssize_t>(sizeof reply)) message = reply.message;
+  }
+  close(c);
+  return message;
+}
+
+TEST_CASE("every descriptor the shared-memory socket receives is closed or kept, and running out of descriptors "
+          "costs one connection, not the daemon",
+          "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::string socket = dir.file("data") + "/shared-memory.sock";
+  const int pid = daemon.pid();
+  const std::size_t before = open_descriptors(pid);
+  const int a = memfd_with(payload(), true), b = memfd_with(payload(), true);
+  for (int i = 0; i < 40; ++i) {
+    // Two descriptors on a request: refused, and both closed.
+    CHECK_THAT(send_with_descriptors(socket, sizeof(shared_region::RegionRequest), {a, b}),
+               Catch::Contains("expected one file descriptor attached (SCM_RIGHTS), got 2"));
+    send_with_descriptors(socket, 0, {a});  // a zero-length message with one: closed too
+  }
+  close(a);
+  close(b);
+  CHECK(eventually([&] { return open_descriptors(pid) <= before + 1; }));
+
+  // The daemon's descriptor limit lowered to just above what it holds, then a flood of connections:
+  // those past the limit are refused (closed at once), and the thread serving the socket does not
+  // spin on accept4's EMFILE.
+  const rlim_t headroom = 6;
+  rlimit lowered{static_cast<rlim_t>(open_descriptors(pid)) + headroom, 0}, original{};
+  REQUIRE(prlimit(pid, RLIMIT_NOFILE, nullptr, &original) == 0);
+  lowered.rlim_max = original.rlim_max;
+  REQUIRE(prlimit(pid, RLIMIT_NOFILE, &lowered, nullptr) == 0);
+  const auto started = std::chrono::steady_clock::now();
+  const double cpu_before = cpu_seconds(pid);
+  std::vector<int> clients;
+  const std::optional<sockaddr_un> addr = shared_region::socket_address(socket);
+  for (int i = 0; i < 40; ++i) {
+    const int c = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    REQUIRE(connect(c, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) == 0);
+    clients.push_back(c);
+  }
+  std::set<int> refused;
+  CHECK(eventually([&] {
+    for (const int c : clients) {
+      char byte;
+      if (recv(c, &byte, 1, MSG_DONTWAIT) == 0) refused.insert(c);
+    }
+    return refused.size() >= clients.size() - 2 * headroom;
+  }));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(cpu_seconds(pid) - cpu_before < 0.5 * wall + 0.2);
+  for (const int c : clients) close(c);
+  REQUIRE(prlimit(pid, RLIMIT_NOFILE, &original, nullptr) == 0);
+  CHECK(daemon_serves(daemon));
+  CHECK_THAT(daemon.log(), Catch::Contains("out of file descriptors"));
 }
 
 TEST_CASE("every accepted step round-trips through history, and a step history cannot hold is refused", "[hostile]") {

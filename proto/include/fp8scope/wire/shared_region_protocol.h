@@ -9,6 +9,7 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +46,9 @@ inline std::optional<sockaddr_un> socket_address(const std::string& path) {
   return addr;
 }
 
-// One message of `bytes` at `data` with room for one descriptor, for sendmsg and recvmsg alike.
+// One message of `bytes` at `data`, for sendmsg (one descriptor) and recvmsg alike. Received, it
+// has room for a few descriptors (the kernel discards any beyond that), and owns every one that
+// arrives: attached() hands one out, and closes the rest.
 class FdMessage {
  public:
   FdMessage(void* data, std::size_t bytes) : iov_{data, bytes} {
@@ -65,20 +68,39 @@ class FdMessage {
     h->cmsg_type = SCM_RIGHTS;
     h->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(h), &fd, sizeof(int));
+    msg_.msg_controllen = CMSG_SPACE(sizeof(int));  // the kernel would read what follows as more headers
   }
-  // Received: the descriptor that came along, or -1.
+  // Received: the one descriptor that came along, or -1 when none or several did (then every one
+  // is closed; received() says how many). Call it once for every message received, whatever
+  // recvmsg returned: a zero-length message may carry descriptors too.
   int attached() {
-    int fd = -1;
+    int kept = -1;
+    received_ = 0;
     for (cmsghdr* h = CMSG_FIRSTHDR(&msg_); h != nullptr; h = CMSG_NXTHDR(&msg_, h)) {
-      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len == CMSG_LEN(sizeof(int))) {
-        std::memcpy(&fd, CMSG_DATA(h), sizeof(int));
+      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS || h->cmsg_len < CMSG_LEN(0)) continue;
+      const std::size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+        if (++received_ == 1) {
+          kept = fd;
+        } else {
+          close(fd);
+        }
       }
     }
-    return fd;
+    if (received_ > 1 && kept >= 0) {
+      close(kept);
+      kept = -1;
+    }
+    return kept;
   }
+  int received() const { return received_; }
 
  private:
-  alignas(cmsghdr) char control_[CMSG_SPACE(sizeof(int))] = {};
+  static constexpr std::size_t kMostDescriptors = 8;
+  alignas(cmsghdr) char control_[CMSG_SPACE(kMostDescriptors * sizeof(int))] = {};
+  int received_ = 0;
   iovec iov_;
   msghdr msg_{};
 };

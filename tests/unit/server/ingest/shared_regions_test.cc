@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,4 +101,48 @@ TEST_CASE("regions per user and in all are bounded, and sizes beyond the limit a
   close(large);
   REQUIRE_FALSE(too_large.ok());
   CHECK_THAT(too_large.message(), Catch::Contains("expected a memfd of 1..8192 bytes, got 16384"));
+}
+
+namespace {
+
+// Resident shared memory of this process, from /proc/self/status (kB).
+long rss_shmem_kb() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("RssShmem:", 0) == 0) return std::stol(line.substr(9));
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("bytes a client never wrote are refused, and bytes read do not stay resident in the daemon", "[shared]") {
+  auto regions = SharedRegions::open(socket_path()).value();
+  // 1 GiB, sealed, of which only 32 MiB in the middle were ever written: the rest is holes.
+  constexpr std::uint64_t kRegion = 1ull << 30, kWritten = 32ull << 20, kAt = 256ull << 20;
+  const int fd = memfd_create("sparse", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, static_cast<off_t>(kRegion)) == 0);
+  const std::vector<std::uint8_t> data(kWritten, 7);
+  REQUIRE(pwrite(fd, data.data(), data.size(), static_cast<off_t>(kAt)) == static_cast<ssize_t>(data.size()));
+  REQUIRE(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  auto client = SharedRegionClient::register_memfd(regions->path(), regions->instance_id(), fd);
+  close(fd);
+  REQUIRE(client.ok());
+  const std::string id = client.value().region_id();
+  const long before = rss_shmem_kb();
+  for (std::uint64_t chunk = 0; chunk < 12; ++chunk) {  // 12 x 32 MiB of holes: each refused, none allocated
+    const auto refused = regions->view(id, kAt + kWritten + chunk * kWritten, kWritten);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.message(), Catch::Contains("never written (a hole in its memfd)"));
+  }
+  CHECK_FALSE(regions->view(id, kAt - 4096, 8192).ok());  // straddling the written part's start
+  auto written = regions->view(id, kAt, kWritten);
+  REQUIRE(written.ok());
+  std::uint64_t sum = 0;
+  for (const std::uint8_t b : written.value().bytes) sum += b;  // what a copy reads
+  CHECK(sum == 7 * kWritten);
+  CHECK(rss_shmem_kb() - before >= static_cast<long>(kWritten / 1024) / 2);
+  written.value().release();
+  CHECK(rss_shmem_kb() - before < 1024);  // the client's pages, no longer mapped here
 }

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,8 +45,12 @@ class SharedRegions {
   struct View {
     std::shared_ptr<const void> mapping;
     std::span<const std::uint8_t> bytes;
+    // Once the bytes are copied: drops the daemon's mappings of their pages, which are the client's
+    // memory and, mapped here, would count in the daemon's resident memory.
+    void release() const;
   };
-  // The bytes [offset, offset + bytes) of region `id`; an error naming what is wrong otherwise.
+  // The bytes [offset, offset + bytes) of region `id`; an error naming what is wrong otherwise
+  // (outside the region, or never written: a hole).
   Result<View> view(const std::string& id, std::uint64_t offset, std::uint64_t bytes) const;
 
   const std::string& path() const { return path_; }
@@ -55,20 +60,27 @@ class SharedRegions {
 
  private:
   struct Region {
-    std::shared_ptr<const void> mapping;
+    std::shared_ptr<const void> mapping;  // closes `file` too
     std::uint64_t bytes = 0;
+    int file = -1;  // the memfd, for SEEK_HOLE (view)
   };
   struct Connection;
 
   SharedRegions(std::string path, int listener, int wake, SharedRegionLimits limits);
   void serve();
   void on_message(Connection& c);
+  // Out of descriptors: takes the connection accept4 could not with the reserved descriptor and
+  // closes it, so the listener stops being readable (no spin) and one client is refused, not all.
+  void refuse_one();
   // The region for a registration message's descriptor, or why not.
   Result<Region> map_region(int fd) const;
   void reply(int fd, const RegionId* id, const std::string& message) const;
 
   std::string path_;
   int listener_, wake_;
+  int spare_ = -1;  // held in reserve for refuse_one(); the serving thread's
+  std::uint64_t refused_ = 0;
+  std::chrono::steady_clock::time_point last_refusal_log_{};
   RegionId instance_;
   SharedRegionLimits limits_;
   std::thread thread_;
