@@ -42,19 +42,6 @@ std::uint64_t stored_offset(ScaleLayout layout, const BlockScaleGrid& g, std::in
   return 0;
 }
 
-std::uint64_t stored_elements(ScaleLayout layout, const BlockScaleGrid& g) {
-  switch (layout) {
-    case ScaleLayout::kVec16Ue4m3:
-    case ScaleLayout::kVec32Ue8m0: return static_cast<std::uint64_t>(round_up(g.mn_blocks, 128) * round_up(g.k_blocks, 4));
-    case ScaleLayout::kVec128F32: return static_cast<std::uint64_t>(g.k_blocks * round_up(g.mn_blocks, 4));
-    case ScaleLayout::kBlock128x128F32: return static_cast<std::uint64_t>(g.mn_blocks * round_up(g.k_blocks, 4));
-    case ScaleLayout::kRowVector: return static_cast<std::uint64_t>(g.mn_blocks);
-    case ScaleLayout::kTensorScalar: return 1;
-    case ScaleLayout::kNone: break;
-  }
-  return 0;
-}
-
 std::uint32_t read_code(ScaleEncoding e, std::span<const std::uint8_t> bytes, std::uint64_t at) {
   if (e != ScaleEncoding::kF32) return bytes[at];
   std::uint32_t bits;
@@ -98,10 +85,26 @@ Result<BlockScaleGrid> read_grid(ScaleLayout layout, const ScaledShape& shape, s
 
 }  // namespace
 
-std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape) {
+ScaleGeometry scale_geometry(ScaleLayout layout) {
   const ScaleLayoutTerm* info = scale_layout_info(layout);
-  if (info == nullptr || shape.rows <= 0 || shape.cols <= 0) return 0;
-  return stored_elements(layout, empty_grid(*info, shape)) * static_cast<std::uint64_t>(encoding_bytes(info->encoding));
+  if (info == nullptr) return ScaleGeometry{0, 0, 0, 0, 0};
+  return ScaleGeometry{static_cast<std::uint32_t>(info->block_mn), static_cast<std::uint32_t>(info->block_k),
+                       static_cast<std::uint32_t>(info->mn_pad), static_cast<std::uint32_t>(info->k_pad),
+                       static_cast<std::uint32_t>(encoding_bytes(info->encoding))};
+}
+
+std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape) {
+  if (shape.rows <= 0 || shape.cols <= 0) return 0;
+  return scale_tensor_bytes_of(scale_geometry(layout), static_cast<std::uint64_t>(shape.mn()),
+                               static_cast<std::uint64_t>(shape.k()));
+}
+
+bool scales_of_rows_are_a_prefix(ScaleLayout layout, bool k_is_outer) {
+  // Tiles of 128 rows in row order, and a row's place in its tile independent of the row count
+  // (stored_offset); the fp32 block modes store M/N contiguous, or blocks 128 rows high.
+  const bool row_ordered = layout == ScaleLayout::kVec16Ue4m3 || layout == ScaleLayout::kVec32Ue8m0 ||
+                           layout == ScaleLayout::kRowVector;
+  return row_ordered && !k_is_outer;
 }
 
 Result<BlockScaleGrid> untile_scales(ScaleLayout layout, const ScaledShape& shape, std::span<const std::uint8_t> bytes,

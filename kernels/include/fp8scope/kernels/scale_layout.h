@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "fp8scope/kernels/scale_tensor_size.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/vocabulary/scale_layout.h"
 
@@ -34,8 +35,16 @@ struct ScaledShape {
   std::int64_t k() const { return k_is_outer ? rows : cols; }
 };
 
-// Bytes of the scale tensor cuBLASLt reads for this operand.
+// The layout's geometry (all zero for none), and the bytes of the scale tensor cuBLASLt reads for
+// this operand.
+ScaleGeometry scale_geometry(ScaleLayout layout);
 std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape);
+
+// Whether the scales of an operand's first rows are the first scale_tensor_bytes of that many rows
+// of its scale tensor: one block per row, stored row by row (the 1x16 and 1x32 tiles, the row
+// vector), with K along the rows' contiguous dimension. Then the token rows of a padded expert
+// can be read alone.
+bool scales_of_rows_are_a_prefix(ScaleLayout layout, bool k_is_outer);
 
 // The scales un-tiled into a plain grid: block (p, q), p along M/N and q along K, at
 // p * k_blocks + q, both as stored (the encoded bytes, little-endian for fp32) and decoded to the

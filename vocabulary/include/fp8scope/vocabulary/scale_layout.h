@@ -15,15 +15,17 @@ namespace fp8scope {
 // How one scale is stored.
 enum class ScaleEncoding : std::uint8_t { kNone, kF32, kUE8M0, kUE4M3 };
 
-// id, name, wire number, encoding, block extent along M/N and along K (0: the whole of it).
-#define FP8SCOPE_SCALE_LAYOUTS(ROW)                                                                    \
-  ROW(None, "none", 1, kNone, 0, 0)                      /* not a low-precision operand */              \
-  ROW(TensorScalar, "scalar_32f", 2, kF32, 0, 0)         /* SCALAR_32F: one fp32 scale_inv */            \
-  ROW(RowVector, "outer_vec_32f", 4, kF32, 1, 0)         /* OUTER_VEC_32F: one fp32 per M/N row */       \
-  ROW(Vec128F32, "vec128_32f", 5, kF32, 1, 128)          /* VEC128_32F: one fp32 per 1x128 along K */   \
-  ROW(Block128x128F32, "blk128x128_32f", 6, kF32, 128, 128) /* BLK128x128_32F */                         \
-  ROW(Vec32Ue8m0, "vec32_ue8m0", 7, kUE8M0, 1, 32)       /* MXFP8, MXFP4: one E8M0 per 1x32, 128x4 tiles */ \
-  ROW(Vec16Ue4m3, "vec16_ue4m3", 8, kUE4M3, 1, 16)       /* NVFP4: one UE4M3 per 1x16, 128x4 tiles */
+// id, name, wire number, encoding, block extent along M/N and along K (0: the whole of it), and the
+// multiples the stored grid of scales pads its block counts along M/N and K to (cuBLASLt's 128x4
+// tiles; the 16-byte rows of the fp32 block modes).
+#define FP8SCOPE_SCALE_LAYOUTS(ROW)                                                                              \
+  ROW(None, "none", 1, kNone, 0, 0, 1, 1)                      /* not a low-precision operand */                 \
+  ROW(TensorScalar, "scalar_32f", 2, kF32, 0, 0, 1, 1)         /* SCALAR_32F: one fp32 scale_inv */               \
+  ROW(RowVector, "outer_vec_32f", 4, kF32, 1, 0, 1, 1)         /* OUTER_VEC_32F: one fp32 per M/N row */          \
+  ROW(Vec128F32, "vec128_32f", 5, kF32, 1, 128, 4, 1)          /* VEC128_32F: one fp32 per 1x128, M/N contiguous */ \
+  ROW(Block128x128F32, "blk128x128_32f", 6, kF32, 128, 128, 1, 4) /* BLK128x128_32F: K blocks contiguous */           \
+  ROW(Vec32Ue8m0, "vec32_ue8m0", 7, kUE8M0, 1, 32, 128, 4)     /* MXFP8, MXFP4: one E8M0 per 1x32, 128x4 tiles */   \
+  ROW(Vec16Ue4m3, "vec16_ue4m3", 8, kUE4M3, 1, 16, 128, 4)     /* NVFP4: one UE4M3 per 1x16, 128x4 tiles */
 
 enum class ScaleLayout : std::uint8_t { FP8SCOPE_SCALE_LAYOUTS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 
@@ -34,11 +36,13 @@ struct ScaleLayoutTerm {
   ScaleEncoding encoding;
   int block_mn;
   int block_k;
+  int mn_pad;
+  int k_pad;
 };
 
 inline constexpr ScaleLayoutTerm kScaleLayouts[] = {
-#define FP8SCOPE_ROW(id, name, wire, encoding, block_mn, block_k) \
-  {ScaleLayout::k##id, name, wire, ScaleEncoding::encoding, block_mn, block_k},
+#define FP8SCOPE_ROW(id, name, wire, encoding, block_mn, block_k, mn_pad, k_pad) \
+  {ScaleLayout::k##id, name, wire, ScaleEncoding::encoding, block_mn, block_k, mn_pad, k_pad},
     FP8SCOPE_SCALE_LAYOUTS(FP8SCOPE_ROW)
 #undef FP8SCOPE_ROW
 };
