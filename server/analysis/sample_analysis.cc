@@ -103,6 +103,8 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   t.shape = {s.header.analyzed_rows(), s.header.cols, s.header.k_is_outer};
   t.layout = s.header.scale_layout;
   t.scales = std::span<const std::uint8_t>(s.payload.data() + s.header.codes_bytes, s.payload.size() - s.header.codes_bytes);
+  // Token rows of a padded expert: their scales lead the tensor (validation allows no other layout).
+  if (s.header.valid_rows > 0 && is_block_layout(t.layout)) t.scales = t.scales.first(scale_tensor_bytes(t.layout, t.shape));
   const float per_tensor = s.header.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv
                                                                         : s.header.global_scale_inv;
   t.scale_inv = per_tensor > 0.0f ? per_tensor : 1.0f;  // 0: not given

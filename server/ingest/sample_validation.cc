@@ -133,7 +133,8 @@ Step check_payload(const v1::TensorHeader& h, const SampleHeader& s, std::uint64
 }
 
 // Experts: an index below the call's count, tokens for every expert or none, valid rows within the
-// matrix (and not under block scales, whose blocks would straddle tokens and padding).
+// matrix (under block scales only when the token rows' scales can be read alone; other blocks
+// would straddle tokens and padding).
 Step check_experts(const v1::TensorHeader& h, SampleHeader& s) {
   if (h.experts() > kMaxExperts) {
     return refusal("bad_expert", "experts " + std::to_string(h.experts()) + " is above " + std::to_string(kMaxExperts));
@@ -147,9 +148,10 @@ Step check_experts(const v1::TensorHeader& h, SampleHeader& s) {
                                      std::to_string(h.experts()) + " experts");
   }
   const std::uint64_t first_dimension = s.shape.empty() ? 1 : static_cast<std::uint64_t>(s.shape[0]);
-  if (h.valid_rows() > first_dimension || (h.valid_rows() != 0 && (s.shape.size() != 2 || is_block_layout(s.scale_layout)))) {
+  const bool rows_separable = !is_block_layout(s.scale_layout) || scales_of_rows_are_a_prefix(s.scale_layout, s.k_is_outer);
+  if (h.valid_rows() > first_dimension || (h.valid_rows() != 0 && (s.shape.size() != 2 || !rows_separable))) {
     return refusal("bad_expert", "valid_rows " + std::to_string(h.valid_rows()) +
-                                     " must be at most the rows of a 2-D sample without block scales");
+                                     " must be at most the rows of a 2-D sample whose block scales are per row");
   }
   if (h.has_expert()) s.expert = h.expert();
   s.experts = h.experts();
