@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "fp8scope/kernels/scale_layout.h"
 #include "gather_kernel_ptx.h"
 
 namespace fp8scope::hook {
@@ -27,17 +28,24 @@ void write_tokens(shm::RecordHeader& r, std::uint64_t at, const std::vector<std:
 // The gather kernel's dims_out: 4 values, then rows and cols of each group.
 std::uint64_t dims_bytes(std::uint32_t experts) { return align_up(8 * (4 + 2ull * experts), kStagingAlign); }
 
-// Offsets in an expert sample's header slot (kStagingAlign bytes after the codes).
-constexpr std::uint64_t kSlotScale = 0, kSlotAlpha = 4, kSlotScaleScratch = 64, kSlotAlphaScratch = 128;
+// Offsets in an expert sample's header slot (kStagingAlign bytes after the codes and block scales):
+// the scale and alpha for the record's header, the scalar gathers' scratch, the block scales' bytes_out.
+constexpr std::uint64_t kSlotScale = 0, kSlotAlpha = 4, kSlotScaleScratch = 64, kSlotAlphaScratch = 128,
+                        kSlotScaleBytes = 192;
 
 // A grouped matrix may grow by this much (more tokens) and still fit what the largest one of its
 // kind reserved; one never seen gets this fraction of the staging (or ring) bytes.
 constexpr std::uint64_t kGroupedGrowth = 2;
 constexpr std::uint64_t kGroupedFirstShare = 64;
+// Block scales are a fraction of their codes (1/16 of FP8 codes for MXFP8, with padding): a
+// quarter of the codes' first share fits them.
+constexpr std::uint64_t kGroupedFirstScaleShare = 4 * kGroupedFirstShare;
 
-// What a grouped matrix's reservation is learned by: its layer and operand, shared by the experts,
-// whose shapes differ by their tokens only.
-std::string grouped_size_key(const SampleSpec& spec) { return spec.layer + '\x1f' + operand_name(spec.operand); }
+// What a grouped matrix's reservation (or its block scales') is learned by: its layer and operand,
+// shared by the experts, whose shapes differ by their tokens only.
+std::string grouped_size_key(const SampleSpec& spec, bool scales) {
+  return spec.layer + '\x1f' + operand_name(spec.operand) + (scales ? "\x1fscales" : "");
+}
 
 }  // namespace
 
@@ -145,7 +153,7 @@ void Capture::fill_header(shm::RecordHeader& r, const SampleSpec& spec, const Op
 
 bool Capture::enqueue_copies(Pending& p, const OperandView& v, const GemmAlpha& alpha, CUstream stream) {
   const shm::RecordHeader& r = *p.record;
-  const std::uint64_t payload = p.payload_bytes;
+  const std::uint64_t payload = p.device_bytes;  // the record's tokens follow, written on the host
   // Device to device on the caller's stream, packing the strided matrix (and each batch) densely,
   // then the scale tensor right after the codes.
   const std::uint64_t matrix_bytes = v.matrix_bytes();
@@ -260,6 +268,7 @@ bool Capture::gather_ready() {
   const CUresult loaded = cu_.module_load_data == nullptr ? CUDA_ERROR_NOT_SUPPORTED
                                                           : cu_.module_load_data(&gather_module_, kGatherKernelPtx);
   if (loaded != CUDA_SUCCESS || cu_.module_get_function(&gather_, gather_module_, "fp8scope_gather") != CUDA_SUCCESS ||
+      cu_.module_get_function(&gather_scales_, gather_module_, "fp8scope_gather_scales") != CUDA_SUCCESS ||
       cu_.launch_kernel == nullptr) {
     std::fprintf(stderr,
                  "fp8scope hook: cannot load the gather kernel (CUDA error %d; the driver may be older than its PTX); "
@@ -290,6 +299,21 @@ bool Capture::launch_gather(const void* pointers, std::uint32_t index, const Dev
   return cu_.launch_kernel(gather_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
 }
 
+bool Capture::launch_gather_scales(const OperandView& v, std::uint32_t index, const ExpertShape& shape, CUdeviceptr dst,
+                                   std::uint64_t capacity, CUdeviceptr bytes_out, CUstream stream) {
+  // The kernel's parameters, in its order and sizes (gather_kernel.cu).
+  CUdeviceptr p_pointers = reinterpret_cast<CUdeviceptr>(v.scales), p_rows_array = reinterpret_cast<CUdeviceptr>(v.device_dims.rows),
+              p_cols_array = reinterpret_cast<CUdeviceptr>(v.device_dims.cols), p_dst = dst, p_bytes_out = bytes_out;
+  unsigned int p_index = index, p_widths = v.device_dims.rows_cols_64 ? 1u : 0u, p_k_is_outer = v.k_is_outer ? 1u : 0u;
+  unsigned long long p_rows = shape.rows, p_cols = shape.cols, p_capacity = capacity;
+  ScaleGeometry p_geometry = scale_geometry(v.scale_layout);
+  void* params[] = {&p_pointers, &p_index, &p_rows_array, &p_cols_array, &p_widths, &p_rows, &p_cols, &p_k_is_outer,
+                    &p_geometry, &p_dst, &p_capacity, &p_bytes_out};
+  constexpr unsigned int kThreads = 256;
+  const auto blocks = static_cast<unsigned int>(std::clamp<std::uint64_t>(capacity / (kThreads * 8), 1, 256));
+  return cu_.launch_kernel(gather_scales_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+}
+
 bool Capture::stage_scalar(CUdeviceptr into, const void* scalar, const void* per_expert, std::uint32_t expert,
                            CUdeviceptr scratch, CUstream stream) {
   if (per_expert != nullptr) {
@@ -299,12 +323,13 @@ bool Capture::stage_scalar(CUdeviceptr into, const void* scalar, const void* per
   return cu_.memcpy_dtod_async(into, reinterpret_cast<CUdeviceptr>(scalar), sizeof(float), stream) == CUDA_SUCCESS;
 }
 
-std::uint64_t Capture::grouped_capacity(const SampleSpec& spec) {
+std::uint64_t Capture::grouped_capacity(const SampleSpec& spec, bool scales) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = grouped_sizes_.find(grouped_size_key(spec));
+  const auto it = grouped_sizes_.find(grouped_size_key(spec, scales));
   // Unseen: a small share, so that a step sampling every expert of a layer for the first time
   // fits in the ring; an expert larger than that is counted too_large and sizes the next call.
-  const std::uint64_t share = std::min(staging_bytes_, link_.segment()->data_bytes) / kGroupedFirstShare;
+  const std::uint64_t share =
+      std::min(staging_bytes_, link_.segment()->data_bytes) / (scales ? kGroupedFirstScaleShare : kGroupedFirstShare);
   return it == grouped_sizes_.end() ? share
                                     : std::min(staging_bytes_ / 8, std::max<std::uint64_t>(it->second * kGroupedGrowth, 4096));
 }
@@ -319,38 +344,50 @@ std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, co
   const ExpertShape host = v.shape_of(expert);
   const ExpertShape copied = v.row_major ? ExpertShape{host.cols, host.rows, host.ld} : host;
   const std::uint64_t codes = device_shaped ? grouped_capacity(spec) : copied.rows * v.element_bits / 8 * copied.cols;
+  // Per-group block scales (grouped layouts only: read_expert_scales refuses them elsewhere).
+  const bool block_scales = device_shaped && v.scales_per_expert && is_block_layout(v.scale_layout);
+  const std::uint64_t scales = block_scales ? grouped_capacity(spec, true) : 0;
   const bool with_tokens = spec.tokens != nullptr || (device_shaped && activation.device_dims.present());
   const std::uint64_t tokens_bytes = with_tokens ? 8ull * spec.experts : 0;
   std::unique_lock<std::mutex> lock(mu_);
   if (const auto problem = context_problem()) return problem;
   if (!gather_ready()) return shm::DropReason::kGatherUnavailable;
-  // Staging: the codes, a header slot (scale, alpha, the scalar gathers' scratch), and for grouped
-  // layouts the two dims_out.
+  // Staging: the codes, the block scales, a header slot (scale, alpha, the scalar gathers'
+  // scratch, the block scales' size), and for grouped layouts the two dims_out.
   const std::uint64_t dims = device_shaped ? dims_bytes(spec.experts) : 0;
+  const std::uint64_t codes_staged = align_up(codes, kStagingAlign), scales_staged = align_up(scales, kStagingAlign);
   Pending p;
-  if (const auto full = reserve(align_up(codes, kStagingAlign) + kStagingAlign + 2 * dims, codes + tokens_bytes, p)) {
+  if (const auto full = reserve(codes_staged + scales_staged + kStagingAlign + 2 * dims, codes + scales + tokens_bytes, p)) {
     return full;
   }
   fill_header(*p.record, spec, v, alpha, codes);
   shm::RecordHeader& r = *p.record;
-  r.scale_bytes = 0;  // experts carry scalar scales only
+  r.scale_bytes = 0;  // block scales: set once their size is known (settle_grouped)
   r.ndim = 2;
   r.shape[0] = static_cast<std::int64_t>(std::max<std::uint64_t>(copied.cols, 1));  // grouped: set when known
   r.shape[1] = static_cast<std::int64_t>(std::max<std::uint64_t>(copied.rows, 1));
   r.leading_dimension = host.ld;
-  if (spec.tokens != nullptr) write_tokens(r, codes, *spec.tokens);
+  // The tokens follow the codes (and scales): a grouped sample's, where its sizes are known.
+  if (spec.tokens != nullptr && !device_shaped) write_tokens(r, codes, *spec.tokens);
+  if (spec.tokens != nullptr && device_shaped) p.tokens = *spec.tokens;
   p.payload_bytes = codes + tokens_bytes;
   p.device_bytes = codes;
   p.experts = spec.experts;
   p.element_bits = static_cast<std::uint32_t>(v.element_bits);
-  const CUdeviceptr slot = p.staged + align_up(codes, kStagingAlign);
+  p.tokens_in_cols = spec.tokens_in_b_cols;
+  const CUdeviceptr slot = p.staged + codes_staged + scales_staged;
   if (device_shaped) {
     p.staged_dims = slot + kStagingAlign;
-    if (with_tokens) p.staged_token_dims = p.staged_dims + dims;
-    p.size_key = grouped_size_key(spec);
+    if (with_tokens && spec.tokens == nullptr) p.staged_token_dims = p.staged_dims + dims;  // the device's count
+    p.size_key = grouped_size_key(spec, false);
   }
   bool ok = launch_gather(v.data, expert, v.device_dims, spec.experts, copied, p.element_bits, p.staged, codes,
                           device_shaped ? p.staged_dims : slot + kSlotScaleScratch, stream);
+  if (ok && block_scales) {
+    p.staged_block_scales = p.staged + codes_staged;
+    p.staged_scale_bytes = slot + kSlotScaleBytes;
+    ok = launch_gather_scales(v, expert, copied, p.staged_block_scales, scales, p.staged_scale_bytes, stream);
+  }
   if (ok && p.staged_token_dims != 0) {  // the activation's shapes only: nothing copied
     ok = launch_gather(activation.data, expert, activation.device_dims, spec.experts, ExpertShape{}, 8, p.staged, 0,
                        p.staged_token_dims, stream);
@@ -371,28 +408,36 @@ bool Capture::side_stream_synchronized() {
   return cu_.event_record(side_done_, side_stream_) == CUDA_SUCCESS && cu_.event_synchronize(side_done_) == CUDA_SUCCESS;
 }
 
+void Capture::learn_grouped_size(const std::string& key, std::uint64_t needed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (grouped_sizes_.size() >= 4096 && !grouped_sizes_.count(key)) grouped_sizes_.clear();
+  std::uint64_t& largest = grouped_sizes_[key];
+  largest = std::max(largest, needed);
+}
+
 bool Capture::settle_grouped(Pending& p) {
   std::vector<std::uint64_t> dims(4 + 2ull * p.experts), token_dims(p.staged_token_dims != 0 ? dims.size() : 0);
+  std::uint64_t scale_bytes[2] = {0, 0};  // the block scales' size, and what was copied
   if (cu_.memcpy_dtoh_async(dims.data(), p.staged_dims, 8 * dims.size(), side_stream_) != CUDA_SUCCESS ||
       (p.staged_token_dims != 0 &&
        cu_.memcpy_dtoh_async(token_dims.data(), p.staged_token_dims, 8 * token_dims.size(), side_stream_) != CUDA_SUCCESS) ||
+      (p.staged_scale_bytes != 0 &&
+       cu_.memcpy_dtoh_async(scale_bytes, p.staged_scale_bytes, sizeof scale_bytes, side_stream_) != CUDA_SUCCESS) ||
       !side_stream_synchronized()) {
     return false;
   }
   shm::RecordHeader& r = *p.record;
   const std::uint64_t rows = dims[0], cols = dims[1], copied = dims[3];
   const std::uint64_t needed = rows * p.element_bits / 8 * cols;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (grouped_sizes_.size() >= 4096 && !grouped_sizes_.count(p.size_key)) grouped_sizes_.clear();
-    std::uint64_t& largest = grouped_sizes_[p.size_key];
-    largest = std::max(largest, needed);
-  }
-  if (copied == 0 || rows == 0 || cols == 0) {
+  learn_grouped_size(p.size_key, needed);
+  if (p.staged_scale_bytes != 0) learn_grouped_size(p.size_key + "\x1fscales", scale_bytes[0]);
+  const bool scales_missing = p.staged_scale_bytes != 0 && scale_bytes[1] == 0;
+  if (copied == 0 || rows == 0 || cols == 0 || scales_missing) {
     r.kind = shm::RecordKind::kPadding;
     const bool empty = (rows == 0 || cols == 0) && dims[2] >= rows;  // an expert without tokens
     if (!empty) {
-      shm::count_drop(link_.segment(), needed > p.device_bytes ? shm::DropReason::kTooLarge : shm::DropReason::kUnsupportedLayout);
+      const bool too_large = needed > p.device_bytes || (scales_missing && scale_bytes[0] != 0);
+      shm::count_drop(link_.segment(), too_large ? shm::DropReason::kTooLarge : shm::DropReason::kUnsupportedLayout);
     }
     return true;
   }
@@ -400,14 +445,17 @@ bool Capture::settle_grouped(Pending& p) {
   r.shape[1] = static_cast<std::int64_t>(rows);
   r.leading_dimension = static_cast<std::int64_t>(dims[2]);
   p.device_bytes = copied;
+  r.scale_bytes = scale_bytes[1];
   std::uint64_t tokens_bytes = 0;
   if (!token_dims.empty()) {
-    std::vector<std::uint64_t> tokens(p.experts);
-    for (std::uint32_t g = 0; g < p.experts; ++g) tokens[g] = token_dims[5 + 2 * g];  // the activation's columns
-    write_tokens(r, copied, tokens);
+    p.tokens.resize(p.experts);
+    for (std::uint32_t g = 0; g < p.experts; ++g) p.tokens[g] = token_dims[(p.tokens_in_cols ? 5 : 4) + 2 * g];
+  }
+  if (!p.tokens.empty()) {
+    write_tokens(r, copied + r.scale_bytes, p.tokens);
     tokens_bytes = r.tokens_bytes;
   }
-  r.payload_bytes = copied + tokens_bytes;
+  r.payload_bytes = copied + r.scale_bytes + tokens_bytes;
   p.payload_bytes = r.payload_bytes;
   return true;
 }
@@ -451,7 +499,13 @@ void Capture::finish(Pending& p, bool can_copy) {
     // many bytes as it has.
     if (ok && p.staged_dims != 0) ok = settle_grouped(p);
     const bool wanted = p.record->kind == shm::RecordKind::kSample;
+    // Block scales staged apart from the codes (a grouped matrix's) follow them in the record.
+    const bool scales_apart = p.staged_block_scales != 0 && p.record->scale_bytes != 0;
     ok = ok && (!wanted || (cu_.memcpy_dtoh_async(p.record + 1, p.staged, p.device_bytes, side_stream_) == CUDA_SUCCESS &&
+                            (!scales_apart ||
+                             cu_.memcpy_dtoh_async(reinterpret_cast<std::byte*>(p.record + 1) + p.device_bytes,
+                                                   p.staged_block_scales, p.record->scale_bytes,
+                                                   side_stream_) == CUDA_SUCCESS) &&
                             header_value(&p.record->scale_inv, p.staged_scale) &&
                             header_value(&p.record->gemm_alpha, p.staged_alpha) && side_stream_synchronized()));
     shm::Header* h = link_.segment();

@@ -1,8 +1,8 @@
-// The one kernel the hook runs on the GPU: it copies one matrix of a batched or grouped GEMM whose
-// address (and, for cuBLASLt's grouped layouts, shape) only the device knows, in stream order on
-// the caller's stream, so the hook never reads device memory from the host and never waits. The
-// hook loads it from this file's PTX (gather_kernel.ptx, embedded; cuModuleLoadData JIT-compiles it
-// for the context's device) and links no CUDA runtime.
+// The kernels the hook runs on the GPU: they copy one matrix of a batched or grouped GEMM whose
+// address (and, for cuBLASLt's grouped layouts, shape) only the device knows, and its block
+// scales, in stream order on the caller's stream, so the hook never reads device memory from the
+// host and never waits. The hook loads them from this file's PTX (gather_kernel.ptx, embedded;
+// cuModuleLoadData JIT-compiles it for the context's device) and links no CUDA runtime.
 //
 // fp8scope_gather(pointers, index, rows_array, cols_array, ld_array, widths, groups,
 //                 rows, cols, ld, element_bits, dst, capacity, dims_out):
@@ -19,7 +19,18 @@
 //   dims_out      (written by thread 0) [0..2] rows, cols, ld of the matrix copied, [3] the bytes
 //                 copied (0: nothing, it did not fit or was malformed), then rows and cols of every
 //                 group g at [4 + 2g] and [5 + 2g] (grouped layouts only)
+//
+// fp8scope_gather_scales(pointers, index, rows_array, cols_array, widths, rows, cols, k_is_outer,
+//                        geometry, dst, capacity, bytes_out):
+//   pointers      device array of device pointers to each group's scale tensor
+//   index..cols   the matrix's shape as fp8scope_gather reads it (column major, rows contiguous)
+//   k_is_outer    the GEMM's K runs along the columns (else along the contiguous rows)
+//   geometry      the scale layout's ScaleGeometry (kernels/scale_tensor_size.h), by value
+//   dst           receives the group's scale tensor when it is at most `capacity` bytes
+//   bytes_out     (written by thread 0) [0] the scale tensor's bytes, [1] the bytes copied
 // Every thread computes the same shape, so no thread waits for another.
+
+#include "fp8scope/kernels/scale_tensor_size.h"
 
 __device__ unsigned long long dim_at(const void* array, bool wide, unsigned int i) {
   return wide ? static_cast<unsigned long long>(static_cast<const long long*>(array)[i])
@@ -61,4 +72,29 @@ extern "C" __global__ void fp8scope_gather(const unsigned long long* pointers, u
     const unsigned long long column = i / column_bytes, offset = i % column_bytes;
     dst[i] = src[column * pitch + offset];
   }
+}
+
+extern "C" __global__ void fp8scope_gather_scales(const unsigned long long* pointers, unsigned int index,
+                                                  const void* rows_array, const void* cols_array, unsigned int widths,
+                                                  unsigned long long rows, unsigned long long cols,
+                                                  unsigned int k_is_outer, fp8scope::ScaleGeometry geometry,
+                                                  unsigned char* dst, unsigned long long capacity,
+                                                  unsigned long long* bytes_out) {
+  if (rows_array != nullptr && cols_array != nullptr) {
+    rows = dim_at(rows_array, widths & 1u, index);
+    cols = dim_at(cols_array, widths & 1u, index);
+  }
+  const bool well_formed = rows < (1ull << 40) && cols < (1ull << 40);
+  const unsigned long long bytes =
+      well_formed ? fp8scope::scale_tensor_bytes_of(geometry, k_is_outer ? rows : cols, k_is_outer ? cols : rows) : 0;
+  const bool copy = bytes != 0 && bytes <= capacity && pointers[index] != 0;
+  const unsigned long long thread = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (thread == 0) {
+    bytes_out[0] = bytes;
+    bytes_out[1] = copy ? bytes : 0;
+  }
+  if (!copy) return;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(pointers[index]);
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = thread; i < bytes; i += stride) dst[i] = src[i];
 }

@@ -20,14 +20,16 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "gather_kernel.cu")
 COMMITTED = os.path.join(HERE, "gather_kernel.ptx")
+INCLUDE = os.path.join(HERE, "..", "..", "kernels", "include")  # the scale tensor size rule
 ISA = "7.0"
 ARCHITECTURES = ["sm_75", "sm_89", "sm_90", "sm_100"]
+ENTRIES = ["fp8scope_gather", "fp8scope_gather_scales"]
 
 
 def generate(nvcc):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "gather_kernel.ptx")
-        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-O3", SOURCE, "-o", out], check=True)
+        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-O3", "-I", INCLUDE, SOURCE, "-o", out], check=True)
         text = open(out).read()
     lowered, n = re.subn(r"(?m)^\.version \d+\.\d+$", f".version {ISA}", text)
     if n != 1:
@@ -53,8 +55,9 @@ def main():
         print(f"wrote {COMMITTED}")
         return
     committed = open(COMMITTED).read()
-    if f".version {ISA}" not in committed or ".entry fp8scope_gather(" not in committed:
-        sys.exit(f"{COMMITTED}: expected PTX ISA {ISA} with the entry fp8scope_gather")
+    entries = [e for e in ENTRIES if f".entry {e}(" not in committed]
+    if f".version {ISA}" not in committed or entries:
+        sys.exit(f"{COMMITTED}: expected PTX ISA {ISA} with the entries {', '.join(ENTRIES)}")
     for arch in ARCHITECTURES:
         with tempfile.TemporaryDirectory() as tmp:
             result = subprocess.run([args.ptxas, f"-arch={arch}", COMMITTED, "-o", os.path.join(tmp, "k.cubin")],

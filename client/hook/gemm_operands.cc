@@ -156,25 +156,30 @@ std::optional<OperandView> read_layout(const CublasLtApi& lt, cublasLtMatrixLayo
 }
 
 // The scales of a batched or grouped operand's codes: one scale_inv for all (pointer arrays allow
-// tensor-wide scaling only), or per group (grouped layouts, PER_BATCH_SCALAR_32F: a device array of
-// pointers). Per-group block scales are counted, not yet read.
-bool read_expert_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, std::int32_t mode, OperandView& v,
-                        shm::DropReason& reason) {
+// tensor-wide scaling only), or per group (grouped layouts: a device array of pointers, each to
+// the group's fp32 scale_inv under PER_BATCH_SCALAR_32F, or to its scale tensor in a block mode,
+// as Transformer Engine sets them, transformer_engine/common/gemm/cublaslt_grouped_gemm.cu:867-975).
+bool read_expert_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, const MatmulShape& shape,
+                        std::int32_t mode, std::size_t version, OperandView& v, shm::DropReason& reason) {
   const void* pointer = nullptr;
   desc_attribute(lt, desc, is_a ? CUBLASLT_MATMUL_DESC_A_SCALE_POINTER : CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pointer);
-  const bool per_group = mode == kScalePerBatchScalar32F && v.device_dims.present();
+  const bool grouped = v.device_dims.present();
+  const std::optional<ScaleLayout> block = layout_of(mode, version);
+  const bool per_group_blocks = grouped && block && is_block_layout(*block);
+  const bool per_group = (mode == kScalePerBatchScalar32F && grouped) || per_group_blocks;
   if (mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F && !per_group) {
-    reason = v.device_dims.present() && layout_of(mode, ~std::size_t{0}) ? shm::DropReason::kGroupedBlockScales
-                                                                           : shm::DropReason::kUnsupportedScaleMode;
+    // Block scales of a pointer-array batch: cuBLASLt documents them per matrix only.
+    reason = block && is_block_layout(*block) ? shm::DropReason::kGroupedBlockScales : shm::DropReason::kUnsupportedScaleMode;
     return false;
   }
   if (per_group && pointer == nullptr) {
     reason = shm::DropReason::kUnreadableBatch;
     return false;
   }
-  v.scale_layout = ScaleLayout::kTensorScalar;
+  v.scale_layout = per_group_blocks ? *block : ScaleLayout::kTensorScalar;
   v.scales = pointer;
   v.scales_per_expert = per_group;
+  v.k_is_outer = per_group_blocks && k_runs_outer(is_a, shape.transa, shape.transb, v.row_major);
   return true;
 }
 
@@ -189,7 +194,7 @@ bool read_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, co
   if (version >= kFirstVersionWithScaleModes) {
     desc_attribute(lt, desc, is_a ? CUBLASLT_MATMUL_DESC_A_SCALE_MODE : CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
   }
-  if (v.experts > 0) return read_expert_scales(lt, desc, is_a, mode, v, reason);
+  if (v.experts > 0) return read_expert_scales(lt, desc, is_a, shape, mode, version, v, reason);
   const std::optional<ScaleLayout> layout = layout_of(mode, version);
   if (!layout) {
     reason = shm::DropReason::kUnsupportedScaleMode;
@@ -206,9 +211,7 @@ bool read_scales(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, bool is_a, co
     reason = shm::DropReason::kUnsupportedLayout;
     return false;
   }
-  // K runs along the stored rows of A when it is transposed, of B when it is not (column major).
-  const bool k_along_stored_rows = is_a ? shape.transa : !shape.transb;
-  v.k_is_outer = k_along_stored_rows == v.row_major;
+  v.k_is_outer = k_runs_outer(is_a, shape.transa, shape.transb, v.row_major);
   v.scale_bytes = scale_tensor_bytes(
       *layout, ScaledShape{static_cast<std::int64_t>(v.outer()), static_cast<std::int64_t>(v.inner()), v.k_is_outer});
   return true;
@@ -255,6 +258,28 @@ GemmRole role_from_layout(bool transa, bool transb) {
   if (!transa && !transb) return GemmRole::kDgrad;
   if (!transa && transb) return GemmRole::kWgrad;
   return GemmRole::kUnknown;
+}
+
+bool k_runs_outer(bool is_a, bool transa, bool transb, bool row_major) {
+  // K runs along the stored rows of A when it is transposed, of B when it is not (column major:
+  // the rows are contiguous, so the outer dimension is the columns).
+  const bool k_along_stored_rows = is_a ? transa : !transb;
+  return k_along_stored_rows == row_major;
+}
+
+bool tokens_run_outer(GemmRole role, bool is_a, bool transa, bool transb, bool row_major) {
+  return (role == GemmRole::kWgrad) == k_runs_outer(is_a, transa, transb, row_major);
+}
+
+std::vector<std::uint64_t> host_tokens(const GemmCall& call, GemmRole role) {
+  std::vector<std::uint64_t> tokens;
+  if (call.experts == 0 || call.b.device_dims.present()) return tokens;
+  const bool in_cols = tokens_in_b_cols(role, call.transb);
+  for (std::uint32_t e = 0; e < call.experts; ++e) {
+    const ExpertShape s = call.b.shape_of(e);
+    tokens.push_back(in_cols ? s.cols : s.rows);
+  }
+  return tokens;
 }
 
 Operand operand_of_a(GemmRole role) { return role == GemmRole::kWgrad ? Operand::kX : Operand::kW; }
@@ -312,7 +337,6 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
   const bool grouped = b->device_dims.present();
   if (a->dtype == DType::kE2M1 || b->dtype == DType::kE2M1) call.alpha = read_alpha(lt, desc, alpha, grouped);
   call.experts = b->experts;
-  if (call.experts > 0 && !grouped) call.tokens.assign(call.experts, b->outer());
   r.call = call;
   return r;
 }
@@ -359,7 +383,6 @@ ReadResult read_cublas_batched_call(const char* source, bool transa, bool transb
   if (!r.call) return r;
   GemmCall& call = *r.call;
   call.a.experts = call.b.experts = call.experts = static_cast<std::uint32_t>(batch_count);
-  call.tokens.assign(call.experts, call.b.cols);
   return r;
 }
 
@@ -375,7 +398,6 @@ ReadResult read_cublas_grouped_call(const char* source, const GroupedProblems& g
   const bool transa = groups.transa[0], transb = groups.transb[0];
   OperandView a = stored_matrix(Aarray, *ta, 0, 0, 0, false, 1, 0);
   OperandView b = stored_matrix(Barray, *tb, 0, 0, 0, false, 1, 0);
-  std::vector<std::uint64_t> tokens;
   for (std::size_t g = 0; g < count; ++g) {
     const std::int64_t m = groups.m[g], n = groups.n[g], k = groups.k[g];
     if (groups.transa[g] != transa || groups.transb[g] != transb || m < 0 || n < 0 || k < 0 || groups.group_size[g] < 0) {
@@ -390,14 +412,12 @@ ReadResult read_cublas_grouped_call(const char* source, const GroupedProblems& g
       if (a.expert_shapes.size() >= 0xFFFFFFFFull) return r;
       a.expert_shapes.push_back(sa);
       b.expert_shapes.push_back(sb);
-      tokens.push_back(sb.cols);
     }
   }
   if (a.expert_shapes.empty()) return r;
   a.experts = b.experts = static_cast<std::uint32_t>(a.expert_shapes.size());
   GemmCall call = gemm_call(source, transa, transb, a, b, stream);
   call.experts = a.experts;
-  call.tokens = std::move(tokens);
   r.call = call;
   return r;
 }

@@ -193,7 +193,9 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
     if (name.expert >= 0 && !name.declared_tokens.empty()) {
       spec.experts = static_cast<std::uint32_t>(name.declared_tokens.size());
       spec.tokens = &name.declared_tokens;
-      spec.valid_rows = valid_rows(name, part.kind, name.expert, part.view.outer());
+      const bool token_rows = tokens_run_outer(name.role, &part.view == &call.a, call.transa, call.transb,
+                                               part.view.row_major);
+      spec.valid_rows = token_rows ? valid_rows(name, part.kind, name.expert, part.view.outer()) : 0;
     }
     if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.alpha, call.stream)) {
       count(*dropped);
@@ -214,7 +216,8 @@ void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const
   // Declared tokens, when they cover every expert of the call, say how many rows of each
   // activation are tokens; else the host's own count (or, for grouped layouts, the device's).
   const bool declared = name.declared_tokens.size() == call.experts;
-  const std::vector<std::uint64_t>* tokens = declared ? &name.declared_tokens : call.tokens.empty() ? nullptr : &call.tokens;
+  const std::vector<std::uint64_t> counted = host_tokens(call, name.role);
+  const std::vector<std::uint64_t>* tokens = declared ? &name.declared_tokens : counted.empty() ? nullptr : &counted;
   for (const std::uint32_t expert : sampler_.experts_for_call(name.layer, call.experts)) {
     for (const Part& part : parts) {
       if (!sampler_.operand_selected(part.kind)) continue;
@@ -222,13 +225,21 @@ void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const
       spec.expert = expert;
       spec.experts = call.experts;
       spec.tokens = tokens;
+      spec.tokens_in_b_cols = tokens_in_b_cols(name.role, call.transb);
       const ExpertShape shape = part.view.shape_of(expert);
       const std::uint64_t rows = part.view.row_major ? shape.rows : shape.cols, inner = part.view.row_major ? shape.cols : shape.rows;
       const bool device_shaped = part.view.device_dims.present();
       if (!device_shaped && rows * inner == 0) continue;  // an expert without tokens: nothing to copy
-      // A grouped layout's rows are the device's: the daemon holds valid_rows to them.
-      spec.valid_rows = declared ? valid_rows(name, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
-      const std::uint64_t bytes = device_shaped ? capture_.grouped_capacity(spec) : rows * inner * part.view.element_bits / 8;
+      // A grouped layout's rows are the device's: the daemon holds valid_rows to them. Tokens that
+      // run along the contiguous dimension (wgrad's transposed copies) have no padding rows.
+      const bool token_rows = tokens_run_outer(name.role, &part.view == &call.a, call.transa, call.transb,
+                                               part.view.row_major);
+      spec.valid_rows =
+          declared && token_rows ? valid_rows(name, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
+      const bool block_scales = part.view.scales_per_expert && is_block_layout(part.view.scale_layout);
+      const std::uint64_t bytes = device_shaped ? capture_.grouped_capacity(spec) +
+                                                      (block_scales ? capture_.grouped_capacity(spec, true) : 0)
+                                                : rows * inner * part.view.element_bits / 8;
       if (!sampler_.charge(step, bytes)) {
         count(shm::DropReason::kBudget);
         continue;

@@ -218,7 +218,7 @@ TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {
 extern "C" cublasStatus_t cublasLtGroupedMatrixLayoutCreate(cublasLtMatrixLayout_t*, cudaDataType, int, const void*,
                                                             const void*, const void*);
 
-TEST_CASE("cuBLASLt grouped layouts: shapes on the device, per-group scales, block scales counted", "[hook]") {
+TEST_CASE("cuBLASLt grouped layouts: shapes on the device, per-group scalar and block scales", "[hook]") {
   cublasLtMatmulDesc_t desc = nullptr;
   REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
   const std::int32_t t = CUBLAS_OP_T;
@@ -237,7 +237,7 @@ TEST_CASE("cuBLASLt grouped layouts: shapes on the device, per-group scales, blo
   ReadResult r = read();
   REQUIRE(r.call);
   CHECK(r.call->experts == 4);
-  CHECK(r.call->tokens.empty());  // the device knows them: the gather kernel reads them
+  CHECK(host_tokens(*r.call, GemmRole::kFprop).empty());  // the device knows them: the gather kernel reads them
   CHECK((r.call->b.device_dims.rows == rows64 && r.call->b.device_dims.cols == cols64 && r.call->b.device_dims.ld == rows64));
   CHECK((r.call->b.device_dims.rows_cols_64 && r.call->b.device_dims.ld_64));
   CHECK((r.call->a.device_dims.rows == rows && !r.call->a.device_dims.rows_cols_64));
@@ -256,12 +256,24 @@ TEST_CASE("cuBLASLt grouped layouts: shapes on the device, per-group scales, blo
     REQUIRE(r.call);
     CHECK((r.call->a.scales_per_expert && r.call->a.scales == array && r.call->b.scales_per_expert));
   }
-  SECTION("per-group block scales are counted, not misread") {
+  SECTION("per-group block scales: a device array of pointers to each group's scale tensor") {
     const std::int32_t mxfp8 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mxfp8, sizeof mxfp8);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mxfp8, sizeof mxfp8);
     r = read();
-    CHECK_FALSE(r.call);
-    CHECK(r.reason == shm::DropReason::kGroupedBlockScales);
+    CHECK_FALSE(r.call);  // no scale pointers: nothing to read them from
+    CHECK(r.reason == shm::DropReason::kUnreadableBatch);
+    const void* scale_pointers[4] = {};
+    const void* array = scale_pointers;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &array, sizeof array);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &array, sizeof array);
+    r = read();
+    REQUIRE(r.call);
+    for (const OperandView* v : {&r.call->a, &r.call->b}) {
+      CHECK((v->scale_layout == ScaleLayout::kVec32Ue8m0 && v->scales == array && v->scales_per_expert));
+    }
+    // TN: K runs along A's and B's contiguous rows.
+    CHECK((!r.call->a.k_is_outer && !r.call->b.k_is_outer));
   }
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(la);
@@ -275,7 +287,8 @@ TEST_CASE("cublasGemmBatchedEx and cublasGemmGroupedBatchedEx: an expert per bat
   REQUIRE(r.call);
   CHECK(r.call->experts == 5);
   CHECK((r.call->a.rows == 64 && r.call->a.cols == 32 && r.call->b.rows == 64 && r.call->b.cols == 48));
-  CHECK(r.call->tokens == std::vector<std::uint64_t>(5, 48));
+  CHECK(host_tokens(*r.call, GemmRole::kFprop) == std::vector<std::uint64_t>(5, 48));
+  CHECK(host_tokens(*r.call, GemmRole::kWgrad) == std::vector<std::uint64_t>(5, 64));  // TN wgrad: K is the tokens
   // Two groups: two problems of 16 tokens, then one with none (its place, and the expert's index, kept).
   GroupedProblems g;
   g.transa = {true, true}, g.transb = {false, false};
@@ -283,7 +296,7 @@ TEST_CASE("cublasGemmBatchedEx and cublasGemmGroupedBatchedEx: an expert per bat
   r = read_cublas_grouped_call("cublasGemmGroupedBatchedEx", g, pointers, CUDA_R_16BF, pointers, CUDA_R_16BF, nullptr);
   REQUIRE(r.call);
   CHECK(r.call->experts == 3);
-  CHECK(r.call->tokens == std::vector<std::uint64_t>{16, 16, 0});
+  CHECK(host_tokens(*r.call, GemmRole::kFprop) == std::vector<std::uint64_t>{16, 16, 0});
   CHECK((r.call->b.shape_of(2).cols == 0 && r.call->b.shape_of(0).rows == 64));
   g.transb = {false, true};  // experts transposed differently: no one role
   CHECK(read_cublas_grouped_call("g", g, pointers, CUDA_R_16BF, pointers, CUDA_R_16BF, nullptr).reason ==
@@ -386,7 +399,13 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
     CHECK(r.call->experts == 3);
     CHECK((r.call->a.experts == 3 && r.call->a.batch_count == 1 && r.call->a.data == data));
     CHECK((r.call->b.experts == 3 && r.call->b.shape_of(2).rows == 16 && r.call->b.shape_of(2).cols == 64));
-    CHECK(r.call->tokens == std::vector<std::uint64_t>(3, r.call->b.outer()));
+    CHECK(host_tokens(*r.call, GemmRole::kFprop) == std::vector<std::uint64_t>(3, r.call->b.cols));  // B's N, row major or not
+    // Block scales of a pointer-array batch (cuBLASLt documents them per matrix): counted.
+    const std::int32_t mxfp8 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mxfp8, sizeof mxfp8);
+    CHECK(read().reason == shm::DropReason::kGroupedBlockScales);
+    const std::int32_t scalar = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &scalar, sizeof scalar);
     cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &unknown, sizeof unknown);
     r = read();
     CHECK_FALSE(r.call);

@@ -29,11 +29,13 @@ struct SampleSpec {
   Operand operand;
   const char* source;
   // Mixture-of-experts GEMMs: the expert (-1: none), the call's experts, the tokens routed to each
-  // (null: not known on the host) and the rows of the sample holding tokens (0: all).
+  // (null: not known on the host), the rows of the sample holding tokens (0: all), and which of the
+  // activation's dimensions counts the tokens when only the device knows it (tokens_in_b_cols).
   std::int64_t expert = -1;
   std::uint32_t experts = 0;
   const std::vector<std::uint64_t>* tokens = nullptr;
   std::uint64_t valid_rows = 0;
+  bool tokens_in_b_cols = true;
 };
 
 class Capture {
@@ -47,12 +49,13 @@ class Capture {
   // The same for expert spec.expert of a batched or grouped GEMM (operand.experts > 0), whose
   // matrix only the device can reach: copied by the gather kernel on the caller's stream. A grouped
   // layout's shape is learned there too (at most grouped_capacity() bytes are copied; more is a
-  // drop), and the activation's (b's) shapes give the tokens per expert.
+  // drop), and the activation's (b's) shapes give the tokens per expert (spec.tokens_in_b_cols).
   std::optional<shm::DropReason> sample_expert(const SampleSpec& spec, const OperandView& operand,
                                                const GemmAlpha& alpha, const OperandView& activation, CUstream stream);
-  // What sample_expert may copy for one matrix of a grouped layout: the last size seen for it, with
-  // room to grow, or a share of the staging ring the first time.
-  std::uint64_t grouped_capacity(const SampleSpec& spec);
+  // What sample_expert may copy for one matrix of a grouped layout (or, with `scales`, for its
+  // block scales): the last size seen for it, with room to grow, or a share of the staging ring
+  // the first time.
+  std::uint64_t grouped_capacity(const SampleSpec& spec, bool scales = false);
   // True when `stream` is being captured into a CUDA graph (nothing may be enqueued on it then).
   bool capturing(CUstream stream);
 
@@ -75,7 +78,11 @@ class Capture {
     // Grouped layouts: the gather kernel's dims_out for the matrix and for the activation (whose
     // columns are the tokens per expert), read before the record is published.
     CUdeviceptr staged_dims = 0, staged_token_dims = 0;
+    // A grouped matrix's block scales, staged after its codes' reservation, and their bytes_out.
+    CUdeviceptr staged_block_scales = 0, staged_scale_bytes = 0;
     std::uint32_t experts = 0, element_bits = 0;
+    bool tokens_in_cols = true;  // the activation's dims_out entry that counts each expert's tokens
+    std::vector<std::uint64_t> tokens;  // a grouped sample's declared tokens, written once its sizes are known
     std::string size_key;  // grouped_sizes_'s key
   };
 
@@ -101,10 +108,15 @@ class Capture {
   bool launch_gather(const void* pointers, std::uint32_t index, const DeviceDims& dims, std::uint32_t groups,
                      const ExpertShape& shape, std::uint32_t element_bits, CUdeviceptr dst, std::uint64_t capacity,
                      CUdeviceptr dims_out, CUstream stream);
-  // A grouped sample's shape, codes size and tokens from the gather's dims_out, on the publisher
-  // thread. A matrix that did not fit or was malformed makes the record padding (counted); an
-  // empty one (an expert without tokens) too, uncounted. False when a driver call failed.
+  // One group's block scales (v.scales: a device array of pointers to them), sized on the device.
+  bool launch_gather_scales(const OperandView& v, std::uint32_t index, const ExpertShape& shape, CUdeviceptr dst,
+                            std::uint64_t capacity, CUdeviceptr bytes_out, CUstream stream);
+  // A grouped sample's shape, codes and scales sizes and tokens from the gathers' outputs, on the
+  // publisher thread. A matrix (or scale tensor) that did not fit or was malformed makes the record
+  // padding (counted); an empty one (an expert without tokens) too, uncounted. False when a driver
+  // call failed.
   bool settle_grouped(Pending& p);
+  void learn_grouped_size(const std::string& key, std::uint64_t needed);  // takes mu_
   bool side_stream_synchronized();  // waits for what was queued on the side stream
   std::optional<std::uint64_t> reserve_staging(std::uint64_t bytes);
   shm::RecordHeader* reserve_record(std::uint64_t payload_bytes, std::uint64_t& end);
@@ -140,8 +152,8 @@ class Capture {
   std::vector<CUevent> free_events_;
   enum class Gather { kUnset, kReady, kFailed } gather_state_ = Gather::kUnset;
   CUmodule gather_module_ = nullptr;  // kept for as long as gather_ may run: the process's life
-  CUfunction gather_ = nullptr;
-  std::unordered_map<std::string, std::uint64_t> grouped_sizes_;  // last codes bytes per grouped matrix
+  CUfunction gather_ = nullptr, gather_scales_ = nullptr;
+  std::unordered_map<std::string, std::uint64_t> grouped_sizes_;  // largest bytes seen per grouped matrix (and scales)
 };
 
 }  // namespace fp8scope::hook

@@ -57,8 +57,9 @@ struct OperandView {
   bool k_is_outer = false;
   // Pointer-array and grouped GEMMs: `data` is a device array of `experts` matrix pointers. Their
   // shape is rows/cols/ld for all, or expert_shapes[e] each, or on the device (device_dims, the
-  // host's rows and cols then 0). scales_per_expert: `scales` is a device array of pointers to one
-  // fp32 scale_inv per expert (CUBLASLT_MATMUL_MATRIX_SCALE_PER_BATCH_SCALAR_32F).
+  // host's rows and cols then 0). scales_per_expert: `scales` is a device array of pointers, one
+  // per expert, to its fp32 scale_inv (CUBLASLT_MATMUL_MATRIX_SCALE_PER_BATCH_SCALAR_32F) or, in a
+  // block layout, to its scale tensor (sized from the expert's shape on the device).
   std::uint32_t experts = 0;
   std::vector<ExpertShape> expert_shapes;
   DeviceDims device_dims;
@@ -94,14 +95,26 @@ struct GemmCall {
   OperandView a, b;
   GemmAlpha alpha;
   CUstream stream = nullptr;
-  // Batched and grouped GEMMs: the experts (batch elements, problems or groups) and, where the
-  // host knows them, the tokens routed to each (b's columns: X in fprop, Dy in dgrad and wgrad).
+  // Batched and grouped GEMMs: the experts (batch elements, problems or groups).
   std::uint32_t experts = 0;
-  std::vector<std::uint64_t> tokens;
 };
 
 // Layout role: TN fprop, NN dgrad, NT wgrad, TT unknown.
 GemmRole role_from_layout(bool transa, bool transb);
+
+// Whether the GEMM's K runs along an operand's outer (non-contiguous) dimension: A's or B's, by the
+// call's transposes and the operand's order.
+bool k_runs_outer(bool is_a, bool transa, bool transb, bool row_major);
+
+// Where an MoE GEMM's tokens run: along b's N in fprop and dgrad (X, Dy), along K in wgrad. Whether
+// they are b's (cuBLAS) columns, and whether they run along an operand's outer dimension, its rows
+// as a tensor, which a grouped GEMM pads.
+constexpr bool tokens_in_b_cols(GemmRole role, bool transb) { return (role == GemmRole::kWgrad) == transb; }
+bool tokens_run_outer(GemmRole role, bool is_a, bool transa, bool transb, bool row_major);
+
+// The tokens routed to each expert of a batched or grouped call where the host knows the shapes
+// (b's, per tokens_in_b_cols); empty for grouped layouts, whose shapes the device holds.
+std::vector<std::uint64_t> host_tokens(const GemmCall& call, GemmRole role);
 
 // Which tensor A and B hold for a role (unknown GEMMs are labelled like fprop).
 Operand operand_of_a(GemmRole role);
