@@ -1,10 +1,11 @@
 // A mixture-of-experts job through the real hook, shipper and daemon: tiny_trainer --mode moe
 // trains with its expert GEMMs in each form MoE frameworks use (cuBLASLt grouped layouts, whose
 // shapes only the device knows; cublasGemmGroupedBatchedEx; cublasGemmBatchedEx; TE's loop of one
-// GEMM per expert with tokens). The hook changes no loss; every expert's operands reach the daemon
-// named by expert, with the statistics `fp8scope analyze` gives for the dumped operands; experts
-// without tokens are counted and shift no name; metrics stay one series per tensor; padding that is
-// not zero is flagged.
+// GEMM per expert with tokens), in BF16 and in MXFP8 (each group's block scales through a device
+// array of pointers). The hook changes no loss; every expert's operands reach the daemon named by
+// expert, with the statistics `fp8scope analyze` gives for the dumped operands (and their scales);
+// experts without tokens are counted and shift no name; metrics stay one series per tensor;
+// padding that is not zero is flagged.
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "support/daemon_fixture.h"
 #include "support/temp_dir.h"
@@ -23,6 +25,7 @@ using nlohmann::json;
 namespace {
 
 const char* const kForms[] = {"lt-grouped", "cublas-grouped", "batched", "loop"};
+const char* const kMxfp8Forms[] = {"lt-grouped", "loop"};  // cuBLAS has no block-scaled batched GEMM
 const std::string kExpertLayer = "mlp.1.experts#0";
 
 std::string read_text(const std::string& path) {
@@ -67,9 +70,9 @@ ProcessResult hooked(const DaemonProcess& d, const std::string& run, const std::
 
 // One history record: its place, and the figures the tests read.
 struct Row {
-  std::string layer, gemm, operand, recipe;
+  std::string layer, gemm, operand, recipe, scale_layout;
   std::int64_t step = 0, expert = -1, tokens = -1, padding_nonzero = 0, padding_nonfinite = 0;
-  double mse = 0, underflow = 0;
+  double mse = 0, underflow = 0, saturation = 0, block_scale_floor = 0, amax = 0;
 };
 
 std::vector<Row> records(const std::string& data_dir, const std::string& run) {
@@ -79,14 +82,17 @@ std::vector<Row> records(const std::string& data_dir, const std::string& run) {
   sqlite3_stmt* q = nullptr;
   sqlite3_prepare_v2(db,
                      "SELECT layer, gemm, operand, recipe, step, expert, expert_tokens, padding_nonzero, "
-                     "padding_nonfinite, stat_mse, stat_underflow_ratio FROM records WHERE run = ? ORDER BY id",
+                     "padding_nonfinite, stat_mse, stat_underflow_ratio, coalesce(scale_layout, ''), "
+                     "stat_saturation_ratio, stat_block_scale_floor_ratio, stat_amax FROM records WHERE run = ? ORDER BY id",
                      -1, &q, nullptr);
   sqlite3_bind_text(q, 1, run.c_str(), -1, SQLITE_TRANSIENT);
   auto text = [&](int i) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(q, i))); };
   auto integer = [&](int i, std::int64_t null) { return sqlite3_column_type(q, i) == SQLITE_NULL ? null : sqlite3_column_int64(q, i); };
   while (sqlite3_step(q) == SQLITE_ROW) {
-    out.push_back({text(0), text(1), text(2), text(3), sqlite3_column_int64(q, 4), integer(5, -1), integer(6, -1),
-                   integer(7, 0), integer(8, 0), sqlite3_column_double(q, 9), sqlite3_column_double(q, 10)});
+    out.push_back({text(0), text(1), text(2), text(3), text(11), sqlite3_column_int64(q, 4), integer(5, -1),
+                   integer(6, -1), integer(7, 0), integer(8, 0), sqlite3_column_double(q, 9),
+                   sqlite3_column_double(q, 10), sqlite3_column_double(q, 12), sqlite3_column_double(q, 13),
+                   sqlite3_column_double(q, 14)});
   }
   sqlite3_finalize(q);
   sqlite3_close(db);
@@ -98,18 +104,84 @@ std::vector<Row> records(const std::string& data_dir, const std::string& run) {
 TEST_CASE("a mixture-of-experts trainer learns in every expert GEMM form, and the hook changes no loss", "[hook][moe]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"));
-  for (const char* form : kForms) {
-    INFO(form);
-    const ProcessResult alone = plain(moe_args(form, dir.file(std::string(form) + ".plain")));
+  std::vector<std::pair<std::string, std::string>> runs;  // recipe, form
+  for (const char* form : kForms) runs.emplace_back("bf16", form);
+  for (const char* form : kMxfp8Forms) runs.emplace_back("mxfp8", form);
+  for (const auto& [recipe, form] : runs) {
+    INFO(recipe << " " << form);
+    const std::string name = recipe + "-" + form;
+    const std::vector<std::string> more = {"--moe-recipe", recipe};
+    const ProcessResult alone = plain(moe_args(form, dir.file(name + ".plain"), more));
     REQUIRE(alone.exit_code == 0);
-    const ProcessResult under = hooked(daemon, form, moe_args(form, dir.file(std::string(form) + ".hooked")), {"--every", "7"});
+    const ProcessResult under = hooked(daemon, name, moe_args(form, dir.file(name + ".hooked"), more), {"--every", "7"});
     INFO(under.err);
     REQUIRE(under.exit_code == 0);
-    const std::vector<std::string> a = lines_of(dir.file(std::string(form) + ".plain")),
-                                   b = lines_of(dir.file(std::string(form) + ".hooked"));
+    const std::vector<std::string> a = lines_of(dir.file(name + ".plain")), b = lines_of(dir.file(name + ".hooked"));
     REQUIRE(a.size() == 30);
     CHECK(a == b);  // bit for bit
     CHECK(std::stod(a.back()) < 0.8 * std::stod(a.front()));
+  }
+}
+
+TEST_CASE("MXFP8 experts arrive with each group's block scales, as analyze reads their dumps", "[hook][moe]") {
+  const std::string form = GENERATE(as<std::string>{}, "lt-grouped", "loop");
+  INFO(form);
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  std::filesystem::create_directories(dir.file("dump"));
+  const ProcessResult run = hooked(
+      daemon, "mxfp8",
+      moe_args(form, dir.file("losses"), {"--moe-recipe", "mxfp8", "--dump-step", "14", "--dump-dir", dir.file("dump")}),
+      {"--every", "7"});
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  std::set<int> with_tokens;
+  for (int e = 0; e < 6; ++e) {
+    if (std::filesystem::exists(dir.file("dump") + "/mlp.1.experts.fprop.x.e" + std::to_string(e) + ".npy")) with_tokens.insert(e);
+  }
+  REQUIRE(!with_tokens.empty());
+  std::vector<Row> rows;
+  REQUIRE(eventually([&] {
+    rows = records(dir.file("data"), "mxfp8");
+    std::size_t found = 0;
+    for (const Row& r : rows) found += r.step == 14 && r.layer == kExpertLayer && r.recipe == "observed";
+    return found >= with_tokens.size() * 6;
+  }));
+  const std::map<std::string, std::vector<std::string>> operands = {
+      {"fprop", {"x", "w"}}, {"dgrad", {"w", "dy"}}, {"wgrad", {"x", "dy"}}};
+  for (const int e : with_tokens) {
+    for (const auto& [gemm, ops] : operands) {
+      for (const std::string& op : ops) {
+        const std::string base = dir.file("dump") + "/mlp.1.experts." + gemm + "." + op + ".e" + std::to_string(e);
+        INFO(base);
+        const ProcessResult analyze = cli({"analyze", base + ".npy", "--dtype", "e4m3", "--json", "--scale-layout",
+                                           "vec32_ue8m0", "--scales", base + ".scales.npy"});
+        REQUIRE(analyze.exit_code == 0);
+        const json expected = json::parse(analyze.out);
+        const Row* got = nullptr;
+        for (const Row& r : rows) {
+          if (r.step == 14 && r.layer == kExpertLayer && r.gemm == gemm && r.operand == op && r.expert == e &&
+              r.recipe == "observed") {
+            got = &r;
+          }
+        }
+        REQUIRE(got != nullptr);
+        CHECK(got->scale_layout == "vec32_ue8m0");
+        CHECK(got->saturation == Approx(expected["saturation_ratio"].get<double>()).epsilon(1e-12));
+        CHECK(got->block_scale_floor == Approx(expected["block_scale_floor_ratio"].get<double>()).epsilon(1e-12));
+        CHECK(got->amax == Approx(expected["amax"].get<double>()).epsilon(1e-12));
+        CHECK(got->tokens > 0);
+      }
+    }
+  }
+  // Every group's scales were read: nothing dropped, for lack of room or for the scale mode.
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("fp8scope_samples_dropped_total{", 0) == 0) {
+      INFO(line);
+      CHECK(line.substr(line.rfind(' ') + 1) == "0");
+    }
   }
 }
 
@@ -223,12 +295,15 @@ TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads 
 }
 
 TEST_CASE("experts without tokens are counted, and padding that is not zero is flagged", "[hook][moe]") {
+  const std::string recipe = GENERATE(as<std::string>{}, "bf16", "mxfp8");
+  INFO(recipe);
   TempDir dir;
   DaemonProcess daemon(dir.file("data"));
   // Sixteen experts, one each, for 32 tokens: some get none. At step 7 one expert's padding is NaN.
   const ProcessResult run = hooked(daemon, "padding",
-                                   {"--mode", "moe", "--moe-gemm", "lt-grouped", "--experts", "16", "--top-k", "1",
-                                    "--batch", "32", "--hidden", "32", "--steps", "8", "--nan-padding-step", "7"},
+                                   {"--mode", "moe", "--moe-gemm", "lt-grouped", "--moe-recipe", recipe, "--experts",
+                                    "16", "--top-k", "1", "--batch", "32", "--hidden", "32", "--steps", "8",
+                                    "--nan-padding-step", "7"},
                                    {"--every", "7"});
   INFO(run.err);
   REQUIRE(run.exit_code == 0);

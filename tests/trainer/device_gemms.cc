@@ -153,7 +153,27 @@ std::unique_ptr<DeviceBuffer> device_array(const std::vector<T>& v) {
 
 }  // namespace
 
+namespace {
+
+// MXFP8 experts: both operands' scale modes, and their scale pointers (for a grouped GEMM, device
+// arrays of one pointer per group, as Transformer Engine sets them: cublaslt_grouped_gemm.cu:867-890).
+void set_mxfp8_scales(cublasLtMatmulDesc_t desc, const void* a_scales, const void* b_scales) {
+  const std::int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), "set A_SCALE_MODE");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), "set B_SCALE_MODE");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof a_scales),
+        "set A_SCALE_POINTER");
+  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scales, sizeof b_scales),
+        "set B_SCALE_POINTER");
+}
+
+}  // namespace
+
 void Gemms::experts(ExpertForm form, bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
+  if (form != ExpertForm::kLtGrouped && form != ExpertForm::kLoop && !problems.empty() &&
+      problems.front().element != Element::kBF16) {
+    fail("MXFP8 experts through cuBLAS (it has no block-scaled batched GEMM)", 0);
+  }
   switch (form) {
     case ExpertForm::kLtGrouped: return lt_grouped(transa, transb, problems);
     case ExpertForm::kCublasGrouped: return cublas_grouped(transa, transb, problems);
@@ -173,9 +193,11 @@ void Gemms::lt_one(bool transa, bool transb, const ExpertProblem& p) {
   const std::int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+  if (p.element != Element::kBF16) set_mxfp8_scales(desc, p.a_scales, p.b_scales);
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, p.a_rows, p.a_cols, p.a_rows), "cublasLtMatrixLayoutCreate A");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, p.b_rows, p.b_cols, p.b_rows), "cublasLtMatrixLayoutCreate B");
+  const cudaDataType type = data_type(p.element);
+  check(cublasLtMatrixLayoutCreate(&la, type, p.a_rows, p.a_cols, p.a_rows), "cublasLtMatrixLayoutCreate A");
+  check(cublasLtMatrixLayoutCreate(&lb, type, p.b_rows, p.b_cols, p.b_rows), "cublasLtMatrixLayoutCreate B");
   check(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p.m, p.n, p.m), "cublasLtMatrixLayoutCreate D");
   check(cublasLtMatmul(lt_, desc, &alpha, p.a, la, p.b, lb, &beta, p.d, ld, p.d, ld, nullptr, workspace_->get(),
                        kWorkspaceBytes, stream_),
@@ -189,27 +211,29 @@ void Gemms::lt_one(bool transa, bool transb, const ExpertProblem& p) {
 void Gemms::lt_grouped(bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
   // As Transformer Engine sets it up (cublaslt_grouped_gemm.cu): device arrays of pointers and of
   // int32 rows and cols per group, ld = rows, every layout grouped.
-  std::vector<const void*> a, b;
+  std::vector<const void*> a, b, a_scales, b_scales;
   std::vector<void*> d;
   std::vector<std::int32_t> a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
   for (const ExpertProblem& p : problems) {
-    a.push_back(p.a), b.push_back(p.b), d.push_back(p.d);
+    a.push_back(p.a), b.push_back(p.b), d.push_back(p.d), a_scales.push_back(p.a_scales), b_scales.push_back(p.b_scales);
     a_rows.push_back(p.a_rows), a_cols.push_back(p.a_cols), b_rows.push_back(p.b_rows), b_cols.push_back(p.b_cols);
     d_rows.push_back(p.m), d_cols.push_back(p.n);
   }
   auto da = device_array(a), db = device_array(b), dd = device_array(d), dar = device_array(a_rows),
        dac = device_array(a_cols), dbr = device_array(b_rows), dbc = device_array(b_cols), ddr = device_array(d_rows),
-       ddc = device_array(d_cols);
+       ddc = device_array(d_cols), das = device_array(a_scales), dbs = device_array(b_scales);
   const int groups = static_cast<int>(problems.size());
+  const cudaDataType type = data_type(problems.front().element);
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  check(grouped_layout_create()(&la, CUDA_R_16BF, groups, dar->get(), dac->get(), dar->get()), "grouped layout A");
-  check(grouped_layout_create()(&lb, CUDA_R_16BF, groups, dbr->get(), dbc->get(), dbr->get()), "grouped layout B");
+  check(grouped_layout_create()(&la, type, groups, dar->get(), dac->get(), dar->get()), "grouped layout A");
+  check(grouped_layout_create()(&lb, type, groups, dbr->get(), dbc->get(), dbr->get()), "grouped layout B");
   check(grouped_layout_create()(&ld, CUDA_R_32F, groups, ddr->get(), ddc->get(), ddr->get()), "grouped layout D");
   cublasLtMatmulDesc_t desc = nullptr;
   check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const std::int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
+  if (problems.front().element != Element::kBF16) set_mxfp8_scales(desc, das->get(), dbs->get());
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasLtMatmul(lt_, desc, &alpha, da->get(), la, db->get(), lb, &beta, dd->get(), ld, dd->get(), ld, nullptr,
                        workspace_->get(), kWorkspaceBytes, stream_),

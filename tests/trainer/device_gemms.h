@@ -52,7 +52,7 @@ struct DeviceOperand {
 enum class ExpertForm { kLtGrouped, kCublasGrouped, kCublasBatched, kLoop };
 
 // One expert's problem as cuBLAS sees it (column major, ld = rows): d (m x n, fp32) = op(a) op(b),
-// BF16 a and b.
+// BF16 a and b, or E4M3 codes with their MXFP8 scale tensors (VEC32_UE8M0; cuBLASLt forms only).
 struct ExpertProblem {
   const void* a;
   int a_rows, a_cols;
@@ -60,6 +60,9 @@ struct ExpertProblem {
   int b_rows, b_cols;
   void* d;
   int m, n;
+  Element element = Element::kBF16;
+  const void* a_scales = nullptr;
+  const void* b_scales = nullptr;
 };
 
 class Gemms {

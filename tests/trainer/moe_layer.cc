@@ -27,6 +27,13 @@ std::unique_ptr<DeviceBuffer> uploaded(const std::vector<T>& host, std::size_t c
   return b;
 }
 
+// Rows [first, first + count) of m.
+Matrix rows_of(const Matrix& m, int first, int count) {
+  Matrix r(count, m.cols);
+  std::copy_n(m.v.begin() + static_cast<std::ptrdiff_t>(first) * m.cols, static_cast<std::size_t>(count) * m.cols, r.v.begin());
+  return r;
+}
+
 }  // namespace
 
 MoeLayer::MoeLayer(const std::string& name, int width, const MoeOptions& options, std::mt19937_64& rng)
@@ -86,6 +93,25 @@ void MoeLayer::run(Gemms& gemms, const std::string& gemm, bool transa, bool tran
   nvtxRangePop();
 }
 
+Matrix MoeLayer::expert_matrix(const std::vector<std::uint16_t>& rows, int expert) const {
+  const Group& g = groups_[static_cast<std::size_t>(expert)];
+  const auto begin = rows.begin() + static_cast<std::ptrdiff_t>(g.first) * width_;
+  return from_bf16(std::vector<std::uint16_t>(begin, begin + static_cast<std::ptrdiff_t>(g.rows) * width_), g.rows, width_);
+}
+
+ExpertProblem MoeLayer::mxfp8_problem(const Matrix& a, const std::string& a_name, const Matrix& b,
+                                      const std::string& b_name, int b_dump_rows, void* d, const OperandDump& dump,
+                                      std::vector<std::unique_ptr<DeviceBuffer>>& held) const {
+  const BlockQuantized qa = quantize_for_gemm(a, BlockMode::kMxfp8), qb = quantize_for_gemm(b, BlockMode::kMxfp8);
+  for (const auto* bytes : {&qa.codes, &qa.scales, &qb.codes, &qb.scales}) held.push_back(uploaded(*bytes, bytes->size()));
+  if (!a_name.empty()) dump.mxfp8(a_name, a.rows, a.cols, qa);
+  // A block scale covers 1 x 32 of a row: the token rows quantize alone exactly as with the padding.
+  if (!b_name.empty()) dump.mxfp8(b_name, b_dump_rows, b.cols, quantize_for_gemm(rows_of(b, 0, b_dump_rows), BlockMode::kMxfp8));
+  const std::size_t at = held.size() - 4;
+  return {held[at]->get(), a.cols, a.rows, held[at + 2]->get(), b.cols, b.rows, d, a.rows, b.rows,
+          Element::kE4M3, held[at + 1]->get(), held[at + 3]->get()};
+}
+
 std::vector<std::uint16_t> MoeLayer::token_rows(const std::vector<std::uint16_t>& rows, int expert) const {
   const Group& g = groups_[static_cast<std::size_t>(expert)];
   const auto begin = rows.begin() + static_cast<std::ptrdiff_t>(g.first) * width_;
@@ -114,10 +140,18 @@ Matrix MoeLayer::forward(int step, const Matrix& x, Gemms& gemms, const OperandD
   const auto x_device = uploaded(x_rows_, x_rows_.size());
   auto out = uploaded(std::vector<float>{}, static_cast<std::size_t>(total_rows_) * row_elements);
   std::vector<ExpertProblem> problems;
+  std::vector<std::unique_ptr<DeviceBuffer>> held;
   const auto* xb = static_cast<const std::uint16_t*>(x_device->get());
   auto* ob = static_cast<float*>(out->get());
   for (int e = 0; e < o_.experts; ++e) {
     const Group& g = groups_[static_cast<std::size_t>(e)];
+    if (o_.mxfp8) {
+      const std::string tag = g.tokens > 0 ? ".e" + std::to_string(e) : "";
+      problems.push_back(mxfp8_problem(weights_[static_cast<std::size_t>(e)], tag.empty() ? "" : name_ + ".fprop.w" + tag,
+                                       expert_matrix(x_rows_, e), tag.empty() ? "" : name_ + ".fprop.x" + tag, g.tokens,
+                                       ob + static_cast<std::ptrdiff_t>(g.first) * width_, dump, held));
+      continue;
+    }
     const std::vector<std::uint16_t> w_bits = to_bf16(weights_[static_cast<std::size_t>(e)]);
     weight_buffers_[static_cast<std::size_t>(e)]->upload(w_bits.data(), w_bits.size() * 2);
     // out_e (col major N x rows) = W_e^T (stored K x N, transposed) X_e (stored K x rows).
@@ -125,8 +159,8 @@ Matrix MoeLayer::forward(int step, const Matrix& x, Gemms& gemms, const OperandD
                         xb + static_cast<std::ptrdiff_t>(g.first) * width_, width_, g.rows,
                         ob + static_cast<std::ptrdiff_t>(g.first) * width_, width_, g.rows});
     if (g.tokens > 0) {
-      dump(name_ + ".fprop.x.e" + std::to_string(e), g.tokens, width_, token_rows(x_rows_, e));
-      dump(name_ + ".fprop.w.e" + std::to_string(e), width_, width_, w_bits);
+      dump.bf16(name_ + ".fprop.x.e" + std::to_string(e), g.tokens, width_, token_rows(x_rows_, e));
+      dump.bf16(name_ + ".fprop.w.e" + std::to_string(e), width_, width_, w_bits);
     }
   }
   run(gemms, "fprop", true, false, problems);
@@ -160,8 +194,22 @@ Matrix MoeLayer::backward(const Matrix& dy, Gemms& gemms, const OperandDump& dum
   auto* dxb = static_cast<float*>(dx_out->get());
   auto* dwb = static_cast<float*>(dw_out->get());
   std::vector<ExpertProblem> dgrad, wgrad;
+  std::vector<std::unique_ptr<DeviceBuffer>> held;
   for (int e = 0; e < o_.experts; ++e) {
     const Group& g = groups_[static_cast<std::size_t>(e)];
+    if (o_.mxfp8) {
+      // TN with transposed copies: dX_e = dY_e W_e, dW_e = dY_e^T X_e (K along N, then along the tokens).
+      const std::string tag = g.tokens > 0 ? ".e" + std::to_string(e) : "";
+      const auto named = [&](const char* what) { return tag.empty() ? std::string() : name_ + what + tag; };
+      const Matrix dy_e = rows_of(dy_rows, g.first, g.rows);
+      dgrad.push_back(mxfp8_problem(weights_[static_cast<std::size_t>(e)].transposed(), named(".dgrad.w"), dy_e,
+                                    named(".dgrad.dy"), g.tokens, dxb + static_cast<std::ptrdiff_t>(g.first) * width_,
+                                    dump, held));
+      wgrad.push_back(mxfp8_problem(expert_matrix(x_rows_, e).transposed(), named(".wgrad.x"), dy_e.transposed(),
+                                    named(".wgrad.dy"), width_, dwb + static_cast<std::ptrdiff_t>(e) * width_ * width_,
+                                    dump, held));
+      continue;
+    }
     const void* w = weight_buffers_[static_cast<std::size_t>(e)]->get();  // the forward pass's copy
     const std::uint16_t* dy_e = dyb + static_cast<std::ptrdiff_t>(g.first) * width_;
     // dX_e (K x rows) = W_e (stored K x N) dY_e (stored N x rows); dW_e (K x N) = X_e (K x rows) dY_e^T.
@@ -171,14 +219,14 @@ Matrix MoeLayer::backward(const Matrix& dy, Gemms& gemms, const OperandDump& dum
                      dwb + static_cast<std::ptrdiff_t>(e) * width_ * width_, width_, width_});
     if (g.tokens > 0) {
       const std::string tag = ".e" + std::to_string(e);
-      dump(name_ + ".dgrad.w" + tag, width_, width_, to_bf16(weights_[static_cast<std::size_t>(e)]));
-      dump(name_ + ".dgrad.dy" + tag, g.tokens, width_, token_rows(dy_bits, e));
-      dump(name_ + ".wgrad.x" + tag, g.tokens, width_, token_rows(x_rows_, e));
-      dump(name_ + ".wgrad.dy" + tag, g.tokens, width_, token_rows(dy_bits, e));
+      dump.bf16(name_ + ".dgrad.w" + tag, width_, width_, to_bf16(weights_[static_cast<std::size_t>(e)]));
+      dump.bf16(name_ + ".dgrad.dy" + tag, g.tokens, width_, token_rows(dy_bits, e));
+      dump.bf16(name_ + ".wgrad.x" + tag, g.tokens, width_, token_rows(x_rows_, e));
+      dump.bf16(name_ + ".wgrad.dy" + tag, g.tokens, width_, token_rows(dy_bits, e));
     }
   }
-  run(gemms, "dgrad", false, false, dgrad);
-  run(gemms, "wgrad", false, true, wgrad);
+  run(gemms, "dgrad", o_.mxfp8, false, dgrad);
+  run(gemms, "wgrad", o_.mxfp8, !o_.mxfp8, wgrad);
   const std::vector<float> dx_rows = download_floats(*dx_out, static_cast<std::size_t>(total_rows_) * row_elements);
   const std::vector<float> dw = download_floats(*dw_out, static_cast<std::size_t>(o_.experts) * row_elements * row_elements);
   // dX through the experts, and through the gates to the router (softmax over each token's top-k).

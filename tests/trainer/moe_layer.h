@@ -1,7 +1,9 @@
 // tiny_trainer's mixture-of-experts layer (--mode moe): a router (a linear map to E logits, on the
 // host) sends each token to its top-k experts, weighted by the softmax of their logits; each
-// expert is a BF16 linear map whose GEMMs (fprop, dgrad, wgrad) run for all experts at once in one
-// of the forms MoE frameworks use (device_gemms.h, ExpertForm). Each expert's tokens are padded to
+// expert is a linear map whose GEMMs (fprop, dgrad, wgrad) run for all experts at once in one of
+// the forms MoE frameworks use (device_gemms.h, ExpertForm), in BF16 or in MXFP8 (--moe-recipe:
+// every GEMM TN on operands quantized along its K, as the dense MXFP8 mode runs them, with
+// transposed copies for dgrad and wgrad; cuBLASLt forms only). Each expert's tokens are padded to
 // a multiple of `pad` rows with zeros, as block-scaled grouped GEMMs want them; an expert may get
 // no token at all. At `nan_padding_step` the first padded expert's padding rows of X are NaN
 // instead (the bug fp8scope must flag). The layer tells the hook how many of each expert's rows are tokens
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "block_scaling.h"
 #include "device_gemms.h"
 #include "host_tensors.h"
 
@@ -23,11 +26,17 @@ namespace fp8scope::trainer {
 struct MoeOptions {
   int experts = 4, top_k = 2, pad = 32;
   ExpertForm form = ExpertForm::kLtGrouped;
+  bool mxfp8 = false;
   int nan_padding_step = -1;
 };
 
-// What dumps the operands: name ("<range>.<gemm>.<operand>.e<expert>"), rows, cols, BF16 bits.
-using OperandDump = std::function<void(const std::string& name, int rows, int cols, const std::vector<std::uint16_t>&)>;
+// What dumps the operands, named "<range>.<gemm>.<operand>.e<expert>": BF16 bits, or MXFP8 codes
+// with their scale tensor; rows and cols of the operand as the GEMM reads it (activations: their
+// token rows only, where tokens are rows).
+struct OperandDump {
+  std::function<void(const std::string& name, int rows, int cols, const std::vector<std::uint16_t>&)> bf16;
+  std::function<void(const std::string& name, int rows, int cols, const BlockQuantized&)> mxfp8;
+};
 
 class MoeLayer {
  public:
@@ -50,6 +59,13 @@ class MoeLayer {
   void route(const Matrix& x);
   // Runs one pass (fprop, dgrad, wgrad) of every expert in the layer's form, in its NVTX range.
   void run(Gemms& gemms, const std::string& gemm, bool transa, bool transb, const std::vector<ExpertProblem>& problems) const;
+  // MXFP8: d = b a^T (TN, cuBLAS's A = a [Q, L], B = b [P, L]) with both quantized along L; the
+  // device buffers go into `held` for the pass. Dumps `a` whole and b's first `b_dump_rows` rows.
+  ExpertProblem mxfp8_problem(const Matrix& a, const std::string& a_name, const Matrix& b, const std::string& b_name,
+                              int b_dump_rows, void* d, const OperandDump& dump,
+                              std::vector<std::unique_ptr<DeviceBuffer>>& held) const;
+  // An expert's padded rows of a BF16 buffer as fp32 [rows, width].
+  Matrix expert_matrix(const std::vector<std::uint16_t>& rows, int expert) const;
   int padded(int tokens) const { return (tokens + o_.pad - 1) / o_.pad * o_.pad; }
   // An expert's token rows of a padded BF16 buffer, for dumps.
   std::vector<std::uint16_t> token_rows(const std::vector<std::uint16_t>& rows, int expert) const;

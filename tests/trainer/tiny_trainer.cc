@@ -4,7 +4,7 @@
 // dgrad NN through cublasGemmEx, wgrad NT). `--mode fp8`: TE's delayed scaling (E4M3 forward, E5M2
 // gradients), every GEMM TN with transposed copies, as FP8 cuBLASLt requires on Ada and Hopper.
 // `--mode moe`: the middle layer is a mixture of experts (moe_layer.h) whose expert GEMMs run in the
-// form --moe-gemm names, BF16 elsewhere. Losses go to --losses, one per line as hex floats, so runs
+// form --moe-gemm names, in BF16 or MXFP8 (--moe-recipe), BF16 elsewhere. Losses go to --losses, one per line as hex floats, so runs
 // can be compared bit for bit.
 //
 // Built with the tests. It runs from the build tree against the CPU fixtures (RUNPATH) on a machine
@@ -211,7 +211,7 @@ class Trainer {
   Matrix backward(int step, int l, const Matrix& dy);
   // dX of layer l through the ReLU of the layer below.
   Matrix below_relu(int l, Matrix dx) const;
-  OperandDump bf16_dump(int step);
+  OperandDump moe_dump(int step);
 
   Options o_;
   std::mt19937_64 rng_;
@@ -258,7 +258,7 @@ Matrix Trainer::forward(int step, int l, const Matrix& input) {
   const std::string name = "mlp." + std::to_string(l);
   L.input = input;
   if (moe_ && l == kMoeLayer) {
-    L.pre_activation = moe_->forward(step, input, gemms_, bf16_dump(step));
+    L.pre_activation = moe_->forward(step, input, gemms_, moe_dump(step));
     Matrix y = L.pre_activation;
     for (float& v : y.v) v = std::max(v, 0.0f);
     return y;
@@ -321,7 +321,7 @@ Matrix Trainer::backward(int step, int l, const Matrix& dy) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const int M = dy.rows, N = dy.cols, K = L.w.cols;
   const std::string name = "mlp." + std::to_string(l);
-  if (moe_ && l == kMoeLayer) return below_relu(l, moe_->backward(dy, gemms_, bf16_dump(step), kLearningRate));
+  if (moe_ && l == kMoeLayer) return below_relu(l, moe_->backward(dy, gemms_, moe_dump(step), kLearningRate));
   DeviceBuffer dx_out(static_cast<std::size_t>(M) * K * sizeof(float)), dw_out(static_cast<std::size_t>(N) * K * sizeof(float));
   if (block_) {
     // dX[M,K] = dY[M,N] W[N,K] and dW[N,K] = dY^T[N,M] X[M,K], each TN with operands quantized along
@@ -376,10 +376,16 @@ Matrix Trainer::below_relu(int l, Matrix dx) const {
   return dx;
 }
 
-OperandDump Trainer::bf16_dump(int step) {
-  return [this, step](const std::string& name, int rows, int cols, const std::vector<std::uint16_t>& bits) {
+OperandDump Trainer::moe_dump(int step) {
+  OperandDump d;
+  d.bf16 = [this, step](const std::string& name, int rows, int cols, const std::vector<std::uint16_t>& bits) {
     dump(step, name, "<u2", rows, cols, bits.data(), bits.size() * 2);
   };
+  d.mxfp8 = [this, step](const std::string& name, int rows, int cols, const BlockQuantized& q) {
+    dump(step, name, "|u1", rows, cols, q.codes.data(), q.codes.size());
+    dump(step, name + ".scales", "|u1", 1, static_cast<int>(q.scales.size()), q.scales.data(), q.scales.size());
+  };
+  return d;
 }
 
 double Trainer::step(int step) {
@@ -494,6 +500,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   std::string moe_gemm = "lt-grouped";
   app.add_option("--moe-gemm", moe_gemm, "moe: the expert GEMMs' form: lt-grouped, cublas-grouped, batched or loop")
       ->check(CLI::IsMember({"lt-grouped", "cublas-grouped", "batched", "loop"}));
+  std::string moe_recipe = "bf16";
+  app.add_option("--moe-recipe", moe_recipe, "moe: the expert GEMMs' recipe: bf16, or mxfp8 (lt-grouped and loop only)")
+      ->check(CLI::IsMember({"bf16", "mxfp8"}));
   app.add_option("--experts", o.moe.experts, "moe: experts")->check(CLI::Range(1, 256));
   app.add_option("--top-k", o.moe.top_k, "moe: experts per token")->check(CLI::Range(1, 256));
   app.add_option("--moe-pad", o.moe.pad, "moe: each expert's rows padded to a multiple of this")->check(CLI::Range(1, 1024));
@@ -519,6 +528,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
     return app.exit(e);
   }
   o.moe.form = *expert_form(moe_gemm);
+  o.moe.mxfp8 = moe_recipe == "mxfp8";
+  if (o.moe.mxfp8 && o.moe.form != ExpertForm::kLtGrouped && o.moe.form != ExpertForm::kLoop) {
+    std::fprintf(stderr, "tiny_trainer: --moe-recipe mxfp8 needs --moe-gemm lt-grouped or loop (cuBLAS has no "
+                         "block-scaled batched GEMM), got %s\n", moe_gemm.c_str());
+    return 2;
+  }
   if (o.moe.top_k > o.moe.experts) {
     std::fprintf(stderr, "tiny_trainer: --top-k %d: expected at most --experts (%d)\n", o.moe.top_k, o.moe.experts);
     return 2;
