@@ -313,8 +313,15 @@ class DeployFiles(unittest.TestCase):
         data = next(m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/fp8scope")
         self.assertIn("hostPath", volumes[data["name"]])
         init = pod["initContainers"][0]
-        self.assertEqual(init["command"], ["chown", f"{uid}:{pod['securityContext']['fsGroup']}", "/var/lib/fp8scope"])
+        self.assertEqual(init["command"], ["chown", f"{uid}:{pod['securityContext']['fsGroup']}", "/var/lib/fp8scope",
+                                           "/run/fp8scope"])
         self.assertIn({"name": data["name"], "mountPath": "/var/lib/fp8scope"}, init["volumeMounts"])
+        # The shared-memory socket where the systemd unit puts it, on a hostPath training pods mount.
+        args = container["args"]
+        self.assertEqual(args[args.index("--shared-memory-socket") + 1], "/run/fp8scope/shared-memory.sock")
+        run = next(m for m in container["volumeMounts"] if m["mountPath"] == "/run/fp8scope")
+        self.assertEqual(volumes[run["name"]]["hostPath"]["path"], "/run/fp8scope")
+        self.assertIn({"name": run["name"], "mountPath": "/run/fp8scope"}, init["volumeMounts"])
         self.assertEqual(init["securityContext"]["capabilities"], {"drop": ["ALL"], "add": ["CHOWN"]})
         self.assertFalse(container["securityContext"]["allowPrivilegeEscalation"])
         self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/health")
