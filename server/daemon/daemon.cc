@@ -234,9 +234,14 @@ Status Daemon::Impl::settle_leftovers(const std::vector<AckJournal::Leftover>& l
   }
   if (Status s = journal->start_fresh(); !s.ok()) return s;
   if (Status s = history->forget_stored_samples(); !s.ok()) return s;
+  // A sample whose records could not be written (the history's last attempt at shutdown failed)
+  // keeps its slot: the next start finds it without records and counts it lost.
   history->on_stored_sample([j = journal.get(), h = health.get()](const JournalTicket& t, bool stored) {
-    j->release(t);
-    if (!stored) h->acknowledged_lost(1);
+    if (stored) {
+      j->release(t);
+    } else {
+      h->acknowledged_lost(1);
+    }
   });
   return Status();
 }

@@ -234,6 +234,35 @@ TEST_CASE("killed right after its last ACCEPTED ack, a daemon writing to Postgre
              Catch::Contains("LOST BEFORE THIS START " + std::to_string(lost) + " "));
 }
 
+TEST_CASE("stopped while PostgreSQL is down, a daemon leaves what it could not store for its next start to count",
+          "[history][postgres]") {
+  TempDir dir;
+  const std::string url = postgres().create_database();
+  constexpr int kSamples = 150;
+  {
+    DaemonProcess daemon(dir.file("data"), {"--history", url});
+    auto stream = SampleStream::open(to(daemon), make_hello("job", "outage-stop", 0, 1, 1));
+    REQUIRE(stream.ok());
+    postgres().stop();
+    for (int step = 0; step < kSamples; ++step) {
+      REQUIRE(stream.value()->send(f32_header("blocks.0.mlp", static_cast<std::uint64_t>(step), kRows, kCols),
+                                   bytes_of(activation(step))).ok());
+    }
+    auto acks = stream.value()->wait_for_acks(60);
+    REQUIRE(acks.ok());
+    int accepted = 0;
+    for (const auto& [id, ack] : acks.value()) accepted += ack.outcome() == v1::SAMPLE_OUTCOME_ACCEPTED;
+    REQUIRE(accepted == kSamples);
+    CHECK(eventually([&] { return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_analyzed_total", {}) == kSamples; }));
+    daemon.stop(SIGTERM);  // the history's last write fails: nothing of this run is stored
+    CHECK_THAT(daemon.log(), Catch::Contains(std::to_string(kSamples) + " samples acknowledged as accepted were not stored"));
+  }
+  postgres().start();
+  DaemonProcess next(dir.file("data"), {"--history", url});
+  CHECK(history_rows(url, "outage-stop").empty());
+  CHECK(metric_value(http_get(next.metrics(), "/metrics"), "fp8scope_acknowledged_samples_lost_total", {}) == kSamples);
+}
+
 TEST_CASE("a PostgreSQL that goes away mid-run: the daemon keeps analyzing and exporting, holds the records, says so, "
           "and writes them all when it is back",
           "[history][postgres]") {
