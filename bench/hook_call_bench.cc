@@ -8,7 +8,9 @@
 //    all (target <= 10 us added), against the same block-scaled call made directly;
 //  - a grouped BF16 call (cuBLASLt grouped layouts, 8 experts of 16 x 16 x 32, shapes in device
 //    arrays, as TE's grouped GEMM issues it): unsampled (target: what an unsampled dense call
-//    adds), and sampled, every expert's two operands gathered by the gather kernel (16 samples).
+//    adds), and sampled, every expert's two operands gathered by the gather kernel (16 samples);
+//    and the same in MXFP8 (E4M3 codes, each group's VEC32_UE8M0 scale tensor through a device
+//    array of pointers, gathered by the second kernel after its codes).
 // Each hooked run reports "added_ns": its median less the median of its direct call.
 // The binary runs itself again with LD_PRELOAD=libfp8scope_hook.so so the hook interposes exactly
 // as in a training job, and is itself the shipper the hook starts: a drainer that frees each record
@@ -123,30 +125,49 @@ extern "C" cublasStatus_t cublasLtGroupedMatrixLayoutCreate(cublasLtMatrixLayout
 
 constexpr int kExperts = 8;
 
-// A grouped BF16 fprop of kExperts experts, W [16, 32] and X [16 tokens, 32] each: pointer arrays
-// and int32 shape arrays, "device" memory being host memory in the fixtures.
+// A grouped fprop of kExperts experts, W [16, 32] and X [16 tokens, 32] each, in BF16 (every value
+// 1) or MXFP8 (E4M3 1.0, every E8M0 scale 1): pointer arrays and int32 shape arrays, "device"
+// memory being host memory in the fixtures.
 struct GroupedProblem {
+  static constexpr std::size_t kValues = 16 * 32, kScaleBytes = 128 * 4;  // per matrix; 128x4 tiles
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  std::vector<std::uint16_t> w = std::vector<std::uint16_t>(kExperts * 16 * 32, 0x3F80),
-                             x = std::vector<std::uint16_t>(kExperts * 16 * 32, 0x3F80);
+  std::vector<std::uint8_t> w, x, scales;
   std::vector<float> out = std::vector<float>(kExperts * 16 * 16);
-  std::vector<const void*> w_ptrs, x_ptrs;
+  std::vector<const void*> w_ptrs, x_ptrs, scale_ptrs;
   std::vector<void*> out_ptrs;
   std::vector<std::int32_t> k = std::vector<std::int32_t>(kExperts, 32), n16 = std::vector<std::int32_t>(kExperts, 16);
   float one = 1.0f, zero = 0.0f;
+  const void* scale_array = nullptr;
 
-  GroupedProblem() {
+  explicit GroupedProblem(bool mxfp8) {
+    const std::size_t bytes = mxfp8 ? 1 : 2;
+    for (std::vector<std::uint8_t>* m : {&w, &x}) {
+      m->resize(kExperts * kValues * bytes);
+      for (std::size_t i = 0; i < m->size(); ++i) (*m)[i] = mxfp8 ? 0x38 : (i % 2 == 0 ? 0x80 : 0x3F);
+    }
+    scales.assign(kExperts * kScaleBytes, 127);
     for (int e = 0; e < kExperts; ++e) {
-      w_ptrs.push_back(w.data() + e * 16 * 32);
-      x_ptrs.push_back(x.data() + e * 16 * 32);
+      w_ptrs.push_back(w.data() + e * kValues * bytes);
+      x_ptrs.push_back(x.data() + e * kValues * bytes);
+      scale_ptrs.push_back(scales.data() + e * kScaleBytes);
       out_ptrs.push_back(out.data() + e * 16 * 16);
     }
     cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     const std::int32_t t = CUBLAS_OP_T;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
-    cublasLtGroupedMatrixLayoutCreate(&a, CUDA_R_16BF, kExperts, k.data(), n16.data(), k.data());
-    cublasLtGroupedMatrixLayoutCreate(&b, CUDA_R_16BF, kExperts, k.data(), n16.data(), k.data());
+    const cudaDataType type = mxfp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    if (mxfp8) {
+      const std::int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+      scale_array = scale_ptrs.data();
+      for (auto [mode_attr, pointer_attr] : {std::pair{CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER},
+                                             std::pair{CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER}}) {
+        cublasLtMatmulDescSetAttribute(desc, mode_attr, &mode, sizeof mode);
+        cublasLtMatmulDescSetAttribute(desc, pointer_attr, &scale_array, sizeof scale_array);
+      }
+    }
+    cublasLtGroupedMatrixLayoutCreate(&a, type, kExperts, k.data(), n16.data(), k.data());
+    cublasLtGroupedMatrixLayoutCreate(&b, type, kExperts, k.data(), n16.data(), k.data());
     cublasLtGroupedMatrixLayoutCreate(&d, CUDA_R_32F, kExperts, n16.data(), n16.data(), n16.data());
   }
   cublasStatus_t run(MatmulFn f) {
@@ -156,7 +177,11 @@ struct GroupedProblem {
 };
 
 GroupedProblem& grouped() {
-  static GroupedProblem p;
+  static GroupedProblem p(false);
+  return p;
+}
+GroupedProblem& grouped_mxfp8() {
+  static GroupedProblem p(true);
   return p;
 }
 
@@ -185,10 +210,12 @@ void direct_block_call(benchmark::State& state, BlockProblem& p) {
   for (auto _ : state) benchmark::DoNotOptimize(p.run(direct()));
 }
 void BM_DirectCallMxfp8(benchmark::State& state) { direct_block_call(state, mxfp8()); }
-void BM_DirectCallGrouped(benchmark::State& state) {
-  if (grouped().run(direct()) != CUBLAS_STATUS_SUCCESS) state.SkipWithError("the fixture refused the grouped call");
-  for (auto _ : state) benchmark::DoNotOptimize(grouped().run(direct()));
+void direct_grouped_call(benchmark::State& state, GroupedProblem& p) {
+  if (p.run(direct()) != CUBLAS_STATUS_SUCCESS) state.SkipWithError("the fixture refused the grouped call");
+  for (auto _ : state) benchmark::DoNotOptimize(p.run(direct()));
 }
+void BM_DirectCallGrouped(benchmark::State& state) { direct_grouped_call(state, grouped()); }
+void BM_DirectCallGroupedMxfp8(benchmark::State& state) { direct_grouped_call(state, grouped_mxfp8()); }
 void BM_DirectCallNvfp4(benchmark::State& state) { direct_block_call(state, nvfp4()); }
 
 // Must run before anything calls fp8scope_step (the C API then becomes the step source for good).
@@ -230,24 +257,27 @@ void hooked_block_call(benchmark::State& state, BlockProblem& p) {
 void BM_HookedSampledMxfp8(benchmark::State& state) { hooked_block_call(state, mxfp8()); }
 void BM_HookedSampledNvfp4(benchmark::State& state) { hooked_block_call(state, nvfp4()); }
 
-void BM_HookedSampledGrouped(benchmark::State& state) {
+void hooked_grouped_call(benchmark::State& state, GroupedProblem& p) {
   fp8scope_step(std::uint64_t{1} << 62);
-  if (grouped().run(hooked()) != CUBLAS_STATUS_SUCCESS) state.SkipWithError("the grouped call failed under the hook");
-  // 16 records of one expert's 1 KiB matrix and 8 token counts each.
-  fill_ring_once(2 * kExperts * fp8scope::shm::round_up(sizeof(fp8scope::shm::RecordHeader) + 1024 + 8 * kExperts),
-                 [] { grouped().run(hooked()); });
-  for (auto _ : state) benchmark::DoNotOptimize(grouped().run(hooked()));
+  if (p.run(hooked()) != CUBLAS_STATUS_SUCCESS) state.SkipWithError("the grouped call failed under the hook");
+  // 16 records of one expert's matrix (1 KiB at most), its scales and 8 token counts each.
+  fill_ring_once(2 * kExperts * fp8scope::shm::round_up(sizeof(fp8scope::shm::RecordHeader) + 1024 +
+                                                        GroupedProblem::kScaleBytes + 8 * kExperts),
+                 [&] { p.run(hooked()); });
+  for (auto _ : state) benchmark::DoNotOptimize(p.run(hooked()));
   state.counters["samples_per_call"] = 2 * kExperts;
 }
+void BM_HookedSampledGrouped(benchmark::State& state) { hooked_grouped_call(state, grouped()); }
+void BM_HookedSampledGroupedMxfp8(benchmark::State& state) { hooked_grouped_call(state, grouped_mxfp8()); }
 
 // Adds "added_ns" to each hooked run: its median less its direct call's median, same run.
-std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped"
+std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8"
 
 void added_time(const std::string& name, double seconds, benchmark::UserCounters& counters) {
   const double ns = seconds * 1e9;
   const std::string family = name.substr(0, name.find('/'));
   std::string kind;  // the direct call a hooked one is held to
-  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped"}) {
+  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8"}) {  // the longest suffix last
     if (family.ends_with(k)) kind = k;
   }
   if (family.rfind("BM_DirectCall", 0) == 0) g_direct_ns[kind] = ns;
@@ -259,6 +289,7 @@ BENCHMARK(BM_DirectCall)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallMxfp8)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallNvfp4)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DirectCallGroupedMxfp8)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromSignature)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromApi)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
@@ -266,6 +297,7 @@ BENCHMARK(BM_HookedSampled)->Iterations(20000)->Repetitions(3)->ReportAggregates
 BENCHMARK(BM_HookedSampledMxfp8)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledNvfp4)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledGrouped)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedSampledGroupedMxfp8)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
 
 // Started by the hook as its shipper (the ring's fd in FP8SCOPE_SHM_FD): frees every record as it
 // is published, until the benchmark process is gone.
