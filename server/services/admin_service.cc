@@ -14,8 +14,11 @@
 namespace fp8scope::server {
 namespace {
 
-constexpr std::uint32_t kMaxHistoryRows = 200000;
+constexpr std::uint32_t kMaxHistoryRows = 100000;  // the proto's "0 = 100000", and the most a query returns
 constexpr int kRowsPerBatch = 500;
+// History queries streaming at once; more are refused (RESOURCE_EXHAUSTED) so that their pages
+// stay inside the memory bound (docs/operations.md).
+constexpr int kMaxHistoryQueries = 4;
 
 grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const grpc::Status& status) {
   auto* reactor = context->DefaultReactor();
@@ -60,6 +63,54 @@ struct Batches {
     if (batches.empty() || batches.back().rows_size() >= kRowsPerBatch) batches.emplace_back();
     return batches.back().add_rows();
   }
+};
+
+// Streams a history query a page (kRowsPerBatch rows) at a time, reading the next page only once
+// the last one is written: one page in memory, however many rows the query returns.
+class HistoryPageWriter final : public grpc::ServerWriteReactor<v1::HistoryBatch> {
+ public:
+  HistoryPageWriter(const history::HistoryReader& reader, history::HistoryFilter filter, std::atomic<int>& open)
+      : reader_(reader), filter_(std::move(filter)), left_(filter_.limit), open_(open) {
+    next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+    } else if (last_) {
+      Finish(grpc::Status::OK);
+    } else {
+      next();
+    }
+  }
+  void OnDone() override {
+    open_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  void next() {
+    batch_.Clear();
+    history::HistoryFilter page = filter_;
+    page.limit = std::min<std::uint32_t>(left_, kRowsPerBatch);
+    const Status s = reader_.query(page, [&](const history::HistoryRecord& r) {
+      wire::record_to_wire(r, *batch_.add_rows());
+      filter_.after_id = r.id;
+      return true;
+    });
+    if (!s.ok()) return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, s.message()));
+    const auto rows = static_cast<std::uint32_t>(batch_.rows_size());
+    if (rows == 0) return Finish(grpc::Status::OK);
+    left_ -= rows;
+    last_ = rows < page.limit || left_ == 0;
+    StartWrite(&batch_);
+  }
+
+  const history::HistoryReader& reader_;
+  history::HistoryFilter filter_;  // after_id moves on with each page
+  std::uint32_t left_;
+  bool last_ = false;
+  std::atomic<int>& open_;
+  v1::HistoryBatch batch_;
 };
 
 Result<history::HistoryFilter> history_filter(const v1::HistoryQuery& q) {
@@ -179,12 +230,12 @@ grpc::ServerWriteReactor<v1::HistoryBatch>* AdminService::QueryHistory(grpc::Cal
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return new Writer({}, a);
   Result<history::HistoryFilter> f = history_filter(*q);
   if (!f.ok()) return new Writer({}, {grpc::StatusCode::INVALID_ARGUMENT, f.message()});
-  Batches<v1::HistoryBatch> out;
-  const Status s = deps_.history->reader().query(f.value(), [&](const history::HistoryRecord& r) {
-    wire::record_to_wire(r, *out.add());
-    return true;
-  });
-  return new Writer(std::move(out.batches), to_grpc(s));
+  if (history_queries_.fetch_add(1) >= kMaxHistoryQueries) {
+    history_queries_.fetch_sub(1);
+    return new Writer({}, {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           std::to_string(kMaxHistoryQueries) + " history queries are running; retry when one is done"});
+  }
+  return new HistoryPageWriter(deps_.history->reader(), std::move(f).value(), history_queries_);
 }
 
 grpc::ServerUnaryReactor* AdminService::CountHistory(grpc::CallbackServerContext* context, const v1::HistoryQuery* q,

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -918,4 +919,69 @@ TEST_CASE("large unpaired samples analyzed one at a time give their memory back"
 #if !defined(__SANITIZE_ADDRESS__)
   CHECK(after - before < 64 + 64 + 64);
 #endif
+}
+
+TEST_CASE("a history query streams at most 100,000 rows a page at a time, and at most four run at once",
+          "[hostile]") {
+  TempDir dir;
+  {  // One sample's records, then 140,000 more of them written into the daemon's own SQLite file.
+    DaemonProcess daemon(dir.file("data"));
+    auto stream = SampleStream::open(to(daemon), make_hello("job", "bulk", 0, 1, 1));
+    REQUIRE(stream.ok());
+    REQUIRE(stream.value()->send(header("bulk", 1), payload()).ok());
+    REQUIRE(stream.value()->wait_for_acks(30).ok());
+    v1::HistoryQuery q;
+    q.set_run("bulk");
+    grpc::Status st;
+    REQUIRE(eventually([&] { return !query_history(daemon, q, &st).empty(); }));
+    REQUIRE(daemon.stop(SIGTERM) == 0);
+  }
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((dir.file("data") + "/history.sqlite").c_str(), &db) == SQLITE_OK);
+  std::string columns;
+  {
+    sqlite3_stmt* info = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info('records') WHERE name <> 'id'", -1, &info,
+                               nullptr) == SQLITE_OK);
+    while (sqlite3_step(info) == SQLITE_ROW) {
+      columns += (columns.empty() ? "" : ", ") + std::string(reinterpret_cast<const char*>(sqlite3_column_text(info, 0)));
+    }
+    sqlite3_finalize(info);
+  }
+  const std::string copy = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 140000) "
+                           "INSERT INTO records (" + columns + ") SELECT " + columns +
+                           " FROM (SELECT * FROM records LIMIT 1), n";
+  REQUIRE(sqlite3_exec(db, copy.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+
+  DaemonProcess daemon(dir.file("data"));
+  const int pid = daemon.pid();
+  v1::HistoryQuery all;
+  all.set_run("bulk");  // limit 0: the proto's 100,000
+  grpc::Status st;
+  CHECK(query_history(daemon, all, &st).size() == 100000);
+  CHECK(st.ok());
+  // Four queries whose clients read nothing: each holds the page gRPC could not send yet, not its
+  // 100,000 rows; a fifth is refused until one is done.
+  const double before = rss_mb(pid);
+  auto stub = v1::Admin::NewStub(open_channel(to(daemon)).value());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::HistoryBatch>>> stalled;
+  v1::HistoryBatch first;
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    stalled.push_back(stub->QueryHistory(contexts.back().get(), all));
+    REQUIRE(stalled.back()->Read(&first));  // under way
+  }
+  grpc::Status refused;
+  query_history(daemon, all, &refused);
+  CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(refused.error_message(), Catch::Contains("history queries are running"));
+  CHECK(rss_mb(pid) - before < 64);
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : stalled) r->Finish();
+  CHECK(eventually([&] {
+    grpc::Status again;
+    return query_history(daemon, all, &again).size() == 100000 && again.ok();
+  }));
 }

@@ -2,6 +2,7 @@
 // batches because it can be large.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -55,6 +56,7 @@ class AdminService final : public v1::Admin::CallbackService {
  private:
   AdminDeps deps_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::atomic<int> history_queries_{0};  // QueryHistory calls streaming now
 };
 
 }  // namespace fp8scope::server
