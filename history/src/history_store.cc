@@ -80,7 +80,13 @@ std::string HistoryStore::location() const { return backend_->location(); }
 void HistoryStore::add(HistoryRecord record) { enqueue(std::move(record)); }
 void HistoryStore::add(GemmOutputRecord record) { enqueue(std::move(record)); }
 void HistoryStore::add(ScalarRecord record) { enqueue(std::move(record)); }
-void HistoryStore::add(SampleTicket stored_sample) { enqueue(stored_sample); }
+void HistoryStore::add_sample(std::vector<HistoryRecord> records, std::optional<SampleTicket> stored_sample) {
+  std::vector<Item> items;
+  items.reserve(records.size() + 1);
+  for (HistoryRecord& r : records) items.emplace_back(std::move(r));
+  if (stored_sample) items.emplace_back(*stored_sample);
+  enqueue(std::move(items));
+}
 
 void HistoryStore::on_stored_sample(std::function<void(const SampleTicket&, bool)> listener) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -88,14 +94,20 @@ void HistoryStore::on_stored_sample(std::function<void(const SampleTicket&, bool
 }
 
 void HistoryStore::enqueue(Item item) {
-  std::optional<SampleTicket> dropped_sample;
+  std::vector<Item> one;
+  one.push_back(std::move(item));
+  enqueue(std::move(one));
+}
+
+void HistoryStore::enqueue(std::vector<Item> items) {
+  std::vector<SampleTicket> dropped_samples;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_.push_back(std::move(item));
-    ++enqueued_;
-    if (pending_.size() > kMaxPendingRecords) {  // writes have failed for long: the oldest go
+    for (Item& item : items) pending_.push_back(std::move(item));
+    enqueued_ += items.size();
+    while (pending_.size() > kMaxPendingRecords) {  // writes have failed for long: the oldest go
       if (const auto* t = std::get_if<SampleTicket>(&pending_.front())) {
-        dropped_sample = *t;
+        dropped_samples.push_back(*t);
       } else {
         ++lost_;
       }
@@ -104,7 +116,9 @@ void HistoryStore::enqueue(Item item) {
       committed_.notify_all();
     }
   }
-  if (dropped_sample && sample_listener_) sample_listener_(*dropped_sample, false);
+  for (const SampleTicket& t : dropped_samples) {
+    if (sample_listener_) sample_listener_(t, false);
+  }
   wake_.notify_one();
 }
 
@@ -166,7 +180,11 @@ std::optional<WriteBatch> HistoryStore::take_batch(std::chrono::milliseconds bac
   }
   flush_requested_ = false;
   if (pending_.empty() && stopping_) return std::nullopt;
-  for (; !pending_.empty() && taken < kBatchItems; ++taken) {
+  // A sample's records come right before its ticket (add_sample): past kBatchItems the batch still
+  // takes records up to the next item that is not one, so a ticket never commits apart from them.
+  bool in_sample = false;
+  for (; !pending_.empty() && (taken < kBatchItems || in_sample); ++taken) {
+    in_sample = std::holds_alternative<HistoryRecord>(pending_.front());
     std::visit(
         [&](auto& v) {
           using T = std::decay_t<decltype(v)>;

@@ -56,8 +56,7 @@ void AnalysisPipeline::worker(int shard) {
 void AnalysisPipeline::process(Sample& s) {
   Result<SampleAnalysis> analysis = analyzer_.analyze(s, d_.policy->get(s.client->job));
   if (!analysis.ok()) return drop(s, analysis.message());
-  publisher_.publish(s, analysis.value());
-  if (s.journal) d_.history->add(*s.journal);  // after its records: released once they are committed
+  publisher_.publish(s, analysis.value());  // the records and the journal ticket, written together
   if (!dtype_is_codes(s.header.dtype)) {
     if (std::optional<GemmPair> pair = gemm_pairs_.offer(std::move(s))) {
       publisher_.publish_gemm_check(*pair, gemm_checker_.check(*pair));

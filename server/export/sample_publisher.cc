@@ -131,6 +131,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
   }
 
   std::map<CastFormat, double> current_by_format;  // of the exported recipes' formats
+  std::vector<history::HistoryRecord> records;     // written with the sample's ticket, at once
   for (const RecipeOutcome& o : a.recipes) {
     const double current = current_scale_for(o.format, a.te_amax);
     const bool as_metrics = exported(o);
@@ -150,7 +151,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
         rs.statistics.emplace_back(&st, st.compute(a.moments, o.stats));
       }
     }
-    history_.add(record(s, a, o, time, current));
+    records.push_back(record(s, a, o, time, current));
     if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
       if (m.statistic->applies_to(o.observed, o.block_scaled())) {
@@ -177,6 +178,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     labels["format"] = format_name(format);
     series_.set(scale_current_, labels, member, current);
   }
+  history_.add_sample(std::move(records), s.journal);  // its ticket released once they are committed
   if (s.header.expert || !s.header.expert_tokens.empty()) publish_experts(s, a, tensor_labels);
   tensors_.update(std::move(summary));
 }

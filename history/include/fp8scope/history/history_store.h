@@ -47,10 +47,11 @@ class HistoryStore {
   void add(HistoryRecord record);
   void add(GemmOutputRecord record);
   void add(ScalarRecord record);
-  // After a sample's records: its ticket, written in the same transaction as the records it follows
-  // (table stored_samples) and then given to the listener with stored = true; false when the
-  // backlog overflowed and the sample's records were dropped unwritten.
-  void add(SampleTicket stored_sample);
+  // A sample's records and its ticket, queued at once and written in one transaction (the ticket
+  // in table stored_samples), so that no start after a crash finds the records without the ticket;
+  // then the ticket goes to the listener with stored = true; false when the backlog overflowed and
+  // the sample's records were dropped unwritten.
+  void add_sample(std::vector<HistoryRecord> records, std::optional<SampleTicket> stored_sample);
   void on_stored_sample(std::function<void(const SampleTicket&, bool stored)> listener);
   // At start, before any add(): which of a previous daemon's accepted samples have no records here
   // (those it acknowledged and lost), then forgetting the ids of the stored ones.
@@ -80,6 +81,7 @@ class HistoryStore {
   HistoryStore(std::unique_ptr<Backend> backend, HistoryStoreOptions options);
   using Item = std::variant<HistoryRecord, GemmOutputRecord, ScalarRecord, SampleTicket>;
   void enqueue(Item item);
+  void enqueue(std::vector<Item> items);  // contiguous, under one lock
   void writer_loop();
   std::optional<WriteBatch> take_batch(std::chrono::milliseconds backoff, std::size_t& taken);
   void keep_for_retry(WriteBatch& batch, std::size_t taken, const Status& s, std::chrono::milliseconds& backoff);
