@@ -1,5 +1,6 @@
 #include "fp8scope/cli/advise_command.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "fp8scope/insight/advice_formats.h"
@@ -15,6 +16,10 @@ void add_advise_command(CLI::App& app, AdviseOptions& o) {
       ->check(CLI::IsMember({"table", "te-yaml", "megatron", "json"}));
   cmd->add_option("-o,--output", o.output, "Write to this file instead of stdout");
   cmd->add_option("--top", o.top, "Table rows (0: every tensor)")->capture_default_str();
+  cmd->add_option("--te-features", o.te_features,
+                  "te-yaml: also write these features TE's main branch does not have: autoswitch_gemm (TE PR #2883)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"autoswitch_gemm"}));
 }
 
 int run_advise(const AdviseOptions& o, std::ostream& out, std::ostream& err) {
@@ -30,7 +35,9 @@ int run_advise(const AdviseOptions& o, std::ostream& out, std::ostream& err) {
   }
   std::ostream& to = o.output.empty() ? out : file;
   if (o.format == "te-yaml") {
-    insight::write_te_debug_yaml(study->advice, to);
+    insight::TeYamlOptions te;
+    te.autoswitch_gemm = std::find(o.te_features.begin(), o.te_features.end(), "autoswitch_gemm") != o.te_features.end();
+    insight::write_te_debug_yaml(study->advice, to, te);
   } else if (o.format == "megatron") {
     insight::write_megatron_layers(study->advice, to);
   } else if (o.format == "json") {

@@ -112,7 +112,7 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
   for (const ExpertOutlier& e : a.experts) out << "  " << e.sentence << "\n";
 }
 
-void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
+void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOptions& options) {
   std::map<std::string, ModulePlan> modules;
   std::vector<std::string> recipe_level, autoswitch_notes;
   for (const TensorAdvice& t : a.tensors) {
@@ -129,7 +129,7 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
       case Recommendation::kKeepFp8: break;
     }
     if (t.autoswitch) {
-      add_autoswitch(p, t);
+      if (options.autoswitch_gemm) add_autoswitch(p, t);
       autoswitch_notes.push_back(t.tensor.name() + ": underflow " + number(t.autoswitch->underflow_pct) + "%, mse " +
                                  number(t.autoswitch->mse));
     }
@@ -155,11 +155,11 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
     out << "fp8scope_" << ++n << ":\n  enabled: True\n  layers:\n    layer_name_regex_pattern: '^(" << join(escaped, "|")
         << ")$'\n  transformer_engine:\n";
     if (!plan.bf16_gemms.empty() && plan.bf16_gemms == plan.sampled_gemms) {
-      out << "    DisableFP8Layer:\n      enabled: True\n";
+      out << "    DisableQuantizationLayer:\n      enabled: True\n";
       continue;
     }
     if (!plan.bf16_gemms.empty()) {
-      out << "    DisableFP8GEMM:\n      enabled: True\n      gemms: [" << join(plan.bf16_gemms, ", ") << "]\n";
+      out << "    DisableQuantizationGEMM:\n      enabled: True\n      gemms: [" << join(plan.bf16_gemms, ", ") << "]\n";
     }
     if (!plan.per_tensor.empty()) {
       out << "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n";
@@ -175,9 +175,14 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out) {
           << "\n      freq: " << a.sampling_interval << "\n";
     }
   }
-  if (!autoswitch_notes.empty()) {
-    out << "# AutoswitchGemm thresholds sit between each tensor's typical and worst sampled step; a section\n"
-        << "# takes the lowest of its tensors':\n";
+  if (!autoswitch_notes.empty() && options.autoswitch_gemm) {
+    out << "# AutoswitchGemm (TE PR #2883, not on TE's main branch) thresholds sit between each tensor's\n"
+        << "# typical and worst sampled step; a section takes the lowest of its tensors':\n";
+    for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
+  } else if (!autoswitch_notes.empty()) {
+    out << "# These tensors are fine most steps but lossy at some. TE PR #2883's AutoswitchGemm (not on TE's\n"
+        << "# main branch) would run their GEMMs in high precision only then; fp8scope advise\n"
+        << "# --te-features autoswitch_gemm writes it, with these thresholds (underflow %, MSE):\n";
     for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
   }
   if (!recipe_level.empty()) {

@@ -8,8 +8,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "support/daemon_fixture.h"
@@ -201,11 +203,34 @@ TEST_CASE("advise ranks blocks.2 first, rescales it, and sends blocks.3 to BF16 
        "import json, re, sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(json.dumps(c))", yaml});
   REQUIRE(parsed.exit_code == 0);
   const json config = json::parse(parsed.out);
+  // The structure TE's docs define (docs/debug/2_config_file_structure.rst at TE d0067d0, "General
+  // Format" and "Layer Specification"): each section has `enabled`, `layers` (a selector) and its
+  // features in the `transformer_engine` namespace; every feature is one TE's main branch has
+  // (transformer_engine/debug/features/*.py), with only the fields its config check accepts
+  // (disable_quantization_gemm.py: gemms; disable_quantization_layer.py:41: enabled only;
+  // per_tensor_scaling.py:61-67: gemms/gemms_struct, tensors/tensors_struct).
+  const std::map<std::string, std::set<std::string>> te_main_features = {
+      {"DisableQuantizationGEMM", {"enabled", "gemms"}},
+      {"DisableQuantizationLayer", {"enabled"}},
+      {"PerTensorScaling", {"enabled", "gemms", "gemms_struct", "tensors", "tensors_struct"}}};
   bool bf16_layer = false, per_tensor = false;
   for (const auto& [name, section] : config.items()) {
+    INFO("section " << name);
+    for (const auto& [key, value] : section.items()) {
+      CHECK((key == "enabled" || key == "layers" || key == "transformer_engine"));
+    }
+    CHECK(section["enabled"] == true);
+    for (const auto& [selector, value] : section["layers"].items()) {
+      CHECK((selector == "layer_name_regex_pattern" || selector == "layer_types"));
+    }
+    for (const auto& [feature, fields] : section["transformer_engine"].items()) {
+      INFO("feature " << feature);
+      REQUIRE(te_main_features.count(feature) == 1);
+      for (const auto& [field, value] : fields.items()) CHECK(te_main_features.at(feature).count(field) == 1);
+    }
     const std::string regex = section["layers"]["layer_name_regex_pattern"];
     const json& te = section["transformer_engine"];
-    if (te.contains("DisableFP8Layer")) bf16_layer = regex == "^(blocks\\.3\\.mlp\\.fc1)$";
+    if (te.contains("DisableQuantizationLayer")) bf16_layer = regex == "^(blocks\\.3\\.mlp\\.fc1)$";
     if (te.contains("PerTensorScaling")) {
       per_tensor = regex == "^(blocks\\.2\\.mlp\\.fc1)$" && te["PerTensorScaling"]["gemms_struct"][0]["gemm"] == "fprop" &&
                    te["PerTensorScaling"]["gemms_struct"][0]["tensors"][0] == "activation";
@@ -213,6 +238,15 @@ TEST_CASE("advise ranks blocks.2 first, rescales it, and sends blocks.3 to BF16 
   }
   CHECK(bf16_layer);
   CHECK((per_tensor || rec == "raise margin or shorten the history"));
+
+  // Features beyond TE's main branch only when asked for by name.
+  const ProcessResult asked = cli({"advise", "--data-dir", f.data, "--run", "fp8", "--format", "te-yaml",
+                                   "--te-features", "autoswitch_gemm"});
+  CHECK(asked.exit_code == 0);
+  const ProcessResult unknown = cli({"advise", "--data-dir", f.data, "--run", "fp8", "--format", "te-yaml",
+                                     "--te-features", "autoswitch"});
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("autoswitch_gemm"));
 
   const ProcessResult megatron = cli({"advise", "--data-dir", f.data, "--run", "fp8", "--format", "megatron"});
   REQUIRE(megatron.exit_code == 0);

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "fp8scope/cli/study_flags.h"
 
@@ -15,6 +16,7 @@ struct AdviseOptions {
   StudyFlags study;
   std::string format = "table", output;
   std::size_t top = 30;
+  std::vector<std::string> te_features;  // te-yaml: features beyond TE's main branch to write too
 };
 
 void add_advise_command(CLI::App& app, AdviseOptions& options);

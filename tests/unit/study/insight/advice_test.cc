@@ -155,12 +155,12 @@ TEST_CASE("advice: thresholds lead to the recommendation the README promises", "
   CHECK(by["blocks.3.mlp wgrad dy"]->recommendation != Recommendation::kE5m2ForDy);
   CHECK(advice.tensors.back().risk <= advice.tensors.front().risk);
 
-  SECTION("the TE debug-API YAML: one DisableFP8Layer section, one PerTensorScaling, recipe notes as comments") {
+  SECTION("the TE debug-API YAML: one DisableQuantizationLayer section, one PerTensorScaling, recipe notes as comments") {
     std::ostringstream yaml;
     write_te_debug_yaml(advice, yaml);
     const std::string y = yaml.str();
     CHECK_THAT(y, Catch::Contains("layer_name_regex_pattern: '^(blocks\\.1\\.mlp)$'\n  transformer_engine:\n"
-                                  "    DisableFP8Layer:\n      enabled: True\n"));
+                                  "    DisableQuantizationLayer:\n      enabled: True\n"));
     CHECK_THAT(y, Catch::Contains("layer_name_regex_pattern: '^(blocks\\.2\\.mlp)$'\n  transformer_engine:\n"
                                   "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n"
                                   "        - gemm: wgrad\n          tensors: [activation]\n"));
@@ -282,7 +282,7 @@ TEST_CASE("advice: a block-scaled job is judged by its own recipe's what-if, and
     std::ostringstream yaml;
     write_te_debug_yaml(advice, yaml);
     CHECK_THAT(yaml.str(), Catch::Contains("#   blocks.1.mlp fprop x: MXFP8 for this tensor - the job's recipe (nvfp4)"));
-    CHECK_THAT(yaml.str(), !Catch::Contains("DisableFP8Layer"));
+    CHECK_THAT(yaml.str(), !Catch::Contains("DisableQuantizationLayer"));
     const std::string json = advice_json(advice);
     CHECK_THAT(json, Catch::Contains("\"finer_recipe\":\"mxfp8\""));
     CHECK_THAT(json, Catch::Contains("\"what_if_recipe\":\"nvfp4\""));
@@ -313,8 +313,14 @@ TEST_CASE("advice: a tensor fine most steps but lossy at some gets AutoswitchGem
   CHECK(b.autoswitch->underflow_pct > 1e-3);
   CHECK_FALSE(by["blocks.5.attn.qkv"]->autoswitch);
 
+  // TE's main branch has no AutoswitchGemm (PR #2883): by default the thresholds are a comment only.
+  std::ostringstream plain;
+  write_te_debug_yaml(advice, plain);
+  CHECK_THAT(plain.str(), !Catch::Contains("AutoswitchGemm:") && !Catch::Contains("transformer_engine:"));
+  CHECK_THAT(plain.str(), Catch::Contains("--te-features autoswitch_gemm writes it") &&
+                              Catch::Contains("#   blocks.4.attn.qkv fprop x: underflow 0.2%, mse 0.001"));
   std::ostringstream yaml;
-  write_te_debug_yaml(advice, yaml);
+  write_te_debug_yaml(advice, yaml, TeYamlOptions{true});
   CHECK_THAT(yaml.str(), Catch::Contains("layer_name_regex_pattern: '^(blocks\\.4\\.attn\\.qkv)$'\n  transformer_engine:\n"
                                          "    AutoswitchGemm:\n      enabled: True\n      gemms: [fprop]\n"
                                          "      tensors: [activation]\n      underflow_threshold_pct: 0.2\n"

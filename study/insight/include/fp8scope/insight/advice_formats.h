@@ -1,5 +1,5 @@
 // Advice written for the tools that act on it: a table for people, a Transformer Engine debug-API
-// YAML (nvdlfw_inspect: DisableFP8GEMM, DisableFP8Layer, PerTensorScaling with layer regexes), a
+// YAML (nvdlfw_inspect: DisableQuantizationGEMM, DisableQuantizationLayer, PerTensorScaling with layer regexes), a
 // Megatron-style list of the transformer layers to keep in BF16, and JSON.
 #pragma once
 
@@ -11,7 +11,14 @@
 namespace fp8scope::insight {
 
 void write_advice_table(const RunAdvice& advice, std::ostream& out, std::size_t max_rows = 0);
-void write_te_debug_yaml(const RunAdvice& advice, std::ostream& out);
+// The TE debug API's features fp8scope writes only when asked, because TE's main branch lacks them.
+struct TeYamlOptions {
+  bool autoswitch_gemm = false;  // TE PR #2883 (transformer_engine/debug/features/autoswitch_gemm.py)
+};
+// An nvdlfw_inspect config with the feature names of TE's main branch (checked at d0067d0:
+// DisableQuantizationGEMM and DisableQuantizationLayer, whose old DisableFP8* names TE keeps only
+// as deprecated aliases, transformer_engine/debug/features/disable_fp8_gemm.py:7).
+void write_te_debug_yaml(const RunAdvice& advice, std::ostream& out, const TeYamlOptions& options = {});
 void write_megatron_layers(const RunAdvice& advice, std::ostream& out);
 std::string advice_json(const RunAdvice& advice);
 
