@@ -99,6 +99,28 @@ std::vector<Row> records(const std::string& data_dir, const std::string& run) {
   return out;
 }
 
+// The experts that had tokens at the dumped step: an expert without tokens dumps nothing.
+std::set<int> experts_dumped(const std::string& dump) {
+  std::set<int> experts;
+  for (int e = 0; e < 6; ++e) {
+    if (std::filesystem::exists(dump + "/mlp.1.experts.fprop.x.e" + std::to_string(e) + ".npy")) experts.insert(e);
+  }
+  return experts;
+}
+
+// The expert layer's record of one expert's operand at a step under a recipe; null if none.
+const Row* expert_row(const std::vector<Row>& rows, std::int64_t step, const std::string& gemm, const std::string& op,
+                      std::int64_t expert, const std::string& recipe) {
+  const Row* found = nullptr;
+  for (const Row& r : rows) {
+    if (r.step == step && r.layer == kExpertLayer && r.gemm == gemm && r.operand == op && r.expert == expert &&
+        r.recipe == recipe) {
+      found = &r;
+    }
+  }
+  return found;
+}
+
 }  // namespace
 
 TEST_CASE("a mixture-of-experts trainer learns in every expert GEMM form, and the hook changes no loss", "[hook][moe]") {
@@ -135,10 +157,7 @@ TEST_CASE("MXFP8 experts arrive with each group's block scales, as analyze reads
       {"--every", "7"});
   INFO(run.err);
   REQUIRE(run.exit_code == 0);
-  std::set<int> with_tokens;
-  for (int e = 0; e < 6; ++e) {
-    if (std::filesystem::exists(dir.file("dump") + "/mlp.1.experts.fprop.x.e" + std::to_string(e) + ".npy")) with_tokens.insert(e);
-  }
+  const std::set<int> with_tokens = experts_dumped(dir.file("dump"));
   REQUIRE(!with_tokens.empty());
   std::vector<Row> rows;
   REQUIRE(eventually([&] {
@@ -158,13 +177,7 @@ TEST_CASE("MXFP8 experts arrive with each group's block scales, as analyze reads
                                            "vec32_ue8m0", "--scales", base + ".scales.npy"});
         REQUIRE(analyze.exit_code == 0);
         const json expected = json::parse(analyze.out);
-        const Row* got = nullptr;
-        for (const Row& r : rows) {
-          if (r.step == 14 && r.layer == kExpertLayer && r.gemm == gemm && r.operand == op && r.expert == e &&
-              r.recipe == "observed") {
-            got = &r;
-          }
-        }
+        const Row* got = expert_row(rows, 14, gemm, op, e, "observed");
         REQUIRE(got != nullptr);
         CHECK(got->scale_layout == "vec32_ue8m0");
         CHECK(got->saturation == Approx(expected["saturation_ratio"].get<double>()).epsilon(1e-12));
@@ -175,14 +188,7 @@ TEST_CASE("MXFP8 experts arrive with each group's block scales, as analyze reads
     }
   }
   // Every group's scales were read: nothing dropped, for lack of room or for the scale mode.
-  const std::string metrics = http_get(daemon.metrics(), "/metrics");
-  std::istringstream lines(metrics);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("fp8scope_samples_dropped_total{", 0) == 0) {
-      INFO(line);
-      CHECK(line.substr(line.rfind(' ') + 1) == "0");
-    }
-  }
+  CHECK(nonzero_series(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total").empty());
 }
 
 TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads their dumps", "[hook][moe]") {
@@ -196,11 +202,7 @@ TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads 
              {"--every", "7"});
   INFO(run.err);
   REQUIRE(run.exit_code == 0);
-  // The dumps say which experts had tokens at step 14 (an expert without tokens dumps nothing).
-  std::set<int> with_tokens;
-  for (int e = 0; e < 6; ++e) {
-    if (std::filesystem::exists(dir.file("dump") + "/mlp.1.experts.fprop.x.e" + std::to_string(e) + ".npy")) with_tokens.insert(e);
-  }
+  const std::set<int> with_tokens = experts_dumped(dir.file("dump"));
   REQUIRE(!with_tokens.empty());
   const std::map<std::string, std::vector<std::string>> operands = {
       {"fprop", {"x", "w"}}, {"dgrad", {"w", "dy"}}, {"wgrad", {"x", "dy"}}};
@@ -220,13 +222,7 @@ TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads 
                                            "--format", op == "dy" ? "e5m2" : "e4m3"});
         REQUIRE(analyze.exit_code == 0);
         const json expected = json::parse(analyze.out);
-        const Row* got = nullptr;
-        for (const Row& r : rows) {
-          if (r.step == 14 && r.layer == kExpertLayer && r.gemm == gemm && r.operand == op && r.expert == e &&
-              r.recipe == "tensor_current") {
-            got = &r;
-          }
-        }
+        const Row* got = expert_row(rows, 14, gemm, op, e, "tensor_current");
         REQUIRE(got != nullptr);
         CHECK(got->mse == Approx(expected["mse"].get<double>()).epsilon(1e-12));
         CHECK(got->underflow == expected["underflow_ratio"].get<double>());

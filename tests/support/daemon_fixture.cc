@@ -92,6 +92,15 @@ std::string http_get(const std::string& host_port, const std::string& path) {
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
 
+std::vector<std::string> nonzero_series(const std::string& exposition, const std::string& name) {
+  std::vector<std::string> lines;
+  std::istringstream in(exposition);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) == 0 && line.substr(line.rfind(' ') + 1) != "0") lines.push_back(line);
+  }
+  return lines;
+}
+
 double metric_value(const std::string& text, const std::string& name, const std::map<std::string, std::string>& labels) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {

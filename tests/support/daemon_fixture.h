@@ -40,6 +40,8 @@ std::string http_get(const std::string& host_port, const std::string& path);
 
 // Prometheus text exposition: the value of the series with exactly these labels (NaN if absent).
 double metric_value(const std::string& exposition, const std::string& name, const std::map<std::string, std::string>& labels);
+// The series of metric `name` whose value is not 0, as their lines (drop counters a test expects at 0).
+std::vector<std::string> nonzero_series(const std::string& exposition, const std::string& name);
 
 // Polls fn() until it is true or the deadline passes (readiness by retrying, not by sleeping a
 // fixed time); the last answer after the deadline.
