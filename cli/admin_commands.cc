@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fp8scope/cli/nvdlfw_log.h"
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
@@ -155,7 +156,15 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--min-step", o.min_step, "First step")->check(step_number());
   c.history->add_option("--max-step", o.max_step, "Last step (0 = no bound)")->check(step_number());
   c.history->add_option("--limit", o.limit, "At most this many rows (default 100000)");
-  c.history->add_flag("--csv", o.csv, "CSV with every statistic as a column");
+  c.history->add_flag("--csv", o.csv, "CSV with every statistic as a column (--format csv)");
+  c.history->add_option("--format", o.format,
+                        "table, csv, or nvdlfw: the statistics log lines Transformer Engine's debug API writes "
+                        "(nvdlfw_inspect), with TE's names and units")
+      ->check(CLI::IsMember({"table", "csv", "nvdlfw"}))
+      ->excludes(c.history->get_option("--csv"));
+  c.history->add_option("--te-log-dir", o.te_log_dir,
+                        "With --format nvdlfw: write each rank's lines to DIR/nvdlfw_inspect_statistics_logs/"
+                        "nvdlfw_inspect_globalrank-<rank>.log instead of stdout");
   c.history->add_option("--history", o.history,
                         "Read this history instead of the daemon's: a SQLite file or data dir, or a PostgreSQL URL")
       ->excludes(c.history->get_option("--endpoint"));
@@ -283,8 +292,11 @@ std::unique_ptr<history::HistoryReader> history_reader(const AdminOptions& o, st
   return reader.ok() ? std::move(reader).value() : nullptr;
 }
 
+bool csv_output(const AdminOptions& o) { return o.csv || o.format == "csv"; }
+
 void print_history_header(const AdminOptions& o, std::ostream& out) {
-  if (o.csv) {
+  if (o.format == "nvdlfw") return;  // log lines have no header
+  if (csv_output(o)) {
     out << "time,job,run,host,rank,step,layer,gemm,operand,expert,expert_tokens,padding_nonzero,padding_nonfinite,dtype,"
            "numel,recipe,format,scale,scale_max,scale_current,scale_layout,gemm_alpha";
     for (const Statistic& s : statistics()) {
@@ -305,7 +317,7 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
     const auto k = static_cast<std::size_t>(s - statistics().data());
     return s != nullptr && k < r.statistics.size() ? r.statistics[k] : std::nan("");
   };
-  if (o.csv) {
+  if (csv_output(o)) {
     out << number(r.time, "%.3f") << "," << r.job << "," << r.run << "," << r.host << "," << r.rank << "," << r.step
         << "," << r.layer << "," << gemm_name(r.gemm) << "," << operand_name(r.operand) << ","
         << (r.expert >= 0 ? std::to_string(r.expert) : "") << "," << (r.expert_tokens >= 0 ? std::to_string(r.expert_tokens) : "")
@@ -361,8 +373,14 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   f.min_step = o.min_step;
   f.max_step = o.max_step;
   f.limit = o.limit == 0 ? 100000 : o.limit;
+  if (!o.te_log_dir.empty() && o.format != "nvdlfw") {
+    err << "fp8scope history: --te-log-dir goes with --format nvdlfw\n";
+    return kUsage;
+  }
   std::unique_ptr<history::HistoryReader> reader = history_reader(o, err);
   if (!reader) return o.history.empty() ? kUnreachable : kUsage;
+  NvdlfwLogFiles te_files(o.te_log_dir);
+  NvdlfwLog te_log;
   // The header comes with the first row (or the end of an empty answer), so a failed read prints
   // its one error line and nothing else.
   bool header = false;
@@ -370,9 +388,19 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     if (o.expert && r.expert != static_cast<std::int64_t>(*o.expert)) return true;  // an older daemon sends every expert
     if (!header) print_history_header(o, out);
     header = true;
-    print_history_row(o, r, out);
+    if (o.format != "nvdlfw") {
+      print_history_row(o, r, out);
+      return true;
+    }
+    for (const NvdlfwLine& line : te_log.lines(r)) {
+      if (!te_files.write(line, out)) return false;
+    }
     return true;
   });
+  if (!te_files.error().empty()) {
+    err << "fp8scope history: " << te_files.error() << "\n";
+    return kUsage;
+  }
   if (!s.ok()) {
     err << "fp8scope history: " << s.message() << "\n";
     return o.history.empty() ? kUnreachable : kUsage;

@@ -18,6 +18,7 @@
 #include <set>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -322,6 +323,74 @@ TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[da
   REQUIRE(history.exit_code == 0);
   CHECK(std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 7);  // header + 6 samples x 7 recipes
   CHECK(history.out.find("time,job,run,host,rank,step,layer,gemm,operand") == 0);
+}
+
+TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and BioNeMo's parsers read as --csv says",
+          "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  {
+    auto stream = SampleStream::open(to(daemon), hello("te", 3));
+    REQUIRE(stream.ok());
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      v1::TensorHeader h = f32_header("blocks.0.mlp.fc1#0", step, 64, 64);
+      REQUIRE(stream.value()->send(h, bytes_of(activation(64, 64, 1.0f + static_cast<float>(step)))).ok());
+    }
+    REQUIRE(stream.value()->wait_for_acks(60.0).ok());
+  }
+  ProcessResult csv;
+  REQUIRE(eventually([&] {
+    csv = cli({"history", "--endpoint", daemon.grpc(), "--run", "te", "--csv"});
+    return std::count(csv.out.begin(), csv.out.end(), '\n') == 1 + 3 * 7;
+  }));
+  const std::string logs = dir.file("te-logs");
+  const ProcessResult written = cli({"history", "--endpoint", daemon.grpc(), "--run", "te", "--format", "nvdlfw",
+                                     "--te-log-dir", logs});
+  REQUIRE(written.exit_code == 0);
+  const std::string file = logs + "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log";  // the rank's
+  const ProcessResult parsed =
+      run_process({"/usr/bin/python3", std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/nvdlfw_parsers.py", file});
+  REQUIRE(parsed.exit_code == 0);
+  const json found = json::parse(parsed.out);
+  // --csv's columns by name, then each record's figures as TE names them, in TE's units.
+  std::istringstream rows(csv.out);
+  std::string line;
+  std::getline(rows, line);
+  std::map<std::string, std::size_t> column;
+  {
+    std::istringstream header(line);
+    std::size_t i = 0;
+    for (std::string name; std::getline(header, name, ',');) column[name] = i++;
+  }
+  int checked = 0;
+  while (std::getline(rows, line)) {
+    std::vector<std::string> cell;
+    std::istringstream cells(line);
+    for (std::string c; std::getline(cells, c, ',');) cell.push_back(c);
+    cell.resize(column.size());
+    const std::string recipe = cell[column["recipe"]];
+    const int step = std::stoi(cell[column["step"]]);
+    const std::string prefix = recipe == "tensor_current" ? "fp8_current_scaling_" : recipe == "tensor_delayed"
+                                   ? "fp8_delayed_scaling_" : recipe == "mxfp8" ? "mxfp8_" : "";
+    if (prefix.empty()) continue;
+    const std::string name = "blocks.0.mlp.fc1_activation_" + prefix;
+    for (const char* parser : {"te", "bionemo"}) {
+      INFO(parser << " " << name << " step " << step);
+      const double underflow = 100.0 * std::stod(cell[column["underflow_ratio"]]);
+      CHECK(found[parser][name + "underflows%"][std::to_string(step)].get<double>() == Approx(underflow).margin(5e-5));
+      CHECK(found[parser][name + "mse"][std::to_string(step)].get<double>() ==
+            Approx(std::stod(cell[column["mse"]])).margin(5e-5));
+      CHECK(found[parser]["blocks.0.mlp.fc1_activation_cur_amax"][std::to_string(step)].get<double>() ==
+            Approx(std::stod(cell[column["amax"]])).margin(5e-5));
+      ++checked;
+    }
+  }
+  CHECK(checked == 2 * 3 * 3);
+  // The same lines on stdout without --te-log-dir; --te-log-dir alone is a usage error.
+  const ProcessResult printed = cli({"history", "--endpoint", daemon.grpc(), "--run", "te", "--format", "nvdlfw"});
+  std::ifstream in(file);
+  CHECK(printed.out == std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  CHECK(cli({"history", "--endpoint", daemon.grpc(), "--te-log-dir", logs}).exit_code == 2);
 }
 
 TEST_CASE("bad input is refused and counted, and the daemon keeps serving and loses nothing accepted", "[daemon]") {

@@ -27,6 +27,8 @@ struct AdminOptions {
   std::uint64_t min_step = 0, max_step = 0;
   std::uint32_t limit = 0;
   bool csv = false;
+  std::string format = "table";  // history: table, csv or nvdlfw (--csv is csv)
+  std::string te_log_dir;        // history --format nvdlfw: per-rank log files below this, as nvdlfw_inspect writes
   std::string history;  // history --history: read this store instead of the daemon's Admin API
 };
 

@@ -1,0 +1,66 @@
+// fp8scope's history as nvdlfw_inspect's statistics logs, the lines Transformer Engine's debug
+// features write (`fp8scope history --format nvdlfw`), so that tools which parse those logs read
+// fp8scope's records unchanged. Every rule is from the source (TE at d0067d0, nvidia-dlfw-inspect at
+// dc19d10):
+//  - a line: "<asctime> - INFO - <name> \t\t\t\t iteration=%06d \t\t\t\t value=%.4f"
+//    (nvdlfw_inspect/logging.py:118, :132), one file per rank,
+//    <dir>/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-<rank>.log (:74, :241);
+//  - a name: "<layer>_<tensor>_<stat>" (transformer_engine/debug/features/utils/stats_buffer.py:145),
+//    the tensor activation, weight or gradient (X, W, Dy), logged once an iteration by the GEMM
+//    that quantizes it first (pytorch/debug_quantization.py:29-36: fprop, fprop, dgrad);
+//  - the stats of LogTensorStats (cur_amax, dynamic_range in log2 binades, mean, std with Bessel's
+//    correction: features/utils/stats_computation.py:210-258) and of LogFp8TensorStats, prefixed
+//    by the recipe they are a what-if of (log_fp8_tensor_stats.py:36-52: fp8_current_scaling,
+//    fp8_delayed_scaling, mxfp8, fp8_block_scaling) or bare for the job's own quantization:
+//    underflows% (percent of all elements, stats_computation.py:317-330), mse, overflows% for
+//    delayed scaling only, scale_inv_min/_max for per-tensor scales; NVFP4's are prefixed nvfp4_
+//    (log_nvfp4_tensor_stats.py:98-100).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fp8scope/history/records.h"
+
+namespace fp8scope::cli {
+
+struct NvdlfwLine {
+  std::uint32_t rank = 0;
+  std::string text;  // without the newline
+};
+
+class NvdlfwLog {
+ public:
+  // The lines of one record, in history order; none for a record TE would not log (a tensor's
+  // later GEMMs, recipes TE has no name for).
+  std::vector<NvdlfwLine> lines(const history::HistoryRecord& r);
+
+  // The file nvdlfw_inspect writes a rank's lines to, below `dir`.
+  static std::string file_of(const std::string& dir, std::uint32_t rank);
+
+ private:
+  // The tensors whose LogTensorStats lines are written: (rank, layer, tensor, step).
+  std::set<std::tuple<std::uint32_t, std::string, std::string, std::uint64_t>> tensor_stats_written_;
+};
+
+// Where the lines go: `out`, or with a directory each rank's file in it (created as needed). After
+// a failed write, nothing more is written and error() says why.
+class NvdlfwLogFiles {
+ public:
+  explicit NvdlfwLogFiles(std::string dir) : dir_(std::move(dir)) {}
+  bool write(const NvdlfwLine& line, std::ostream& out);
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string dir_, error_;
+  std::map<std::uint32_t, std::unique_ptr<std::ofstream>> files_;
+};
+
+}  // namespace fp8scope::cli

@@ -1,0 +1,150 @@
+#include "fp8scope/cli/nvdlfw_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+
+#include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/vocabulary/recipe_kind.h"
+
+namespace fp8scope::cli {
+namespace {
+
+// fp8scope's what-if recipes as LogFp8TensorStats names them, and the operands each stands for:
+// TE's Float8BlockScaling casts activations and gradients 1x128 and weights 128x128.
+struct TeRecipe {
+  RecipeKind kind;
+  const char* prefix;
+  bool weights, inputs;  // W; X and Dy
+};
+constexpr TeRecipe kTeRecipes[] = {
+    {RecipeKind::kTensorCurrent, "fp8_current_scaling_", true, true},
+    {RecipeKind::kTensorDelayed, "fp8_delayed_scaling_", true, true},
+    {RecipeKind::kMxfp8, "mxfp8_", true, true},
+    {RecipeKind::kBlock1x128, "fp8_block_scaling_", false, true},
+    {RecipeKind::kBlock128x128, "fp8_block_scaling_", true, false},
+    {RecipeKind::kNvfp4, "nvfp4_", true, true},
+};
+
+const char* te_tensor(Operand o) {
+  switch (o) {
+    case Operand::kX: return "activation";
+    case Operand::kW: return "weight";
+    case Operand::kDy: return "gradient";
+  }
+  return "";
+}
+
+// The GEMM whose input TE logs a tensor as: the first to quantize it in an iteration.
+GemmRole first_gemm(Operand o) { return o == Operand::kDy ? GemmRole::kDgrad : GemmRole::kFprop; }
+
+// TE's layer: the module (fp8scope's label without its "#ordinal"); an expert of a grouped layer
+// is its GEMM n, as TE names GroupedLinear's (docs/debug/2_config_file_structure.rst:113).
+std::string te_layer(const history::HistoryRecord& r) {
+  std::string layer = r.layer.substr(0, r.layer.rfind('#'));
+  if (r.expert >= 0) layer += ".gemm_" + std::to_string(r.expert);
+  return layer;
+}
+
+// The recipe prefix of a record's LogFp8TensorStats names; nothing for what TE has no name for.
+std::optional<std::string> te_prefix(const history::HistoryRecord& r) {
+  if (r.recipe == "observed") {  // the job's own quantization: TE's bare names, NVFP4's prefixed anyway
+    return r.format == "e2m1" && r.scale_layout == "vec16_ue4m3" ? "nvfp4_" : "";
+  }
+  for (const TeRecipe& t : kTeRecipes) {
+    if (r.recipe == recipe_name(t.kind) && (r.operand == Operand::kW ? t.weights : t.inputs)) return t.prefix;
+  }
+  return std::nullopt;
+}
+
+double statistic_of(const history::HistoryRecord& r, const char* key) {
+  const Statistic* s = find_statistic(key);
+  const auto k = static_cast<std::size_t>(s - statistics().data());
+  return s != nullptr && k < r.statistics.size() ? r.statistics[k] : std::nan("");
+}
+
+// Python's "{:.4f}", which writes nan and inf as words.
+std::string python_4f(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.4f", v);
+  return text;
+}
+
+// logging.Formatter's default asctime: local time, "YYYY-MM-DD HH:MM:SS,mmm".
+std::string asctime_of(double seconds) {
+  const auto whole = static_cast<std::time_t>(std::floor(seconds));
+  const int millis = static_cast<int>((seconds - std::floor(seconds)) * 1000.0);
+  std::tm local{};
+  localtime_r(&whole, &local);
+  char text[64];
+  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
+  std::snprintf(text + n, sizeof text - n, ",%03d", millis);
+  return text;
+}
+
+}  // namespace
+
+std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
+  std::vector<NvdlfwLine> out;
+  if (r.gemm != first_gemm(r.operand)) return out;
+  const std::optional<std::string> prefix = te_prefix(r);
+  if (!prefix) return out;
+  const std::string name = te_layer(r) + "_" + te_tensor(r.operand) + "_";
+  const std::string time = asctime_of(r.time);
+  char iteration[32];
+  std::snprintf(iteration, sizeof iteration, "%06llu", static_cast<unsigned long long>(r.step));
+  const auto line = [&](const std::string& stat, double value) {
+    out.push_back({r.rank, time + " - INFO - " + name + stat + " \t\t\t\t iteration=" + iteration +
+                               " \t\t\t\t value=" + python_4f(value)});
+  };
+  // LogTensorStats: the high-precision tensor's, once a tensor and step whatever the recipes.
+  if (tensor_stats_written_.insert({r.rank, te_layer(r), te_tensor(r.operand), r.step}).second) {
+    line("cur_amax", statistic_of(r, "amax"));
+    line("dynamic_range", statistic_of(r, "dynamic_range_log2"));
+    line("mean", statistic_of(r, "mean"));
+    const double n = static_cast<double>(r.numel);
+    line("std", n > 1 ? statistic_of(r, "std") * std::sqrt(n / (n - 1)) : std::nan(""));  // torch.std: unbiased
+  }
+  line(*prefix + "underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
+  line(*prefix + "mse", statistic_of(r, "mse"));
+  if (r.recipe == recipe_name(RecipeKind::kTensorDelayed)) line(*prefix + "overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
+  const bool per_tensor_scale = r.recipe == recipe_name(RecipeKind::kTensorCurrent) ||
+                                r.recipe == recipe_name(RecipeKind::kTensorDelayed) || r.scale_layout == "scalar_32f";
+  if (per_tensor_scale && r.scale > 0) {
+    line(*prefix + "scale_inv_min", 1.0 / r.scale);
+    line(*prefix + "scale_inv_max", 1.0 / r.scale);
+  }
+  return out;
+}
+
+bool NvdlfwLogFiles::write(const NvdlfwLine& line, std::ostream& out) {
+  if (!error_.empty()) return false;
+  if (dir_.empty()) {
+    out << line.text << "\n";
+    return true;
+  }
+  std::unique_ptr<std::ofstream>& file = files_[line.rank];
+  if (!file) {
+    const std::string path = NvdlfwLog::file_of(dir_, line.rank);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    file = std::make_unique<std::ofstream>(path, std::ios::trunc);
+    if (ec || !*file) {
+      error_ = "--te-log-dir: cannot write " + path + (ec ? ": " + ec.message() : "");
+      return false;
+    }
+  }
+  *file << line.text << "\n";
+  if (!*file) error_ = "--te-log-dir: writing " + NvdlfwLog::file_of(dir_, line.rank) + " failed";
+  return error_.empty();
+}
+
+std::string NvdlfwLog::file_of(const std::string& dir, std::uint32_t rank) {
+  return dir + "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-" + std::to_string(rank) + ".log";
+}
+
+}  // namespace fp8scope::cli
