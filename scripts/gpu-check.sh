@@ -70,12 +70,23 @@ PY
   else
     echo "moe lt-grouped: cuBLASLt $lt_version on sm_$arch has no grouped GEMM (13.2+ on sm_100, 13.4+ on sm_90)"
   fi
-  for form in "${moe_forms[@]}"; do
-    "$carry/bin/tiny_trainer" --steps 12 --mode moe --moe-gemm "$form" --losses "$work/moe-$form.alone"
-    "$carry/bin/fp8scope" run --endpoint "$grpc" --every 5 --job gpu-moe --run "moe-$form" --       "$carry/bin/tiny_trainer" --steps 12 --mode moe --moe-gemm "$form" --losses "$work/moe-$form.hooked"
-    cmp -s "$work/moe-$form.alone" "$work/moe-$form.hooked" && echo "moe $form: losses identical with and without the hook" \
-      || echo "moe $form: LOSSES DIFFER under the hook"
-  done
+  moe_run() {  # FORM RECIPE: the trainer alone and under the hook, the same losses
+    local name="moe-$2-$1"
+    "$carry/bin/tiny_trainer" --steps 12 --mode moe --moe-gemm "$1" --moe-recipe "$2" --losses "$work/$name.alone"
+    "$carry/bin/fp8scope" run --endpoint "$grpc" --every 5 --job gpu-moe --run "$name" -- \
+      "$carry/bin/tiny_trainer" --steps 12 --mode moe --moe-gemm "$1" --moe-recipe "$2" --losses "$work/$name.hooked"
+    cmp -s "$work/$name.alone" "$work/$name.hooked" && echo "moe $2 $1: losses identical with and without the hook" \
+      || echo "moe $2 $1: LOSSES DIFFER under the hook"
+  }
+  for form in "${moe_forms[@]}"; do moe_run "$form" bf16; done
+  # MXFP8 experts, each group's block scales gathered on the device: cuBLASLt has VEC32_UE8M0 on
+  # sm_100 and later only, grouped from cuBLAS 13.3 (TE's CUBLAS_MXFP8_GROUPED_GEMM_VERSION).
+  if [ "$arch" -ge 100 ]; then
+    moe_run loop mxfp8
+    if [ "$lt_version" -ge 130300 ]; then moe_run lt-grouped mxfp8; else echo "moe mxfp8 lt-grouped: cuBLASLt $lt_version (13.3+)"; fi
+  else
+    echo "moe mxfp8: cuBLASLt has MXFP8 on sm_100 and later, this is sm_$arch"
+  fi
   sleep 3
   echo "moe: $("$carry/bin/fp8scope" tensors --endpoint "$grpc" --json | grep -c '"expert"' || true) expert tensors reached the daemon"
   if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
