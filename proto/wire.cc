@@ -1,5 +1,6 @@
 #include "fp8scope/wire/wire.h"
 
+#include <cstring>
 #include <string>
 
 #include "fp8scope/vocabulary/term_table.h"
@@ -41,6 +42,62 @@ std::optional<GemmRole> from_wire(v1::Gemm g) { return ours_of(kGemmRoles, g); }
 std::optional<Operand> from_wire(v1::Operand o) { return ours_of(kOperands, o); }
 std::optional<RecipeKind> from_wire(v1::Recipe r) { return ours_of(kRecipeKinds, r); }
 std::optional<ScaleLayout> from_wire(v1::ScaleMode m) { return ours_of(kScaleLayouts, m); }
+
+v1::SamplingRule to_wire(const SamplingRule& r) {
+  v1::SamplingRule w;
+  w.set_every_n_steps(r.every_n_steps);
+  w.set_phase(r.phase);
+  w.set_start_step(r.start_step);
+  w.set_end_step(r.end_step);
+  for (std::uint32_t i = 0; i < r.range_count && i < kMaxRuleStepRanges; ++i) {
+    v1::StepRange* range = w.add_ranges();
+    range->set_start(r.ranges[i].start);
+    range->set_end(r.ranges[i].end);
+  }
+  for (GemmRole g : kRuleGemms) {
+    for (const OperandTerm& o : kOperands) {
+      if ((r.tensors & tensor_bit(g, o.value)) == 0) continue;
+      v1::RuleTensor* t = w.add_tensors();
+      t->set_gemm(to_wire(g));
+      t->set_operand(to_wire(o.value));
+    }
+  }
+  w.set_layer_regex(std::string(r.layer_regex, strnlen(r.layer_regex, sizeof r.layer_regex)));
+  w.set_and_layer_regex(std::string(r.and_layer_regex, strnlen(r.and_layer_regex, sizeof r.and_layer_regex)));
+  w.set_group(r.group);
+  return w;
+}
+
+std::optional<SamplingRule> from_wire(const v1::SamplingRule& w, std::string* error) {
+  const auto fail = [&](const std::string& why) {
+    if (error) *error = why;
+    return std::nullopt;
+  };
+  SamplingRule r;
+  r.every_n_steps = w.every_n_steps();
+  r.phase = w.phase();
+  r.start_step = w.start_step();
+  r.end_step = w.end_step();
+  if (static_cast<std::size_t>(w.ranges_size()) > kMaxRuleStepRanges) {
+    return fail("more than " + std::to_string(kMaxRuleStepRanges) + " step ranges");
+  }
+  for (const v1::StepRange& range : w.ranges()) r.ranges[r.range_count++] = {range.start(), range.end()};
+  for (const v1::RuleTensor& t : w.tensors()) {
+    const std::optional<GemmRole> g = from_wire(t.gemm());
+    const std::optional<Operand> o = from_wire(t.operand());
+    if (!g || *g == GemmRole::kUnknown || !o) return fail("tensors: expected fprop, dgrad or wgrad and x, w or dy");
+    r.tensors |= tensor_bit(*g, *o);
+  }
+  for (const auto& [text, target] : {std::pair{&w.layer_regex(), &r.layer_regex}, std::pair{&w.and_layer_regex(), &r.and_layer_regex}}) {
+    if (text->size() >= kMaxRuleLayerRegexBytes || text->find('\0') != std::string::npos) {
+      return fail("layer patterns: at most " + std::to_string(kMaxRuleLayerRegexBytes - 1) + " bytes, no NUL");
+    }
+    std::memcpy(*target, text->data(), text->size());
+  }
+  r.group = w.group();
+  if (const std::string problem = rule_problem(r); !problem.empty()) return fail(problem);
+  return r;
+}
 
 std::uint32_t required_protocol(const v1::TensorHeader& h) {
   const bool block_mode = h.scale_mode() != v1::SCALE_MODE_UNSPECIFIED && h.scale_mode() != to_wire(ScaleLayout::kNone) &&

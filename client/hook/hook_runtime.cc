@@ -92,12 +92,15 @@ void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha,
   // The name is taken even for a GEMM that cannot be read, so the ordinals of the others hold.
   const GemmRole layout_role = read.call ? role_from_layout(read.call->transa, read.call->transb) : GemmRole::kUnknown;
   const GemmName name = thread_ranges().name_next_gemm(layout_role, step, read.call && read.call->experts > 0);
-  if (!sampler_.layer_selected(name.layer)) return;
+  bool conflict = false;
+  const TensorSelection tensors = sampler_.select(step, name.layer, &conflict);
+  if (conflict) count(shm::DropReason::kRuleConflict);
+  if (tensors.none()) return;
   if (!read.call) {
     count(read.reason);
     return;
   }
-  sample(*read.call, step, name);
+  sample(*read.call, step, name, tensors);
 }
 
 template <class Read>
@@ -106,7 +109,10 @@ void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool
   const std::uint64_t step = clock_.on_gemm(signature);
   if (!sampler_.step_selected(link_.segment(), step)) return;
   const GemmName name = thread_ranges().name_next_gemm(role_from_layout(transa, transb), step, grouped);
-  if (!sampler_.layer_selected(name.layer)) return;
+  bool conflict = false;
+  const TensorSelection tensors = sampler_.select(step, name.layer, &conflict);
+  if (conflict) count(shm::DropReason::kRuleConflict);
+  if (tensors.none()) return;
   cudaStream_t stream = nullptr;
   const auto get_stream = cublas_api().get_stream;
   if (get_stream == nullptr || get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = nullptr;
@@ -115,7 +121,7 @@ void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool
     count(read.reason);
     return;
   }
-  sample(*read.call, step, name);
+  sample(*read.call, step, name, tensors);
 }
 
 void HookRuntime::observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
@@ -166,8 +172,8 @@ std::uint64_t HookRuntime::valid_rows(const GemmName& name, Operand operand, std
   return tokens < rows ? tokens : 0;
 }
 
-void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmName& name) {
-  if (call.experts > 0) return sample_experts(call, step, name);
+void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmName& name, TensorSelection tensors) {
+  if (call.experts > 0) return sample_experts(call, step, name, tensors);
   struct Part {
     const OperandView& view;
     Operand kind;
@@ -175,7 +181,7 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
   const Part parts[] = {{call.a, operand_of_a(name.role)}, {call.b, operand_of_b(name.role)}};
   bool checked_capture = false;
   for (const Part& part : parts) {
-    if (!sampler_.operand_selected(part.kind)) continue;
+    if (!tensors.takes(name.role, part.kind)) continue;
     if (!checked_capture) {
       checked_capture = true;
       if (capture_.capturing(call.stream)) {  // nothing may be enqueued on a capturing stream
@@ -203,7 +209,8 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
   }
 }
 
-void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name) {
+void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name,
+                                 TensorSelection tensors) {
   if (capture_.capturing(call.stream)) {
     count(shm::DropReason::kGraphCapture);
     return;
@@ -220,7 +227,7 @@ void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const
   const std::vector<std::uint64_t>* tokens = declared ? &name.declared_tokens : counted.empty() ? nullptr : &counted;
   for (const std::uint32_t expert : sampler_.experts_for_call(name.layer, call.experts)) {
     for (const Part& part : parts) {
-      if (!sampler_.operand_selected(part.kind)) continue;
+      if (!tensors.takes(name.role, part.kind)) continue;
       SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
       spec.expert = expert;
       spec.experts = call.experts;

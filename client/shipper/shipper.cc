@@ -73,6 +73,11 @@ shm::PolicyCopy policy_copy(const v1::Policy& p) {
     }
   }
   std::snprintf(c.layer_regex, sizeof c.layer_regex, "%s", p.layer_regex().c_str());
+  // The daemon checked each rule; one that still fails here is left out rather than widened.
+  for (const v1::SamplingRule& w : p.rules()) {
+    if (c.rule_count == kMaxSamplingRules) break;
+    if (const std::optional<SamplingRule> r = wire::from_wire(w, nullptr)) c.rules[c.rule_count++] = *r;
+  }
   return c;
 }
 

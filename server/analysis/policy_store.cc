@@ -69,6 +69,17 @@ Status validate_policy(const SamplingPolicy& p) {
   if (!p.job.empty() && !valid_label(p.job)) {
     return Status::error("job: expected 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
+  if (p.rules.size() > kMaxSamplingRules) {
+    return Status::error("rules: at most " + std::to_string(kMaxSamplingRules) + ", got " + std::to_string(p.rules.size()));
+  }
+  for (std::size_t i = 0; i < p.rules.size(); ++i) {
+    if (const std::string problem = rule_problem(p.rules[i].rule); !problem.empty()) {
+      return Status::error("rules[" + std::to_string(i) + "]: " + problem);
+    }
+    if (p.rules[i].source.size() > kMaxRuleSourceBytes) {
+      return Status::error("rules[" + std::to_string(i) + "]: source longer than " + std::to_string(kMaxRuleSourceBytes) + " bytes");
+    }
+  }
   if (p.end_step != 0 && p.end_step <= p.start_step) {
     return Status::error("end_step " + std::to_string(p.end_step) + " must be above start_step " +
                          std::to_string(p.start_step));

@@ -16,6 +16,11 @@ v1::Policy policy_to_wire(const SamplingPolicy& p) {
   w.set_max_bytes_per_step(p.max_bytes_per_step);
   w.set_experts_per_call(p.experts_per_call);
   for (RecipeKind r : p.recipes) w.add_recipes(wire::to_wire(r));
+  for (const PolicyRule& r : p.rules) {
+    v1::SamplingRule* rule = w.add_rules();
+    *rule = wire::to_wire(r.rule);
+    rule->set_source(r.source);
+  }
   return w;
 }
 
@@ -38,6 +43,15 @@ Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
     const std::optional<RecipeKind> k = wire::from_wire(static_cast<v1::Recipe>(r));
     if (!k) return Status::error("recipes: unknown recipe " + std::to_string(r));
     p.recipes.push_back(*k);
+  }
+  if (static_cast<std::size_t>(w.rules_size()) > kMaxSamplingRules) {
+    return Status::error("rules: at most " + std::to_string(kMaxSamplingRules) + ", got " + std::to_string(w.rules_size()));
+  }
+  for (int i = 0; i < w.rules_size(); ++i) {
+    std::string error;
+    const std::optional<SamplingRule> rule = wire::from_wire(w.rules(i), &error);
+    if (!rule) return Status::error("rules[" + std::to_string(i) + "]: " + error);
+    p.rules.push_back({*rule, w.rules(i).source()});
   }
   return p;
 }

@@ -42,13 +42,13 @@ USES = {
     "kernels": {"vocabulary"},
     "pattern": set(),
     "history": {"vocabulary", "kernels", "pattern"},
-    "wire": {"vocabulary", "kernels", "history", "v1"},
+    "wire": {"vocabulary", "kernels", "pattern", "history", "v1"},
     "ingest": {"vocabulary", "kernels", "history", "wire", "v1"},
     "analysis": {"vocabulary", "kernels", "pattern", "ingest", "wire"},
     "export": {"vocabulary", "kernels", "history", "ingest", "analysis"},
     "services": {"vocabulary", "kernels", "pattern", "history", "wire", "v1", "ingest", "analysis", "export"},
     "daemon": {"vocabulary", "kernels", "pattern", "history", "wire", "v1", "ingest", "analysis", "export", "services"},
-    "shm": {"vocabulary"},
+    "shm": {"vocabulary", "wire"},  # the policy's sampling rules, a plain wire header
     "hook": {"vocabulary", "kernels", "pattern", "wire", "shm"},
     "daemon_client": {"vocabulary", "kernels", "history", "wire", "v1"},
     "shipper": {"vocabulary", "kernels", "wire", "v1", "shm", "daemon_client"},
@@ -60,7 +60,8 @@ USES = {
             "insight", "report", "checkpoint"},
 }
 
-# The hook compiles the wire's plain headers only (no protobuf in the training process).
+# The hook and the shared-memory layout compile the wire's plain headers only (no protobuf in the
+# training process).
 PLAIN_WIRE = {"fp8scope/wire/sampling_rule.h", "fp8scope/wire/shared_region_protocol.h"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(fp8scope/([a-z0-9_]+)/[^"]+)"', re.M)
@@ -104,8 +105,8 @@ def violations(root):
                         found.append(f"{rel}: includes {include}, which no library has")
                     elif target == lib:
                         continue
-                    elif lib == "hook" and target == "wire" and include not in PLAIN_WIRE:
-                        found.append(f"{rel}: the hook includes {include}: only the wire's plain headers")
+                    elif lib in ("hook", "shm") and target == "wire" and include not in PLAIN_WIRE:
+                        found.append(f"{rel}: {lib} includes {include}: only the wire's plain headers")
                     elif target not in USES[lib]:
                         found.append(f"{rel}: {lib} includes {include} ({target}), which it may not use")
     return found

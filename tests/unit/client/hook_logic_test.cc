@@ -161,10 +161,11 @@ TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hoo
   CHECK(sampler.step_selected(nullptr, 2));
   CHECK_FALSE(sampler.step_selected(nullptr, 3));
   CHECK(sampler.step_selected(nullptr, 6));
-  CHECK(sampler.operand_selected(Operand::kX));
-  CHECK_FALSE(sampler.operand_selected(Operand::kW));
-  CHECK(sampler.layer_selected("blocks.0.mlp.fc1#0"));
-  CHECK_FALSE(sampler.layer_selected("blocks.0.attn.qkv#0"));
+  const TensorSelection mlp = sampler.select(6, "blocks.0.mlp.fc1#0");
+  CHECK(mlp.takes(GemmRole::kFprop, Operand::kX));
+  CHECK(mlp.takes(GemmRole::kUnknown, Operand::kDy));
+  CHECK_FALSE(mlp.takes(GemmRole::kFprop, Operand::kW));
+  CHECK(sampler.select(6, "blocks.0.attn.qkv#0").none());
   CHECK(sampler.charge(6, 600));
   CHECK_FALSE(sampler.charge(6, 600));  // over the step's budget
   CHECK(sampler.charge(10, 600));       // a new step, a new budget
@@ -179,9 +180,94 @@ TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hoo
   p.every_n_steps = 1;
   shm::write_policy(segment, p);
   CHECK(sampler.step_selected(segment, 3));
-  CHECK(sampler.operand_selected(Operand::kW));
-  CHECK(sampler.layer_selected("blocks.0.attn.qkv#0"));
+  CHECK(sampler.select(3, "blocks.0.attn.qkv#0").takes(GemmRole::kDgrad, Operand::kW));
   CHECK(sampler.charge(3, 1u << 30));
+}
+
+TEST_CASE("rules select steps, modules and tensors each on their own, and replace the policy's selection", "[hook]") {
+  // Two rules as a TE config's two sections make them: fc1's activations every 5th step from 0 in
+  // fprop only, and every tensor of the attention modules at steps 3-4 and 20-21.
+  setenv("FP8SCOPE_EVERY", "1000", 1);  // ignored: rules replace the selection variables
+  setenv("FP8SCOPE_RULES",
+         "every=5\ttensors=fprop:x\tlayers=fc1$\n"
+         "every=1\tranges=3-5,20-22\tlayers=(^|\\.)attn\\.",
+         1);
+  Sampler sampler(policy_from_environment());
+  unsetenv("FP8SCOPE_EVERY");
+  unsetenv("FP8SCOPE_RULES");
+  CHECK(sampler.step_selected(nullptr, 0));
+  CHECK(sampler.step_selected(nullptr, 3));  // the second rule's range
+  CHECK_FALSE(sampler.step_selected(nullptr, 6));
+  CHECK(sampler.step_selected(nullptr, 10));
+  CHECK(sampler.step_selected(nullptr, 21));
+  CHECK_FALSE(sampler.step_selected(nullptr, 22));
+
+  // A module is matched without its GEMM ordinal: "fc1$" selects "blocks.0.mlp.fc1#1".
+  const TensorSelection fc1 = sampler.select(10, "blocks.0.mlp.fc1#1");
+  CHECK(fc1.takes(GemmRole::kFprop, Operand::kX));
+  CHECK(fc1.takes(GemmRole::kUnknown, Operand::kX));  // x in some GEMM of the rule
+  CHECK_FALSE(fc1.takes(GemmRole::kWgrad, Operand::kX));
+  CHECK_FALSE(fc1.takes(GemmRole::kFprop, Operand::kW));
+  CHECK_FALSE(fc1.takes(GemmRole::kUnknown, Operand::kW));
+  CHECK(sampler.select(3, "blocks.0.mlp.fc1#0").none());  // fc1's rule is not at step 3
+  CHECK(sampler.select(10, "blocks.0.attn.qkv#0").none());
+  const TensorSelection attn = sampler.select(21, "blocks.0.attn.qkv#0");
+  CHECK(attn.takes(GemmRole::kWgrad, Operand::kDy));
+  CHECK(attn.takes(GemmRole::kDgrad, Operand::kW));
+  CHECK(sampler.select(21, "blocks.0.mlp.fc2#0").none());
+
+  // A policy from the daemon with rules; then one without, and the policy's own selection is back.
+  std::vector<unsigned char> memory(shm::data_offset() + 4096 + shm::kAlign);
+  void* base = memory.data() + (shm::kAlign - reinterpret_cast<std::uintptr_t>(memory.data()) % shm::kAlign);
+  REQUIRE(shm::initialize(base, shm::data_offset() + 4096, 1));
+  auto* segment = static_cast<shm::Header*>(base);
+  shm::PolicyCopy p;
+  p.version = 2;
+  p.every_n_steps = 1;
+  p.rule_count = 1;
+  p.rules[0].every_n_steps = 2;
+  p.rules[0].phase = 1;
+  p.rules[0].start_step = 5;
+  p.rules[0].tensors = fp8scope::tensor_bit(GemmRole::kWgrad, Operand::kDy);
+  shm::write_policy(segment, p);
+  CHECK_FALSE(sampler.step_selected(segment, 3));  // below start_step
+  CHECK_FALSE(sampler.step_selected(segment, 6));  // counted from phase 1: 5, 7, 9 ...
+  CHECK(sampler.step_selected(segment, 7));
+  CHECK(sampler.select(7, "anything#0").takes(GemmRole::kWgrad, Operand::kDy));
+  CHECK_FALSE(sampler.select(7, "anything#0").takes(GemmRole::kDgrad, Operand::kDy));
+  p.version = 3;
+  p.rule_count = 0;
+  shm::write_policy(segment, p);
+  CHECK(sampler.step_selected(segment, 6));
+  CHECK(sampler.select(6, "anything#0").takes(GemmRole::kDgrad, Operand::kDy));
+
+  // Two groups (a TE config's sections) selecting one layer: neither samples it, and it is told.
+  p.version = 4;
+  p.rule_count = 2;
+  p.rules[0] = fp8scope::SamplingRule{};
+  p.rules[0].group = 1;
+  std::snprintf(p.rules[0].layer_regex, sizeof p.rules[0].layer_regex, "%s", "mlp");
+  p.rules[1] = fp8scope::SamplingRule{};
+  p.rules[1].group = 2;
+  std::snprintf(p.rules[1].layer_regex, sizeof p.rules[1].layer_regex, "%s", "fc1");
+  std::snprintf(p.rules[1].and_layer_regex, sizeof p.rules[1].and_layer_regex, "%s", "^blocks\\.0\\.");
+  shm::write_policy(segment, p);
+  REQUIRE(sampler.step_selected(segment, 7));
+  bool conflict = false;
+  CHECK(sampler.select(7, "blocks.0.mlp.fc1#0", &conflict).none());
+  CHECK(conflict);
+  CHECK_FALSE(sampler.select(7, "blocks.1.mlp.fc1#0", &conflict).none());  // the second rule's and-pattern fails
+  CHECK_FALSE(conflict);
+  CHECK_FALSE(sampler.select(7, "blocks.0.attn.fc1#0", &conflict).none());
+  CHECK_FALSE(conflict);
+
+  // A rule whose pattern does not compile selects nothing, not everything.
+  p.version = 5;
+  p.rule_count = 1;
+  std::snprintf(p.rules[0].layer_regex, sizeof p.rules[0].layer_regex, "%s", "([");
+  shm::write_policy(segment, p);
+  CHECK(sampler.step_selected(segment, 7) == false);
+  CHECK(sampler.select(7, "anything#0").none());
 }
 
 TEST_CASE("a malformed environment is reported and ignored", "[hook]") {
@@ -192,7 +278,7 @@ TEST_CASE("a malformed environment is reported and ignored", "[hook]") {
   unsetenv("FP8SCOPE_LAYER_REGEX");
   CHECK(sampler.step_selected(nullptr, 10));  // the default: every 10th step
   CHECK_FALSE(sampler.step_selected(nullptr, 5));
-  CHECK(sampler.layer_selected("anything"));  // an invalid regex selects every layer
+  CHECK_FALSE(sampler.select(10, "anything").none());  // an invalid regex selects every layer
 }
 
 TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {

@@ -3,6 +3,7 @@
 // skipped rather than read, and the policy seqlock never hands out a torn copy.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "fp8scope/shm/shm_ring.h"
@@ -146,22 +147,43 @@ TEST_CASE("a segment from another version or too small is not valid", "[shm]") {
 
 TEST_CASE("the policy seqlock hands out whole copies", "[shm]") {
   Segment s(4096);
-  CHECK(read_policy(s.header())->version == 0);  // nothing received yet
-  PolicyCopy p;
-  p.version = 7;
-  p.every_n_steps = 3;
-  p.operand_mask = 1u << 3;
-  std::strcpy(p.layer_regex, "blocks\\.[0-3]\\.");
-  write_policy(s.header(), p);
-  const auto got = read_policy(s.header());
-  REQUIRE(got);
+  auto got = std::make_unique<PolicyCopy>();
+  REQUIRE(read_policy(s.header(), *got));
+  CHECK(got->version == 0);  // nothing received yet
+  auto p = std::make_unique<PolicyCopy>();
+  p->version = 7;
+  p->every_n_steps = 3;
+  p->operand_mask = 1u << 3;
+  std::strcpy(p->layer_regex, "blocks\\.[0-3]\\.");
+  p->rule_count = 2;
+  std::strcpy(p->rules[1].and_layer_regex, "fc1");
+  p->rules[1].range_count = 1;
+  write_policy(s.header(), *p);
+  REQUIRE(read_policy(s.header(), *got));
   CHECK(got->version == 7);
   CHECK(got->every_n_steps == 3);
   CHECK(got->operand_mask == 8u);
   CHECK(std::string(got->layer_regex) == "blocks\\.[0-3]\\.");
+  CHECK(got->rule_count == 2);
+  CHECK(std::string(got->rules[1].and_layer_regex) == "fc1");
   // A writer caught mid-update (odd sequence): the reader gives up rather than wait or tear.
   s.header()->policy.seq.fetch_add(1);
-  CHECK_FALSE(read_policy(s.header()));
+  CHECK_FALSE(read_policy(s.header(), *got));
+}
+
+TEST_CASE("a policy copy is bounded whatever the writer left in it", "[shm]") {
+  Segment s(4096);
+  auto p = std::make_unique<PolicyCopy>();
+  p->version = 1;
+  p->rule_count = 1000;
+  std::memset(p->rules[0].layer_regex, 'a', sizeof p->rules[0].layer_regex);
+  p->rules[3].range_count = 99;
+  std::memcpy(&s.header()->policy.policy, p.get(), sizeof *p);  // as a hostile writer would, unbounded
+  auto got = std::make_unique<PolicyCopy>();
+  REQUIRE(read_policy(s.header(), *got));
+  CHECK(got->rule_count == fp8scope::kMaxSamplingRules);
+  CHECK(std::strlen(got->rules[0].layer_regex) == sizeof got->rules[0].layer_regex - 1);
+  CHECK(got->rules[3].range_count == fp8scope::kMaxRuleStepRanges);
 }
 
 TEST_CASE("drop counters count by reason, and every reason has a metric-safe name", "[shm]") {

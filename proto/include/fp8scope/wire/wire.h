@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "fp8scope/v1/fp8scope.pb.h"
 #include "fp8scope/vocabulary/dtype.h"
@@ -12,6 +13,7 @@
 #include "fp8scope/vocabulary/operand.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 #include "fp8scope/vocabulary/scale_layout.h"
+#include "fp8scope/wire/sampling_rule.h"
 
 namespace fp8scope::wire {
 
@@ -39,6 +41,11 @@ std::optional<GemmRole> from_wire(v1::Gemm g);
 std::optional<Operand> from_wire(v1::Operand o);
 std::optional<RecipeKind> from_wire(v1::Recipe r);
 std::optional<ScaleLayout> from_wire(v1::ScaleMode m);
+
+// A policy's rule on the wire and back. From the wire: an error names what is wrong (bounds,
+// unknown tensors, a pattern that does not compile).
+v1::SamplingRule to_wire(const SamplingRule& rule);
+std::optional<SamplingRule> from_wire(const v1::SamplingRule& rule, std::string* error);
 
 // The oldest protocol that can carry this sample: 3 for an expert's, 2 for FP4 codes or a scale
 // tensor, else 1.

@@ -47,3 +47,46 @@ TEST_CASE("operand and recipe numbers the vocabulary lacks are refused", "[polic
   w.add_recipes(static_cast<v1::Recipe>(99));
   CHECK(policy_from_wire(w).message() == "recipes: unknown recipe 99");
 }
+
+TEST_CASE("a policy's rules round-trip, and a client's malformed rule is refused with what is wrong", "[policy_wire]") {
+  SamplingPolicy p;
+  PolicyRule r;
+  r.rule.every_n_steps = 5;
+  r.rule.phase = 0;
+  r.rule.start_step = 100;
+  r.rule.end_step = 501;
+  r.rule.range_count = 2;
+  r.rule.ranges[0] = {0, 21};
+  r.rule.ranges[1] = {80, 101};
+  r.rule.tensors = tensor_bit(GemmRole::kFprop, Operand::kX) | tensor_bit(GemmRole::kWgrad, Operand::kDy);
+  r.rule.group = 3;
+  std::snprintf(r.rule.layer_regex, sizeof r.rule.layer_regex, "%s", "(?:fc1|fc2)");
+  std::snprintf(r.rule.and_layer_regex, sizeof r.rule.and_layer_regex, "%s", "^[^0-9]*6[^0-9]*$");
+  r.source = "te.yaml:8: collection_2.transformer_engine.LogTensorStats activation";
+  p.rules = {r};
+  const Result<SamplingPolicy> back = policy_from_wire(policy_to_wire(p));
+  REQUIRE(back.ok());
+  REQUIRE(back.value().rules.size() == 1);
+  const PolicyRule& b = back.value().rules[0];
+  CHECK(format_rules({b.rule}) == format_rules({r.rule}));
+  CHECK(b.source == r.source);
+  CHECK(validate_policy(back.value()).ok());
+
+  const auto refused = [&](auto&& spoil) {
+    v1::Policy w = policy_to_wire(p);
+    spoil(*w.mutable_rules(0));
+    return policy_from_wire(w).message();
+  };
+  CHECK_THAT(refused([](v1::SamplingRule& w) { w.set_layer_regex("(["); }), Catch::Contains("rules[0]: layers: not a layer pattern"));
+  CHECK_THAT(refused([](v1::SamplingRule& w) { w.set_and_layer_regex("fc\x01"); }), Catch::Contains("not printable ASCII"));
+  CHECK_THAT(refused([](v1::SamplingRule& w) { w.set_every_n_steps(0); }), Catch::Contains("every: expected 1 or more"));
+  CHECK_THAT(refused([](v1::SamplingRule& w) { w.mutable_ranges(1)->set_end(80); }), Catch::Contains("must end above its start"));
+  CHECK_THAT(refused([](v1::SamplingRule& w) { w.mutable_tensors(0)->set_gemm(v1::GEMM_UNKNOWN); }), Catch::Contains("tensors"));
+  CHECK_THAT(refused([](v1::SamplingRule& w) {
+               for (int i = 0; i < 9; ++i) w.add_ranges()->set_end(1);
+             }),
+             Catch::Contains("more than 8 step ranges"));
+  v1::Policy many = policy_to_wire(p);
+  for (int i = 0; i < 16; ++i) *many.add_rules() = many.rules(0);
+  CHECK_THAT(policy_from_wire(many).message(), Catch::Contains("rules: at most 16, got 17"));
+}

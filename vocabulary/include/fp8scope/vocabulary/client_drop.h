@@ -28,7 +28,8 @@ namespace fp8scope {
   ROW(DaemonRefused, "daemon_refused")           /* the daemon dropped or rejected the sample */         \
   ROW(DaemonTooOld, "daemon_too_old")            /* protocol 2 data for a daemon that reads 1 only */   \
   ROW(GroupedBlockScales, "grouped_block_scales") /* block scales of a pointer-array batch */          \
-  ROW(GatherUnavailable, "gather_unavailable")   /* the gather kernel could not be loaded (driver JIT) */
+  ROW(GatherUnavailable, "gather_unavailable")   /* the gather kernel could not be loaded (driver JIT) */ \
+  ROW(RuleConflict, "rule_conflict")             /* two sections of a TE config select the layer */
 
 enum class ClientDrop : std::uint32_t { FP8SCOPE_CLIENT_DROPS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 

@@ -49,8 +49,8 @@ class HookRuntime {
   HookRuntime();
   // Everything after the step check, for a GEMM whose step is sampled: one matrix per operand, or
   // for a batched or grouped GEMM the chosen experts' matrices.
-  void sample(const GemmCall& call, std::uint64_t step, const GemmName& name);
-  void sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name);
+  void sample(const GemmCall& call, std::uint64_t step, const GemmName& name, TensorSelection tensors);
+  void sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name, TensorSelection tensors);
   // cuBLAS calls: after the step check, name, read (read_call()) and sample.
   template <class Read>
   void observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped, cublasHandle_t handle,

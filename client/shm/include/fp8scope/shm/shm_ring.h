@@ -19,11 +19,12 @@
 #include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
 #include "fp8scope/vocabulary/scale_layout.h"
+#include "fp8scope/wire/sampling_rule.h"
 
 namespace fp8scope::shm {
 
 inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
-inline constexpr std::uint32_t kLayoutVersion = 3;  // 2: records carry scale tensors; 3: experts
+inline constexpr std::uint32_t kLayoutVersion = 4;  // 2: records carry scale tensors; 3: experts; 4: rules
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
@@ -68,7 +69,20 @@ struct PolicyCopy {
   std::uint32_t operand_mask = 0;  // bit (1 << Operand value); 0 = all
   std::uint32_t experts_per_call = 0;  // batched and grouped GEMMs; 0 = every expert
   char layer_regex[1024] = {};     // NUL-terminated
+  std::uint32_t rule_count = 0;    // with any, the rules replace the selection above
+  SamplingRule rules[kMaxSamplingRules];
 };
+
+// A copy's strings terminated and its counts in bounds, whatever the other side wrote.
+inline void bound(PolicyCopy& p) {
+  p.layer_regex[sizeof p.layer_regex - 1] = '\0';
+  if (p.rule_count > kMaxSamplingRules) p.rule_count = kMaxSamplingRules;
+  for (SamplingRule& r : p.rules) {
+    r.layer_regex[sizeof r.layer_regex - 1] = '\0';
+    r.and_layer_regex[sizeof r.and_layer_regex - 1] = '\0';
+    if (r.range_count > kMaxRuleStepRanges) r.range_count = kMaxRuleStepRanges;
+  }
+}
 
 // A seqlock around it: the shipper makes seq odd, writes, makes it even; the hook copies and
 // retries while seq is odd or moved, a bounded number of times, so it never waits on the shipper.
@@ -258,22 +272,25 @@ inline void write_policy(Header* h, const PolicyCopy& p) {
   b.seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   b.policy = p;
-  b.policy.layer_regex[sizeof b.policy.layer_regex - 1] = '\0';
+  bound(b.policy);
   b.seq.store(seq + 2, std::memory_order_release);
 }
 
-// A consistent copy, or nothing if the writer was busy every time we looked.
-inline std::optional<PolicyCopy> read_policy(const Header* h, int attempts = 4) {
+// A consistent copy into `out` (the copy is tens of KB: the caller keeps it off small stacks), or
+// false if the writer was busy every time we looked.
+inline bool read_policy(const Header* h, PolicyCopy& out, int attempts = 4) {
   const PolicyBlock& b = h->policy;
   for (int i = 0; i < attempts; ++i) {
     const std::uint64_t before = b.seq.load(std::memory_order_acquire);
     if (before % 2 != 0) continue;
-    PolicyCopy p = b.policy;
-    p.layer_regex[sizeof p.layer_regex - 1] = '\0';
+    out = b.policy;
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (b.seq.load(std::memory_order_relaxed) == before) return p;
+    if (b.seq.load(std::memory_order_relaxed) == before) {
+      bound(out);
+      return true;
+    }
   }
-  return std::nullopt;
+  return false;
 }
 
 }  // namespace fp8scope::shm

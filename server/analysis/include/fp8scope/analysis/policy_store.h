@@ -19,6 +19,14 @@
 
 namespace fp8scope::server {
 
+inline constexpr std::size_t kMaxRuleSourceBytes = 200;
+
+// A rule of a policy, and where it came from (for people: "te-config sections.log_fc1").
+struct PolicyRule {
+  SamplingRule rule;
+  std::string source;
+};
+
 // What the training processes sample and the daemon evaluates (the wire's Policy, which the
 // services convert: services/policy_wire.h).
 struct SamplingPolicy {
@@ -31,6 +39,8 @@ struct SamplingPolicy {
   std::uint64_t max_bytes_per_step = 0;        // per process; 0 = no limit
   std::uint32_t experts_per_call = 0;          // batched and grouped GEMMs, rotating; 0 = all
   std::vector<RecipeKind> recipes;  // what the daemon evaluates; empty = every recipe
+  // When any, they replace layer_regex, operands, every_n_steps, start_step and end_step.
+  std::vector<PolicyRule> rules;
 };
 
 class PolicyStore {
