@@ -83,12 +83,25 @@ const v1::RecipeStats* recipe_of(const v1::TensorSummary& t, const std::string& 
 void print_policy(std::ostream& out, const v1::Policy& p) {
   out << (p.job().empty() ? "the default policy (jobs without their own)" : "job " + p.job() + "'s own policy") << "\n";
   out << "version " << p.version() << "\n";
-  out << "layer_regex " << (p.layer_regex().empty() ? "(every layer)" : p.layer_regex()) << "\n";
-  out << "operands";
-  if (p.operands().empty()) out << " x w dy";
-  for (int op : p.operands()) out << " " << wire_name(static_cast<v1::Operand>(op));
-  out << "\nevery_n_steps " << p.every_n_steps() << "\n";
-  out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step())) << "\n";
+  if (p.rules_size() > 0) {
+    out << "rules (a tensor is sampled when one selects it; module patterns, steps end exclusive)\n";
+    for (const v1::SamplingRule& w : p.rules()) {
+      std::string error;
+      if (const std::optional<SamplingRule> r = wire::from_wire(w, &error)) {
+        out << "  " << format_rules({*r}) << "    from " << w.source() << "\n";
+      } else {
+        out << "  (unreadable: " << error << ")\n";
+      }
+    }
+  } else {
+    out << "layer_regex " << (p.layer_regex().empty() ? "(every layer)" : p.layer_regex()) << "\n";
+    out << "operands";
+    if (p.operands().empty()) out << " x w dy";
+    for (int op : p.operands()) out << " " << wire_name(static_cast<v1::Operand>(op));
+    out << "\nevery_n_steps " << p.every_n_steps() << "\n";
+    out << "start_step " << p.start_step() << "\nend_step " << (p.end_step() == 0 ? "(none)" : std::to_string(p.end_step()))
+        << "\n";
+  }
   out << "max_bytes_per_step " << (p.max_bytes_per_step() == 0 ? "(no limit)" : std::to_string(p.max_bytes_per_step())) << "\n";
   out << "experts_per_call " << (p.experts_per_call() == 0 ? "(all)" : std::to_string(p.experts_per_call())) << "\n";
   out << "recipes";
@@ -266,6 +279,7 @@ int run_policy_get(const AdminOptions& o, std::ostream& out, std::ostream& err) 
 }
 
 int run_policy_set(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  for (const std::string& line : te_config_notes(o.policy)) err << "fp8scope policy set: --te-config: " << line << "\n";
   if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
     err << "fp8scope policy set: " << check.message() << "\n";
     return kUsage;

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/policy_flags.h"
 #include "fp8scope/cli/number_checks.h"
+#include "fp8scope/cli/te_config.h"
 
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/kernels/recipe.h"
@@ -9,6 +10,10 @@
 namespace fp8scope::cli {
 
 void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
+  cmd->add_option("--te-config", f.te_config,
+                  "Sample what a Transformer Engine debug-API YAML (nvdlfw_inspect) logs: its layers, tensors and steps "
+                  "(docs/operations.md)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--layer-regex", f.layer_regex, "Sample layers whose name this layer pattern matches (docs/operations.md; '' = all)");
   cmd->add_option("--operands", f.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
   cmd->add_option("--every", f.every, "Sample every N steps");
@@ -23,6 +28,32 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
 }
 
 Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
+  if (f.te_config) {
+    if (f.selects()) {
+      return Status::error("--te-config says what is sampled: it goes without --layer-regex, --operands, --every, "
+                           "--start-step and --end-step");
+    }
+    Result<TeConfig> config = read_te_config(*f.te_config);
+    if (!config.ok()) return Status::error("--te-config: " + config.message());
+    if (config.value().rules.empty()) {
+      return Status::error("--te-config: " + *f.te_config + " asks for nothing fp8scope samples (each part left out is listed)");
+    }
+    p.clear_rules();
+    p.clear_layer_regex();
+    p.clear_operands();
+    for (const TeConfigRule& r : config.value().rules) {
+      v1::SamplingRule* rule = p.add_rules();
+      *rule = wire::to_wire(r.rule);
+      rule->set_source(r.source.substr(0, 200));
+    }
+    if (f.recipes.empty() && !config.value().recipes.empty()) {
+      p.clear_recipes();
+      for (RecipeKind k : config.value().recipes) p.add_recipes(wire::to_wire(k));
+    }
+  } else if (f.selects() && p.rules_size() > 0) {
+    return Status::error("the policy samples by the rules of a TE config (policy get shows them): give --te-config "
+                         "again, or --reset to select with flags");
+  }
   if (!f.operands.empty()) {
     p.clear_operands();
     for (const std::string& op : f.operands) {
@@ -52,8 +83,21 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
   return p;
 }
 
+std::vector<std::string> te_config_notes(const PolicyFlags& f) {
+  if (!f.te_config) return {};
+  Result<TeConfig> config = read_te_config(*f.te_config);
+  return config.ok() ? config.value().not_applied : std::vector<std::string>{};
+}
+
 std::map<std::string, std::string> policy_environment(const PolicyFlags& f) {
   std::map<std::string, std::string> env;
+  if (f.te_config) {
+    if (Result<TeConfig> config = read_te_config(*f.te_config); config.ok()) {
+      std::vector<SamplingRule> rules;
+      for (const TeConfigRule& r : config.value().rules) rules.push_back(r.rule);
+      env["FP8SCOPE_RULES"] = format_rules(rules);
+    }
+  }
   if (f.every) env["FP8SCOPE_EVERY"] = std::to_string(*f.every);
   if (f.start_step) env["FP8SCOPE_START_STEP"] = std::to_string(*f.start_step);
   if (f.end_step) env["FP8SCOPE_END_STEP"] = std::to_string(*f.end_step);

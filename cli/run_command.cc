@@ -157,6 +157,7 @@ struct RunParts {
 
 // The flags, checked; the exit code when they cannot be used (0: fine).
 int check_run_flags(const RunOptions& o, const fs::path& here, RunParts& parts, std::ostream& err) {
+  for (const std::string& line : te_config_notes(o.policy)) err << "fp8scope run: --te-config: " << line << "\n";
   if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
     err << "fp8scope run: " << check.message() << "\n";
     return kUsage;

@@ -9,6 +9,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev prometheus-cpp-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev
+  libyaml-cpp-dev  # `--te-config`: Transformer Engine debug-API (nvdlfw_inspect) YAML
   libpq-dev postgresql  # history in PostgreSQL; the tests start a real server (initdb, loopback)
   catch2 libbenchmark-dev prometheus python3-numpy python3-yaml openssl systemd
   clang libclang-rt-14-dev

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -80,6 +81,24 @@ std::vector<std::pair<long, double>> scalars(const std::string& data_dir, const 
   sqlite3_finalize(q);
   sqlite3_close(db);
   return out;
+}
+
+// Each (layer, gemm, operand, step) of a run's records, and the recipes evaluated, in the SQLite history.
+std::pair<std::set<std::string>, std::set<std::string>> sampled_tensors(const std::string& data_dir, const std::string& run) {
+  std::set<std::string> tensors, recipes;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2((data_dir + "/history.sqlite").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return {};
+  sqlite3_stmt* q = nullptr;
+  sqlite3_prepare_v2(db, "SELECT layer, gemm, operand, step, recipe FROM records WHERE run = ?", -1, &q, nullptr);
+  sqlite3_bind_text(q, 1, run.c_str(), -1, SQLITE_TRANSIENT);
+  const auto text = [&](int column) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(q, column))); };
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    tensors.insert(text(0) + " " + text(1) + " " + text(2) + " " + std::to_string(sqlite3_column_int64(q, 3)));
+    recipes.insert(text(4));
+  }
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return {tensors, recipes};
 }
 
 // The children of a process (the trainer's child is its shipper).
@@ -331,6 +350,63 @@ TEST_CASE("FP8 operands arrive as codes with the scale_inv their GEMM used", "[h
     CHECK(observed > 0.0);
     CHECK(std::isfinite(observed));
   }
+}
+
+TEST_CASE("a TE debug-API config drives what is sampled: its layers, tensors and steps, section by section",
+          "[hook]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  // TE's rules: freq counts from step 0 and end_step is inclusive (features/utils/__init__.py:36-68);
+  // a start_end_list's pairs are inclusive; layer_numbers reads the name's one number.
+  std::ofstream(dir.file("te.yaml")) << R"(first_layer_activations:
+  enabled: True
+  layers:
+    layer_numbers: [0]
+  transformer_engine:
+    LogFp8TensorStats:
+      enabled: True
+      tensors: [activation]
+      stats: [underflows%, mxfp8_mse]
+      freq: 3
+      start_step: 1
+      end_step: 7
+    FakeQuant:
+      enabled: True
+      gemms: [fprop]
+      tensors: [activation]
+      quant_format: FP8E5M2
+later_gradients:
+  enabled: True
+  layers:
+    layer_name_regex_pattern: 'mlp\.[1-9]'
+  transformer_engine:
+    LogTensorStats:
+      enabled: True
+      tensors_struct:
+        - tensor: gradient
+          stats: [cur_amax]
+          start_end_list: [[2, 2], [5, 6]]
+)";
+  const ProcessResult run = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--te-config", dir.file("te.yaml"), "--job", "te", "--run", "te-1"},
+                 {"--steps", "10"}),
+      child_env(), 120.0);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.err.find("FakeQuant: changes the job's numerics: not applied") != std::string::npos);
+  std::set<std::string> expected;
+  for (int step : {3, 6}) expected.insert("mlp.0#0 fprop x " + std::to_string(step));
+  for (int layer : {1, 2}) {
+    for (int step : {2, 5, 6}) expected.insert("mlp." + std::to_string(layer) + "#0 dgrad dy " + std::to_string(step));
+  }
+  // Recipes: what the stats name (mxfp8), and the job's own cast of its FP8 data; nothing else.
+  const std::set<std::string> recipes = {"mxfp8"};
+  REQUIRE(eventually([&] { return sampled_tensors(dir.file("data"), "te-1").first.size() >= expected.size(); }));
+  CHECK(sampled_tensors(dir.file("data"), "te-1").first == expected);
+  CHECK(sampled_tensors(dir.file("data"), "te-1").second == recipes);
+  CHECK(nonzero_series(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total").empty());
+  const std::string policy = cli({"policy", "get", "--endpoint", daemon.grpc(), "--job", "te"}).out;
+  CHECK(policy.find("every=3\tphase=0\tstart=1\tend=8\ttensors=fprop:x\tgroup=1") != std::string::npos);
+  CHECK(policy.find("ranges=2-3,5-7\ttensors=dgrad:dy\tgroup=2\tlayers=mlp\\.[1-9]") != std::string::npos);
 }
 
 TEST_CASE("steps come from the repeat of the first GEMM when the job does not say", "[hook]") {

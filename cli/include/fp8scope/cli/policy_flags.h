@@ -17,6 +17,7 @@
 namespace fp8scope::cli {
 
 struct PolicyFlags {
+  std::optional<std::string> te_config;  // a TE debug-API YAML: its sections become the policy's rules
   std::optional<std::string> layer_regex;
   std::vector<std::string> operands, recipes;
   std::optional<std::uint64_t> every, start_step, end_step, bytes_per_step;
@@ -24,16 +25,22 @@ struct PolicyFlags {
   bool reset = false;
 
   bool any() const {
-    return layer_regex || !operands.empty() || !recipes.empty() || every || start_step || end_step || bytes_per_step ||
-           experts_per_call || reset;
+    return te_config || layer_regex || !operands.empty() || !recipes.empty() || every || start_step || end_step ||
+           bytes_per_step || experts_per_call || reset;
   }
+  // The flags that say what is sampled, which a TE config's rules replace.
+  bool selects() const { return layer_regex || !operands.empty() || every || start_step || end_step; }
 };
 
 void add_policy_flags(CLI::App* cmd, PolicyFlags& flags);
 
 // `base` with the given flags applied (base is the daemon's current policy, or the default with
-// --reset); an error names the bad flag.
+// --reset); an error names the bad flag. With --te-config the config's rules replace the
+// selection, and its stats name the recipes unless --recipe does.
 Result<v1::Policy> apply_policy_flags(const PolicyFlags& flags, v1::Policy base);
+
+// What --te-config leaves out and why, one line each, for the command to print; nothing without it.
+std::vector<std::string> te_config_notes(const PolicyFlags& flags);
 
 // Sends the flags to the daemon as `job`'s own policy ("" = the default): the policy the job
 // follows now (the default with --reset) with the flags applied. With `inherit`, drops the job's own
@@ -41,7 +48,8 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& flags, v1::Policy base)
 grpc::Status send_policy(v1::Admin::Stub& stub, const ConnectionOptions& options, double timeout_seconds,
                          const PolicyFlags& flags, const std::string& job, bool inherit, v1::Policy* result);
 
-// FP8SCOPE_EVERY, _START_STEP, _END_STEP, _BYTES_PER_STEP, _LAYER_REGEX, _OPERANDS for the flags given.
+// FP8SCOPE_EVERY, _START_STEP, _END_STEP, _BYTES_PER_STEP, _LAYER_REGEX, _OPERANDS, _RULES for the
+// flags given.
 std::map<std::string, std::string> policy_environment(const PolicyFlags& flags);
 
 }  // namespace fp8scope::cli

@@ -1,0 +1,195 @@
+// TE debug-API configs as sampling rules: the configs of TE's tests and docs become the rules their
+// sections say (layers, tensors, steps as TE counts them), what fp8scope does not do is listed, and
+// every malformed config is refused naming the file, the line and the key.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "fp8scope/cli/policy_flags.h"
+#include "fp8scope/cli/te_config.h"
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/wire/wire.h"
+#include "support/temp_dir.h"
+
+using namespace fp8scope;
+using fp8scope::cli::read_te_config;
+using fp8scope::cli::TeConfig;
+
+namespace {
+
+const std::string kConfigs = FP8SCOPE_TE_CONFIGS;
+
+TeConfig read(const std::string& name) {
+  auto config = read_te_config(kConfigs + "/" + name);
+  INFO(config.message());
+  REQUIRE(config.ok());
+  return config.value();
+}
+
+bool any_note(const TeConfig& c, const std::string& text) {
+  for (const std::string& n : c.not_applied) {
+    if (n.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// TE's step rule, written from features/utils/__init__.py:36-68: it % freq == 0 and s <= it <= e.
+bool te_runs(std::uint64_t it, std::uint64_t freq, std::uint64_t s, std::optional<std::uint64_t> e) {
+  return it % freq == 0 && it >= s && (!e || it <= *e);
+}
+
+bool selects_module(const SamplingRule& r, const std::string& module) {
+  std::string error;
+  for (const char* text : {r.layer_regex, r.and_layer_regex}) {
+    if (*text == '\0') continue;
+    const auto p = LayerPattern::compile(text, &error);
+    REQUIRE(p);
+    if (!p->search(module)) return false;
+  }
+  return true;
+}
+
+std::string error_of(const std::string& yaml) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("bad.yaml")) << yaml;
+  auto config = read_te_config(dir.file("bad.yaml"));
+  REQUIRE_FALSE(config.ok());
+  CHECK_THAT(config.message(), Catch::Contains(dir.file("bad.yaml") + ":"));
+  return config.message();
+}
+
+}  // namespace
+
+TEST_CASE("TE's log_config: the activation every 3rd and every 5th step from step 1, as TE counts", "[te_config]") {
+  const TeConfig c = read("te_log_config.yaml");
+  REQUIRE(c.rules.size() == 2);
+  for (const auto& r : c.rules) {
+    CHECK(r.rule.tensors == tensor_bit(GemmRole::kFprop, Operand::kX));
+    CHECK(r.rule.group == 1);
+    CHECK(selects_module(r.rule, "decoder.1.mlp.fc1"));
+  }
+  for (std::uint64_t it = 0; it < 40; ++it) {
+    INFO(it);
+    CHECK(rule_selects_step(c.rules[0].rule, it) == te_runs(it, 3, 1, std::nullopt));
+    CHECK(rule_selects_step(c.rules[1].rule, it) == te_runs(it, 5, 1, std::nullopt));
+  }
+  CHECK(c.recipes.empty());  // underflows% unprefixed: the job's own cast
+  CHECK(any_note(c, "l1_norm: not computed"));
+}
+
+TEST_CASE("TE's stats collection config: layer numbers, nvdlfw's own LogTensorStats, recipes by prefix", "[te_config]") {
+  const TeConfig c = read("te_stats_collection.yaml");
+  // Section 1: nvdlfw's LogTensorStats (freq 1), TE's (freq 2), LogFp8TensorStats (freq 5, two tensors merged).
+  // Section 2: activation freq 2; weight in two inclusive ranges; output left out.
+  REQUIRE(c.rules.size() == 5);
+  const SamplingRule &base = c.rules[0].rule, &te = c.rules[1].rule, &fp8 = c.rules[2].rule;
+  CHECK((base.every_n_steps == 1 && te.every_n_steps == 2 && fp8.every_n_steps == 5));
+  for (std::uint64_t it = 0; it < 600; ++it) {
+    CHECK(rule_selects_step(base, it) == te_runs(it, 1, 100, 500));  // end_step inclusive in both dialects
+    CHECK(rule_selects_step(te, it) == te_runs(it, 2, 100, 500));
+    CHECK(rule_selects_step(fp8, it) == te_runs(it, 5, 100, 500));
+  }
+  // _columnwise stats add the GEMM that reads each tensor's transposed copy.
+  CHECK(fp8.tensors == (tensor_bit(GemmRole::kDgrad, Operand::kDy) | tensor_bit(GemmRole::kWgrad, Operand::kDy) |
+                        tensor_bit(GemmRole::kFprop, Operand::kW) | tensor_bit(GemmRole::kDgrad, Operand::kW)));
+  for (const char* module : {"decoder.1.self_attention.qkv", "decoder.3.mlp.fc1", "layers.03.x"}) {
+    CHECK(selects_module(base, module));
+  }
+  for (const char* module : {"decoder.2.mlp.fc1", "decoder.13.mlp", "decoder.1.mlp.fc12", "no_number"}) {
+    CHECK_FALSE(selects_module(base, module));
+  }
+  // mxfp8_mse for both tensors, fp8_block_scaling 1x128 for the gradient and 128x128 for the weight.
+  CHECK(c.recipes == std::vector<RecipeKind>{RecipeKind::kMxfp8, RecipeKind::kBlock1x128, RecipeKind::kBlock128x128});
+
+  const SamplingRule &activation = c.rules[3].rule, &weight = c.rules[4].rule;
+  CHECK(activation.group == 2);
+  CHECK(selects_module(activation, "decoder.6.mlp.fc1"));
+  CHECK(selects_module(activation, "decoder.7.mlp.fc2"));
+  CHECK_FALSE(selects_module(activation, "decoder.6.attn.qkv"));  // layer_types and layer_numbers hold together
+  CHECK_FALSE(selects_module(activation, "decoder.5.mlp.fc1"));
+  for (std::uint64_t it = 0; it < 120; ++it) {
+    CHECK(rule_selects_step(weight, it) == (it % 5 == 0 && (it <= 20 || (it >= 80 && it <= 100))));
+  }
+  CHECK(any_note(c, "output: a GEMM output"));
+  CHECK(any_note(c, "min: not computed"));
+  CHECK(any_note(c, "disabled_section: disabled"));
+}
+
+TEST_CASE("TE's getting-started config: the feature that changes the run is listed, the logging applies", "[te_config]") {
+  const TeConfig c = read("te_getting_started.yaml");
+  REQUIRE(c.rules.size() == 1);
+  CHECK(c.rules[0].rule.group == 2);
+  CHECK(selects_module(c.rules[0].rule, "transformer_layer.self_attention.layernorm_qkv"));
+  CHECK_FALSE(selects_module(c.rules[0].rule, "transformer_layer.mlp.fc1"));
+  for (std::uint64_t it = 0; it < 10; ++it) CHECK(rule_selects_step(c.rules[0].rule, it) == (it >= 2 && it <= 5));
+  CHECK(any_note(c, "DisableFP8GEMM: runs GEMMs in high precision"));
+  CHECK_THAT(c.not_applied.front(), Catch::Contains("te_getting_started.yaml:8:"));
+}
+
+TEST_CASE("malformed configs are refused with the file, line and key", "[te_config]") {
+  CHECK_THAT(error_of("s:\n  layers:\n    layer_types: [fc1]\n"), Catch::Contains(":2: s: missing `enabled`"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers:\n    layer_name_regex_pattern: '(?<!fc)1'\n"
+                      "  transformer_engine:\n    LogTensorStats: {enabled: true, tensors: [activation], stats: [mean]}\n"),
+             Catch::Contains(":4: s.layers.layer_name_regex_pattern: cannot be matched exactly") &&
+                 Catch::Contains("lookaround"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\n  transformer_engine:\n    LogFoo: {enabled: true}\n"),
+             Catch::Contains("Could not find feature 'LogFoo'"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\ns:\n  enabled: false\n"),
+             Catch::Contains("given twice"));
+  CHECK_THAT(error_of("s: {enabled: false}\n---\nt: {enabled: false}\n"), Catch::Contains("2 YAML documents"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\n  transformer_engine:\n"
+                      "    LogTensorStats: {enabled: true, tensors: [activation], stats: [mean], freq: 0}\n"),
+             Catch::Contains(":5: s.transformer_engine.LogTensorStats activation.freq: expected 1 or more"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\n  transformer_engine:\n"
+                      "    LogFp8TensorStats: {enabled: true, tensors: [weight], stats: [underflows]}\n"),
+             Catch::Contains("Stat underflows is not supported"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\n  transformer_engine:\n"
+                      "    LogFp8TensorStats: {enabled: true, tensors: [weight], stats: [fp8_current_scaling_mse_columnwise]}\n"),
+             Catch::Contains("_columnwise is not supported for fp8_current_scaling"));
+  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_numbers: 3}\n"), Catch::Contains("s.layers.layer_numbers"));
+  CHECK_THAT(error_of("s: [\n"), Catch::Contains("not YAML"));
+  CHECK_THAT(error_of("s: {enabled: false}\n"), Catch::Contains("no enabled section"));
+}
+
+TEST_CASE("a TE config (--te-config) replaces the policy's selection with the rules, and refuses what would contradict it",
+          "[te_config]") {
+  cli::PolicyFlags flags;
+  flags.te_config = kConfigs + "/te_stats_collection.yaml";
+  v1::Policy base;
+  base.set_layer_regex("mlp");
+  base.add_operands(v1::OPERAND_W);
+  Result<v1::Policy> p = cli::apply_policy_flags(flags, base);
+  REQUIRE(p.ok());
+  CHECK(p.value().rules_size() == 5);
+  CHECK(p.value().layer_regex().empty());
+  CHECK(p.value().operands().empty());
+  CHECK(p.value().recipes_size() == 3);
+  CHECK_THAT(p.value().rules(0).source(), Catch::Contains("te_stats_collection.yaml:8: collection_1.LogTensorStats activation"));
+  // The hook hears the same rules from its environment before the daemon's policy reaches it.
+  const std::string env = cli::policy_environment(flags).at("FP8SCOPE_RULES");
+  std::string error;
+  const auto rules = parse_rules(env, &error);
+  REQUIRE(rules);
+  REQUIRE(rules->size() == 5);
+  CHECK(wire::to_wire((*rules)[4]).SerializeAsString() ==
+        [&] { v1::SamplingRule r = p.value().rules(4); r.clear_source(); return r.SerializeAsString(); }());
+
+  flags.every = 5;
+  CHECK_FALSE(cli::apply_policy_flags(flags, base).ok());
+  cli::PolicyFlags plain;
+  plain.every = 5;
+  CHECK_THAT(cli::apply_policy_flags(plain, p.value()).message(), Catch::Contains("rules of a TE config"));
+  plain.reset = true;  // a --reset policy starts from the default, which has no rules
+  CHECK(cli::apply_policy_flags(plain, v1::Policy()).ok());
+
+  testing::TempDir dir;
+  std::ofstream(dir.file("only_fake_quant.yaml"))
+      << "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n  transformer_engine:\n"
+         "    FakeQuant: {enabled: true, gemms: [fprop], tensors: [activation], quant_format: FP8E4M3}\n";
+  cli::PolicyFlags nothing;
+  nothing.te_config = dir.file("only_fake_quant.yaml");
+  CHECK_THAT(cli::apply_policy_flags(nothing, base).message(), Catch::Contains("asks for nothing fp8scope samples"));
+  CHECK_THAT(cli::te_config_notes(nothing).front(), Catch::Contains("FakeQuant: changes the job's numerics: not applied"));
+}
