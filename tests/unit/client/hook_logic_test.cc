@@ -146,6 +146,18 @@ TEST_CASE("steps: the first GEMM's repeat, an NVTX step range, or the C API", "[
   CHECK_FALSE(clock.needs_signature());
 }
 
+namespace {
+
+// A shared segment in this process's memory, for the policy the shipper would write into it.
+struct PolicySegment {
+  PolicySegment() { REQUIRE(shm::initialize(base(), shm::data_offset() + 4096, 1)); }
+  void* base() { return memory.data() + (shm::kAlign - reinterpret_cast<std::uintptr_t>(memory.data()) % shm::kAlign); }
+  shm::Header* header() { return static_cast<shm::Header*>(base()); }
+  std::vector<unsigned char> memory = std::vector<unsigned char>(shm::data_offset() + 4096 + shm::kAlign);
+};
+
+}  // namespace
+
 TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hook]") {
   setenv("FP8SCOPE_EVERY", "4", 1);
   setenv("FP8SCOPE_START_STEP", "2", 1);
@@ -171,10 +183,8 @@ TEST_CASE("the sampler follows the environment, then the daemon's policy", "[hoo
   CHECK(sampler.charge(10, 600));       // a new step, a new budget
 
   // The daemon's policy arrives through the segment and replaces the environment's.
-  std::vector<unsigned char> memory(shm::data_offset() + 4096 + shm::kAlign);
-  void* base = memory.data() + (shm::kAlign - reinterpret_cast<std::uintptr_t>(memory.data()) % shm::kAlign);
-  REQUIRE(shm::initialize(base, shm::data_offset() + 4096, 1));
-  auto* segment = static_cast<shm::Header*>(base);
+  PolicySegment memory;
+  shm::Header* segment = memory.header();
   shm::PolicyCopy p;
   p.version = 2;
   p.every_n_steps = 1;
@@ -217,10 +227,8 @@ TEST_CASE("rules select steps, modules and tensors each on their own, and replac
   CHECK(sampler.select(21, "blocks.0.mlp.fc2#0").none());
 
   // A policy from the daemon with rules; then one without, and the policy's own selection is back.
-  std::vector<unsigned char> memory(shm::data_offset() + 4096 + shm::kAlign);
-  void* base = memory.data() + (shm::kAlign - reinterpret_cast<std::uintptr_t>(memory.data()) % shm::kAlign);
-  REQUIRE(shm::initialize(base, shm::data_offset() + 4096, 1));
-  auto* segment = static_cast<shm::Header*>(base);
+  PolicySegment memory;
+  shm::Header* segment = memory.header();
   shm::PolicyCopy p;
   p.version = 2;
   p.every_n_steps = 1;
