@@ -73,23 +73,22 @@ shm::PolicyCopy policy_from_environment() {
   return p;
 }
 
+// The policy's own operands are tensor bits that take them in every GEMM.
 TensorSelection TensorSelection::of_operands(std::uint32_t operand_mask) {
-  std::uint32_t bits = 0;
-  for (const GemmRoleTerm& g : kGemmRoles) {
+  std::uint32_t tensors = 0;
+  for (GemmRole g : kRuleGemms) {
     for (const OperandTerm& o : kOperands) {
-      if (operand_mask == 0 || (operand_mask & (1u << static_cast<std::uint32_t>(o.value))) != 0) {
-        bits |= tensor_bit(g.value, o.value);
-      }
+      if ((operand_mask & (1u << static_cast<std::uint32_t>(o.value))) != 0) tensors |= tensor_bit(g, o.value);
     }
   }
-  return TensorSelection(bits);
+  return of_tensors(tensors);
 }
 
-TensorSelection TensorSelection::of_rule(const SamplingRule& rule) {
+TensorSelection TensorSelection::of_tensors(std::uint32_t tensors) {
   std::uint32_t bits = 0;
   for (const GemmRoleTerm& g : kGemmRoles) {
     for (const OperandTerm& o : kOperands) {
-      if (rule_selects_tensor(rule, g.value, o.value)) bits |= tensor_bit(g.value, o.value);
+      if (tensors_select(tensors, g.value, o.value)) bits |= tensor_bit(g.value, o.value);
     }
   }
   return TensorSelection(bits);
@@ -177,7 +176,7 @@ TensorSelection Sampler::select(std::uint64_t step, const std::string& layer, bo
   TensorSelection selection;
   for (std::size_t i = 0; i < rules_.size(); ++i) {
     if ((matching >> i & 1u) != 0 && rule_selects_step(rules_[i].rule, step)) {
-      selection |= TensorSelection::of_rule(rules_[i].rule);
+      selection |= TensorSelection::of_tensors(rules_[i].rule.tensors);
     }
   }
   return selection;

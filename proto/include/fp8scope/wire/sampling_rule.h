@@ -74,12 +74,12 @@ constexpr bool rule_selects_step(const SamplingRule& r, std::uint64_t step) {
   return false;
 }
 
-// Whether a rule's tensors take `operand` of a GEMM with this role.
-constexpr bool rule_selects_tensor(const SamplingRule& r, GemmRole gemm, Operand operand) {
-  if (r.tensors == 0) return true;
-  if (gemm != GemmRole::kUnknown) return (r.tensors & tensor_bit(gemm, operand)) != 0;
+// Whether tensor bits (SamplingRule::tensors) take `operand` of a GEMM with this role.
+constexpr bool tensors_select(std::uint32_t tensors, GemmRole gemm, Operand operand) {
+  if (tensors == 0) return true;
+  if (gemm != GemmRole::kUnknown) return (tensors & tensor_bit(gemm, operand)) != 0;
   for (GemmRole g : kRuleGemms) {
-    if ((r.tensors & tensor_bit(g, operand)) != 0) return true;
+    if ((tensors & tensor_bit(g, operand)) != 0) return true;
   }
   return false;
 }

@@ -29,7 +29,7 @@ class TensorSelection {
  public:
   static TensorSelection all() { return TensorSelection(~0u); }
   static TensorSelection of_operands(std::uint32_t operand_mask);  // bit (1 << Operand); 0 = all
-  static TensorSelection of_rule(const SamplingRule& rule);
+  static TensorSelection of_tensors(std::uint32_t tensors);  // SamplingRule::tensors
   TensorSelection() = default;
   bool none() const { return bits_ == 0; }
   bool takes(GemmRole gemm, Operand operand) const { return (bits_ & tensor_bit(gemm, operand)) != 0; }
