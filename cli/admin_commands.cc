@@ -5,14 +5,17 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "fp8scope/cli/nvdlfw_log.h"
-#include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/te_log/nvdlfw_log.h"
+#include "fp8scope/te_log/nvdlfw_log_files.h"
 #include "fp8scope/wire/wire.h"
 
 namespace fp8scope::cli {
@@ -393,8 +396,20 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   }
   std::unique_ptr<history::HistoryReader> reader = history_reader(o, err);
   if (!reader) return o.history.empty() ? kUnreachable : kUsage;
-  NvdlfwLogFiles te_files(o.te_log_dir);
-  NvdlfwLog te_log;
+  std::unique_ptr<te_log::NvdlfwLogFiles> te_files;
+  if (!o.te_log_dir.empty()) {
+    te_log::NvdlfwLogFilesOptions files;
+    files.truncate = true;  // an export: the files hold this answer alone
+    files.max_files = std::numeric_limits<std::size_t>::max();
+    Result<std::unique_ptr<te_log::NvdlfwLogFiles>> opened = te_log::NvdlfwLogFiles::open(o.te_log_dir, files);
+    if (!opened.ok()) {
+      err << "fp8scope history: --te-log-dir " << opened.status().message() << "\n";
+      return kUsage;
+    }
+    te_files = std::move(opened).value();
+  }
+  te_log::NvdlfwLog te_log;
+  bool te_failed = false;
   // The header comes with the first row (or the end of an empty answer), so a failed read prints
   // its one error line and nothing else.
   bool header = false;
@@ -406,13 +421,18 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       print_history_row(o, r, out);
       return true;
     }
-    for (const NvdlfwLine& line : te_log.lines(r)) {
-      if (!te_files.write(line, out)) return false;
+    std::string block;  // a record's lines, all of its rank
+    for (const te_log::NvdlfwLine& line : te_log.lines(r)) block += line.text + "\n";
+    if (!te_files) {
+      out << block;
+    } else if (!block.empty() && te_files->append("", r.rank, block) != te_log::AppendOutcome::kWritten) {
+      te_failed = true;
+      return false;
     }
     return true;
   });
-  if (!te_files.error().empty()) {
-    err << "fp8scope history: " << te_files.error() << "\n";
+  if (te_failed) {
+    err << "fp8scope history: --te-log-dir " << te_files->error() << "\n";
     return kUsage;
   }
   if (!s.ok()) {

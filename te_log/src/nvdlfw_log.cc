@@ -1,15 +1,14 @@
-#include "fp8scope/cli/nvdlfw_log.h"
+#include "fp8scope/te_log/nvdlfw_log.h"
 
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <optional>
 
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 
-namespace fp8scope::cli {
+namespace fp8scope::te_log {
 namespace {
 
 // fp8scope's what-if recipes as LogFp8TensorStats names them, and the operands each stands for:
@@ -121,30 +120,8 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   return out;
 }
 
-bool NvdlfwLogFiles::write(const NvdlfwLine& line, std::ostream& out) {
-  if (!error_.empty()) return false;
-  if (dir_.empty()) {
-    out << line.text << "\n";
-    return true;
-  }
-  std::unique_ptr<std::ofstream>& file = files_[line.rank];
-  if (!file) {
-    const std::string path = NvdlfwLog::file_of(dir_, line.rank);
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    file = std::make_unique<std::ofstream>(path, std::ios::trunc);
-    if (ec || !*file) {
-      error_ = "--te-log-dir: cannot write " + path + (ec ? ": " + ec.message() : "");
-      return false;
-    }
-  }
-  *file << line.text << "\n";
-  if (!*file) error_ = "--te-log-dir: writing " + NvdlfwLog::file_of(dir_, line.rank) + " failed";
-  return error_.empty();
-}
-
 std::string NvdlfwLog::file_of(const std::string& dir, std::uint32_t rank) {
   return dir + "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-" + std::to_string(rank) + ".log";
 }
 
-}  // namespace fp8scope::cli
+}  // namespace fp8scope::te_log

@@ -1,5 +1,5 @@
 // fp8scope's history as nvdlfw_inspect's statistics logs, the lines Transformer Engine's debug
-// features write (`fp8scope history --format nvdlfw`), so that tools which parse those logs read
+// features write (`fp8scope history --format nvdlfw`, `fp8scoped --te-log-dir`), so that tools which parse those logs read
 // fp8scope's records unchanged. Every rule is from the source (TE at d0067d0, nvidia-dlfw-inspect at
 // dc19d10):
 //  - a line: "<asctime> - INFO - <name> \t\t\t\t iteration=%06d \t\t\t\t value=%.4f"
@@ -18,10 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
-#include <map>
-#include <memory>
-#include <ostream>
 #include <set>
 #include <string>
 #include <tuple>
@@ -29,7 +25,7 @@
 
 #include "fp8scope/history/records.h"
 
-namespace fp8scope::cli {
+namespace fp8scope::te_log {
 
 struct NvdlfwLine {
   std::uint32_t rank = 0;
@@ -39,7 +35,8 @@ struct NvdlfwLine {
 class NvdlfwLog {
  public:
   // The lines of one record, in history order; none for a record TE would not log (a tensor's
-  // later GEMMs, recipes TE has no name for).
+  // later GEMMs, recipes TE has no name for). A tensor's LogTensorStats lines come once a step:
+  // with its first record seen, so one NvdlfwLog reads one stream of records (or one sample's).
   std::vector<NvdlfwLine> lines(const history::HistoryRecord& r);
 
   // The file nvdlfw_inspect writes a rank's lines to, below `dir`.
@@ -50,17 +47,4 @@ class NvdlfwLog {
   std::set<std::tuple<std::uint32_t, std::string, std::string, std::uint64_t>> tensor_stats_written_;
 };
 
-// Where the lines go: `out`, or with a directory each rank's file in it (created as needed). After
-// a failed write, nothing more is written and error() says why.
-class NvdlfwLogFiles {
- public:
-  explicit NvdlfwLogFiles(std::string dir) : dir_(std::move(dir)) {}
-  bool write(const NvdlfwLine& line, std::ostream& out);
-  const std::string& error() const { return error_; }
-
- private:
-  std::string dir_, error_;
-  std::map<std::uint32_t, std::unique_ptr<std::ofstream>> files_;
-};
-
-}  // namespace fp8scope::cli
+}  // namespace fp8scope::te_log
