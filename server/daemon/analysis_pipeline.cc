@@ -7,7 +7,7 @@ namespace fp8scope::server {
 AnalysisPipeline::AnalysisPipeline(PipelineDeps deps)
     : d_(deps),
       analyzer_(*deps.engine, deps.max_tensors),
-      publisher_(*deps.series, *deps.tensors, *deps.history, deps.exported),
+      publisher_(*deps.series, *deps.tensors, *deps.history, deps.exported, deps.te_log),
       // Waiting GEMM operands keep their leases: at most a quarter of the queue budget.
       gemm_pairs_(16, 64ull << 20, deps.budget->capacity() / 4),
       gemm_checker_(deps.gemm) {}

@@ -128,6 +128,7 @@ struct Daemon::Impl {
   std::unique_ptr<DataDirLock> data_dir_lock;  // taken first, released last
   std::unique_ptr<AckJournal> journal;  // outlives the history, whose writer releases its slots
   std::unique_ptr<history::HistoryStore> history;
+  std::unique_ptr<TeLogWriter> te_log;  // outlives the pipeline that feeds it
   std::unique_ptr<TensorTable> tensors;
   std::unique_ptr<AnalysisPipeline> pipeline;
   std::unique_ptr<SharedRegions> shared_regions;  // outlives the streams that read its regions
@@ -156,6 +157,7 @@ struct Daemon::Impl {
       health->set_history_writes(writes.failed_writes, writes.lost, writes.pending, !writes.error.empty());
       health->set_queue_bytes(budget->used());
       health->set_unstored_samples(journal->in_use());
+      if (te_log) health->set_te_log(te_log->counts());
     }
   }
 };
@@ -194,6 +196,14 @@ Result<std::vector<AckJournal::Leftover>> Daemon::Impl::open_stores() {
   Result<std::unique_ptr<AckJournal>> j = AckJournal::open(c.data_dir + "/accepted.journal");
   if (!j.ok()) return j.status();
   journal = std::move(j).value();
+  if (!c.te_log_dir.empty()) {
+    TeLogLimits limits;
+    limits.max_bytes = c.te_log_max_bytes;
+    Result<std::unique_ptr<TeLogWriter>> writer = TeLogWriter::open(c.te_log_dir, limits);
+    if (!writer.ok()) return writer.status();
+    te_log = std::move(writer).value();
+    spdlog::info("writing TE debug-API statistics logs below {}", c.te_log_dir);
+  }
   return unstored_leftovers(*history, journal->leftovers());
 }
 
@@ -263,7 +273,8 @@ Status Daemon::Impl::build_stages() {
   pipeline = std::make_unique<AnalysisPipeline>(
       PipelineDeps{queue.get(), budget.get(), engine.get(), &policy, series.get(), health.get(), history.get(),
                    journal.get(), tensors.get(), gemm.get(), c.max_tensors,
-                   MetricExport{metric_recipe_kinds(c.metric_recipes).value(), c.log2_histogram_metrics}});
+                   MetricExport{metric_recipe_kinds(c.metric_recipes).value(), c.log2_histogram_metrics},
+                   te_log.get()});
   Result<std::unique_ptr<SharedRegions>> regions = open_shared_regions(c);
   if (!regions.ok()) return regions.status();
   shared_regions = std::move(regions).value();

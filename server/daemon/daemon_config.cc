@@ -78,6 +78,12 @@ void add_place_options(CLI::App& app, DaemonConfig& c) {
       "daemons share (default: history.sqlite in --data-dir)");
   add(app, "retention-days", c.retention_days, "Delete history rows older than this many days, hourly (0 = keep all)")
       ->check(CLI::Range(0.0, 36500.0));
+  add(app, "te-log-dir", c.te_log_dir,
+      "Also write every analyzed sample's statistics as Transformer Engine's debug API logs them, for the tools "
+      "that read those logs: DIR/<job>/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-<rank>.log, "
+      "appended to (default: off)");
+  add(app, "te-log-max-bytes", c.te_log_max_bytes,
+      "What the --te-log-dir files may hold together; past it lines are dropped and counted");
 }
 
 // How it analyzes and exports.
@@ -202,6 +208,9 @@ Status validate(const DaemonConfig& c) {
   if (c.queue_budget_bytes < c.max_sample_bytes) {
     return Status::error("--queue-budget-bytes (" + std::to_string(c.queue_budget_bytes) +
                          ") must be at least --max-sample-bytes (" + std::to_string(c.max_sample_bytes) + ")");
+  }
+  if (!c.te_log_dir.empty() && c.te_log_max_bytes < (1u << 20)) {
+    return Status::error("--te-log-max-bytes: expected at least 1 MiB, got " + std::to_string(c.te_log_max_bytes));
   }
   if (c.max_tensors < 1) return Status::error("--max-tensors: expected at least 1");
   if (c.max_inflight_bytes < (4u << 20)) return Status::error("--max-inflight-bytes: expected at least 4 MiB (one chunk)");

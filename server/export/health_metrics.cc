@@ -10,6 +10,11 @@ auto& family(Builder builder, const char* name, prometheus::Registry& registry) 
   return builder.Name(name).Help(find_metric(name)->help).Register(registry);
 }
 
+// A counter set to a total kept elsewhere (it only ever grows).
+void raise_to(prometheus::Counter& counter, std::uint64_t total) {
+  if (static_cast<double>(total) > counter.Value()) counter.Increment(static_cast<double>(total) - counter.Value());
+}
+
 }  // namespace
 
 HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version, const std::string& backend,
@@ -33,7 +38,13 @@ HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version
       pending_records_(family(prometheus::BuildGauge(), "fp8scope_history_pending_records", r).Add({})),
       write_failing_(family(prometheus::BuildGauge(), "fp8scope_history_write_failing", r).Add({})),
       acknowledged_lost_(family(prometheus::BuildCounter(), "fp8scope_acknowledged_samples_lost_total", r).Add({})),
-      unstored_samples_(family(prometheus::BuildGauge(), "fp8scope_unstored_accepted_samples", r).Add({})) {
+      unstored_samples_(family(prometheus::BuildGauge(), "fp8scope_unstored_accepted_samples", r).Add({})),
+      te_log_lines_(family(prometheus::BuildCounter(), "fp8scope_te_log_lines_total", r).Add({})),
+      te_log_bytes_(family(prometheus::BuildGauge(), "fp8scope_te_log_bytes", r).Add({})) {
+  auto& te_log_dropped = family(prometheus::BuildCounter(), "fp8scope_te_log_lines_dropped_total", r);
+  for (std::size_t i = 0; i < te_log_dropped_.size(); ++i) {
+    te_log_dropped_[i] = &te_log_dropped.Add({{"reason", kTeLogDropReasons[i]}});
+  }
   family(prometheus::BuildGauge(), "fp8scope_queue_budget_bytes", r).Add({}).Set(static_cast<double>(queue_budget_bytes));
   for (const char* reason : kDaemonDropReasons) dropped_family_.Add({{"reason", reason}});
   family(prometheus::BuildGauge(), "fp8scope_build_info", r).Add({{"version", version}, {"backend", backend}}).Set(1);
@@ -60,20 +71,23 @@ void HealthMetrics::client_disconnected() { clients_.Decrement(); }
 
 void HealthMetrics::set_series(std::uint64_t series, std::uint64_t suppressed_total) {
   series_.Set(static_cast<double>(series));
-  const double seen = suppressed_.Value();
-  if (static_cast<double>(suppressed_total) > seen) suppressed_.Increment(static_cast<double>(suppressed_total) - seen);
+  raise_to(suppressed_, suppressed_total);
 }
 
 void HealthMetrics::set_records_stored(std::uint64_t total) {
-  const double seen = records_.Value();
-  if (static_cast<double>(total) > seen) records_.Increment(static_cast<double>(total) - seen);
+  raise_to(records_, total);
+}
+
+void HealthMetrics::set_te_log(const TeLogCounts& counts) {
+  raise_to(te_log_lines_, counts.lines);
+  for (std::size_t i = 0; i < te_log_dropped_.size(); ++i) raise_to(*te_log_dropped_[i], counts.dropped[i]);
+  te_log_bytes_.Set(static_cast<double>(counts.bytes));
 }
 
 void HealthMetrics::set_history_writes(std::uint64_t failed_total, std::uint64_t lost_total, std::uint64_t pending,
                                        bool failing) {
-  for (auto [counter, total] : {std::pair{&write_failures_, failed_total}, std::pair{&records_lost_, lost_total}}) {
-    if (static_cast<double>(total) > counter->Value()) counter->Increment(static_cast<double>(total) - counter->Value());
-  }
+  raise_to(write_failures_, failed_total);
+  raise_to(records_lost_, lost_total);
   pending_records_.Set(static_cast<double>(pending));
   write_failing_.Set(failing ? 1 : 0);
 }

@@ -111,6 +111,14 @@ void add_daemon_metrics(std::vector<MetricDef>& t) {
       "fp8scope_history_records_lost_total",
       "Records dropped unwritten: more than 200,000 waited while writes failed, or writes still failed at shutdown.",
       "records", {});
+  rows.counter("fp8scope_te_log_lines_total",
+               "Lines written to --te-log-dir (TE debug-API statistics logs); 0 without it.", "lines", {});
+  rows.counter("fp8scope_te_log_lines_dropped_total",
+               "Lines not written to --te-log-dir, by reason: queue_full (the disk fell behind), size_limit "
+               "(--te-log-max-bytes), too_many_files (4,096 job and rank files), write_failed (a full disk, a "
+               "link, tried again after a second).",
+               "lines", {"reason"});
+  rows.gauge("fp8scope_te_log_bytes", "Bytes the --te-log-dir files hold, against --te-log-max-bytes.", "bytes", {});
   rows.counter(
       "fp8scope_acknowledged_samples_lost_total",
       "Samples acknowledged as accepted whose records were never stored: found at start, left by a daemon that "

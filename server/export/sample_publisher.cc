@@ -37,10 +37,11 @@ double current_scale_for(CastFormat format, float te_amax) {
 }
 
 SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history,
-                                 MetricExport exported)
+                                 MetricExport exported, TeLogWriter* te_log)
     : series_(series),
       tensors_(tensors),
       history_(history),
+      te_log_(te_log),
       export_(std::move(exported)),
       last_step_(metric("fp8scope_last_step")),
       scale_(metric("fp8scope_scale")),
@@ -178,6 +179,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     labels["format"] = format_name(format);
     series_.set(scale_current_, labels, member, current);
   }
+  if (te_log_ != nullptr) te_log_->add(records);
   history_.add_sample(std::move(records), s.journal);  // its ticket released once they are committed
   if (s.header.expert || !s.header.expert_tokens.empty()) publish_experts(s, a, tensor_labels);
   tensors_.update(std::move(summary));

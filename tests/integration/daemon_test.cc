@@ -12,12 +12,14 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -52,6 +54,11 @@ std::vector<float> activation(int rows, int cols, float seed) {
       v.push_back(x * (c == 3 ? 500.0f : 1.0f) * (c == 7 ? 1e-5f : 1.0f));
     }
   return v;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 v1::Hello hello(const std::string& run, std::uint32_t rank = 0) {
@@ -391,6 +398,79 @@ TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and B
   std::ifstream in(file);
   CHECK(printed.out == std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
   CHECK(cli({"history", "--endpoint", daemon.grpc(), "--te-log-dir", logs}).exit_code == 2);
+}
+
+TEST_CASE("fp8scoped --te-log-dir writes each job's TE debug logs as it analyzes, as history --format nvdlfw does",
+          "[daemon]") {
+  TempDir dir;
+  const std::string logs = dir.file("te-logs");
+  const std::vector<std::string> args{"--te-log-dir", logs, "--analysis-workers", "1"};
+  const auto send = [](DaemonProcess& daemon, v1::Hello h, std::uint64_t first, std::uint64_t steps) {
+    auto stream = SampleStream::open(to(daemon), h);
+    REQUIRE(stream.ok());
+    for (std::uint64_t step = first; step < first + steps; ++step) {
+      v1::TensorHeader header = f32_header("blocks.0.mlp.fc1#0", step, 64, 64);
+      REQUIRE(stream.value()->send(header, bytes_of(activation(64, 64, 1.0f + static_cast<float>(step)))).ok());
+    }
+    REQUIRE(stream.value()->wait_for_acks(60.0).ok());
+  };
+  v1::Hello hostile = hello("escape");
+  hostile.set_job("../../escape");  // a printable label, so a valid job: it must not become a path
+  const std::string file = logs + "/test/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log";
+  const std::string escaped = logs + "/%2E.%2F..%2Fescape/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log";
+  const auto lines_written = [](const DaemonProcess& daemon) {
+    return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_te_log_lines_total", {});
+  };
+  std::string before_restart;
+  {
+    DaemonProcess daemon(dir.file("data"), args);
+    send(daemon, hello("te-live", 3), 0, 3);
+    send(daemon, hostile, 0, 1);
+    // Written as the history holds it: the same lines history --format nvdlfw prints, in order.
+    ProcessResult printed, printed_hostile;
+    const auto lines = [](const ProcessResult& r) { return static_cast<double>(std::count(r.out.begin(), r.out.end(), '\n')); };
+    REQUIRE(eventually([&] {
+      printed = cli({"history", "--endpoint", daemon.grpc(), "--job", "test", "--format", "nvdlfw"});
+      printed_hostile = cli({"history", "--endpoint", daemon.grpc(), "--job", "../../escape", "--format", "nvdlfw"});
+      return lines(printed) > 0 && lines(printed_hostile) > 0 &&
+             lines_written(daemon) == lines(printed) + lines(printed_hostile);
+    }));
+    before_restart = read_file(file);
+    CHECK(before_restart == printed.out);
+    CHECK(read_file(escaped) == printed_hostile.out);
+    const std::string metrics = http_get(daemon.metrics(), "/metrics");
+    CHECK(nonzero_series(metrics, "fp8scope_te_log_lines_dropped_total").empty());
+    CHECK(metric_value(metrics, "fp8scope_te_log_lines_dropped_total", {{"reason", "write_failed"}}) == 0.0);
+    CHECK(daemon.stop(SIGTERM) == 0);
+  }
+  std::set<std::string> top;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) top.insert(e.path().filename().string());
+  CHECK(top == std::set<std::string>{"data", "te-logs"});  // nothing escaped the log dir
+  const ProcessResult parsed =
+      run_process({"/usr/bin/python3", std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/nvdlfw_parsers.py", file});
+  REQUIRE(parsed.exit_code == 0);
+  const json found = json::parse(parsed.out);
+  for (const char* parser : {"te", "bionemo"}) {
+    INFO(parser);
+    CHECK(found[parser]["blocks.0.mlp.fc1_activation_fp8_current_scaling_mse"].size() == 3);  // steps 0, 1, 2
+  }
+
+  // A restarted daemon appends: what the first one wrote stays.
+  DaemonProcess again(dir.file("data"), args);
+  send(again, hello("te-live", 3), 3, 1);
+  REQUIRE(eventually([&] { return lines_written(again) > 0; }));
+  const std::string after = read_file(file);
+  CHECK(after.size() > before_restart.size());
+  CHECK(after.compare(0, before_restart.size(), before_restart) == 0);
+  CHECK(after.find("iteration=000003") != std::string::npos);
+
+  // A limit too small to hold one sample is refused at start.
+  const ProcessResult tiny = run_process({FP8SCOPE_DAEMON, "--data-dir", dir.file("other"), "--te-log-dir", logs,
+                                          "--te-log-max-bytes", "1000", "--listen", "127.0.0.1:0", "--metrics",
+                                          "127.0.0.1:0"},
+                                         {}, 30);
+  CHECK(tiny.exit_code == 1);
+  CHECK((tiny.out + tiny.err).find("--te-log-max-bytes: expected at least 1 MiB, got 1000") != std::string::npos);
 }
 
 TEST_CASE("bad input is refused and counted, and the daemon keeps serving and loses nothing accepted", "[daemon]") {

@@ -41,6 +41,7 @@ struct PipelineDeps {
   GpuGemmCheck* gemm;  // null: GEMM checks run as the CPU emulation
   std::size_t max_tensors;  // per-tensor state kept (delayed-scaling histories), most recent first
   MetricExport exported;    // which figures become series
+  TeLogWriter* te_log = nullptr;  // --te-log-dir, or null
 };
 
 class AnalysisPipeline {

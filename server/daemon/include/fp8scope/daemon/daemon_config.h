@@ -24,6 +24,8 @@ struct DaemonConfig {
   // Where the history goes: "" = the data dir's history.sqlite; a SQLite file; postgresql://...
   std::string history;
   double retention_days = 0;                  // history rows older than this are deleted; 0 = kept
+  std::string te_log_dir;                     // TE debug-API statistics logs, a tree a job; "" = none
+  std::uint64_t te_log_max_bytes = 1ull << 30;  // what those files may hold together
   std::string backend = "auto";               // auto | cpu | cuda
   int device = 0;                             // CUDA device for --backend cuda/auto
   std::uint64_t gpu_memory_budget_bytes = 8ull << 30;  // device memory the CUDA engine may hold

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include "fp8scope/export/te_log_writer.h"
+
 namespace fp8scope::server {
 
 // Drop reasons of the daemon's own making, exported at 0 from the start: increase() over a counter
@@ -42,6 +44,7 @@ class HealthMetrics {
   void acknowledged_lost(std::uint64_t count);
   void acknowledged_lost_before_start(std::uint64_t count);
   void set_unstored_samples(std::uint64_t count);
+  void set_te_log(const TeLogCounts& counts);  // the --te-log-dir writer's totals now
 
   // For the Admin status: the same numbers the metrics show.
   std::uint64_t samples_received() const;
@@ -71,6 +74,9 @@ class HealthMetrics {
   prometheus::Gauge& write_failing_;
   prometheus::Counter& acknowledged_lost_;
   prometheus::Gauge& unstored_samples_;
+  prometheus::Counter& te_log_lines_;
+  std::array<prometheus::Counter*, std::size(kTeLogDropReasons)> te_log_dropped_{};
+  prometheus::Gauge& te_log_bytes_;
   mutable std::mutex mu_;
   std::map<std::string, std::uint64_t> dropped_;
   std::uint64_t lost_before_start_ = 0;

@@ -14,6 +14,7 @@
 #include "fp8scope/analysis/sample_analysis.h"
 #include "fp8scope/export/tensor_series.h"
 #include "fp8scope/export/tensor_table.h"
+#include "fp8scope/export/te_log_writer.h"
 
 namespace fp8scope::server {
 
@@ -26,7 +27,9 @@ struct MetricExport {
 
 class SamplePublisher {
  public:
-  SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history, MetricExport exported);
+  // te_log: where each sample's records also go as TE debug log lines (null: nowhere).
+  SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history, MetricExport exported,
+                  TeLogWriter* te_log = nullptr);
 
   void publish(const Sample& s, const SampleAnalysis& a);
   void publish_gemm_check(const GemmPair& pair, const std::vector<GemmCheckResult>& results);
@@ -48,6 +51,7 @@ class SamplePublisher {
   TensorSeries& series_;
   TensorTable& tensors_;
   history::HistoryStore& history_;
+  TeLogWriter* const te_log_;
   MetricExport export_;
   std::vector<StatisticMetric> tensor_metrics_, recipe_metrics_;
   const MetricDef& last_step_;

@@ -1,0 +1,119 @@
+#include "fp8scope/export/te_log_writer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "fp8scope/te_log/nvdlfw_log.h"
+
+namespace fp8scope::server {
+
+Result<std::unique_ptr<TeLogWriter>> TeLogWriter::open(const std::string& dir, TeLogLimits limits) {
+  te_log::NvdlfwLogFilesOptions options;
+  options.per_job = true;  // one daemon hears many jobs, each with its own ranks
+  options.max_bytes = limits.max_bytes;
+  options.max_files = limits.max_files;
+  Result<std::unique_ptr<te_log::NvdlfwLogFiles>> files = te_log::NvdlfwLogFiles::open(dir, options);
+  if (!files.ok()) return Status::error("--te-log-dir " + files.status().message());
+  return std::unique_ptr<TeLogWriter>(new TeLogWriter(std::move(files).value(), limits));
+}
+
+TeLogWriter::TeLogWriter(std::unique_ptr<te_log::NvdlfwLogFiles> files, TeLogLimits limits)
+    : files_(std::move(files)), limits_(limits) {
+  counts_.bytes = files_->bytes();
+  thread_ = std::thread([this] { run(); });
+}
+
+TeLogWriter::~TeLogWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void TeLogWriter::drop(TeLogDrop why, std::uint64_t lines) { counts_.dropped[static_cast<std::size_t>(why)] += lines; }
+
+void TeLogWriter::add(const std::vector<history::HistoryRecord>& records) {
+  if (records.empty()) return;
+  Block b{records.front().job, records.front().rank, {}, 0};
+  te_log::NvdlfwLog log;  // one sample: its tensor's LogTensorStats lines once
+  for (const history::HistoryRecord& r : records) {
+    for (const te_log::NvdlfwLine& line : log.lines(r)) {
+      b.text += line.text;
+      b.text += '\n';
+      ++b.lines;
+    }
+  }
+  if (b.lines == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_bytes_ + b.text.size() > limits_.queue_bytes) {
+      drop(TeLogDrop::kQueueFull, b.lines);
+      return;
+    }
+    queued_bytes_ += b.text.size();
+    queue_.push_back(std::move(b));
+  }
+  wake_.notify_one();
+}
+
+TeLogCounts TeLogWriter::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+void TeLogWriter::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is written
+    Block b = std::move(queue_.front());
+    queue_.pop_front();
+    queued_bytes_ -= b.text.size();
+    lock.unlock();
+    write(b);
+    lock.lock();
+  }
+}
+
+// On the writer thread; says in the log when writing starts and stops failing, and each limit
+// the first time it is reached, not once a block.
+void TeLogWriter::write(const Block& b) {
+  const auto now = std::chrono::steady_clock::now();
+  te_log::AppendOutcome outcome = te_log::AppendOutcome::kFailed;
+  if (!failing_ || now >= retry_at_) outcome = files_->append(b.job, b.rank, b.text);
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_.bytes = files_->bytes();
+  switch (outcome) {
+    case te_log::AppendOutcome::kWritten:
+      counts_.lines += b.lines;
+      if (failing_) spdlog::info("--te-log-dir: writing again");
+      failing_ = false;
+      return;
+    case te_log::AppendOutcome::kSizeLimit:
+      if (!std::exchange(said_size_limit_, true)) {
+        spdlog::warn("--te-log-dir: the logs hold {} bytes, the limit (--te-log-max-bytes); further lines are "
+                     "dropped and counted",
+                     files_->bytes());
+      }
+      return drop(TeLogDrop::kSizeLimit, b.lines);
+    case te_log::AppendOutcome::kTooManyFiles:
+      if (!std::exchange(said_too_many_files_, true)) {
+        spdlog::warn("--te-log-dir: {} job and rank files are open for writing, the limit; lines of new ones are "
+                     "dropped and counted",
+                     limits_.max_files);
+      }
+      return drop(TeLogDrop::kTooManyFiles, b.lines);
+    case te_log::AppendOutcome::kFailed:
+      if (now >= retry_at_) {  // this block was tried
+        if (!failing_) spdlog::warn("--te-log-dir: {}; lines are dropped and counted until a write succeeds", files_->error());
+        failing_ = true;
+        retry_at_ = now + limits_.retry_after;
+      }
+      return drop(TeLogDrop::kWriteFailed, b.lines);
+  }
+}
+
+}  // namespace fp8scope::server

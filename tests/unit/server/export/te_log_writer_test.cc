@@ -1,0 +1,164 @@
+// fp8scoped --te-log-dir: what the daemon writes as it analyzes is what `fp8scope history --format
+// nvdlfw` writes from its history, line for line; and a disk that fails or fills costs lines that
+// are counted, by reason, never the daemon's analysis.
+#include "fp8scope/export/te_log_writer.h"
+
+#include <catch2/catch.hpp>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "fp8scope/analysis/sample_analysis.h"
+#include "fp8scope/export/sample_publisher.h"
+#include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/te_log/nvdlfw_log.h"
+#include "support/server_samples.h"
+#include "support/temp_dir.h"
+
+using namespace fp8scope;
+using namespace fp8scope::server;
+
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::uint64_t dropped(const TeLogCounts& c, TeLogDrop why) { return c.dropped[static_cast<std::size_t>(why)]; }
+
+std::unique_ptr<TeLogWriter> open_writer(const std::string& dir, TeLogLimits limits = {}) {
+  Result<std::unique_ptr<TeLogWriter>> w = TeLogWriter::open(dir, limits);
+  REQUIRE(w.ok());
+  return std::move(w).value();
+}
+
+// One analyzed sample's records, as the publisher makes them.
+std::vector<history::HistoryRecord> sample_records(std::uint64_t step) {
+  fp8scope::testing::TempDir dir;
+  prometheus::Registry registry;
+  TensorSeries series{registry, SeriesOptions{}};
+  TensorTable tensors{100};
+  auto history = std::move(history::HistoryStore::open(dir.path(), {"test"})).value();
+  SamplePublisher publisher{series, tensors, *history, MetricExport{{}, false}};
+  auto engine = make_cpu_engine(1);
+  SampleAnalyzer analyzer(*engine, 16);
+  const Sample s = fp8scope::testing::f32_sample("blocks.0.fc1#0", step, Operand::kX, {3.0f, -0.5f, 1.0f, 1e-9f});
+  SamplingPolicy policy;
+  policy.recipes = {RecipeKind::kTensorCurrent, RecipeKind::kMxfp8};
+  publisher.publish(s, analyzer.analyze(s, policy).value());
+  REQUIRE(history->flush().ok());
+  std::vector<history::HistoryRecord> out;
+  REQUIRE(history->reader().query({}, [&](const history::HistoryRecord& r) {
+    out.push_back(r);
+    return true;
+  }).ok());
+  return out;
+}
+
+// Waits (bounded) until the writer has written or dropped `n` lines in all.
+bool eventually_counted(const TeLogWriter& w, std::uint64_t n) {
+  for (int i = 0; i < 2000; ++i) {
+    const TeLogCounts c = w.counts();
+    std::uint64_t total = c.lines;
+    for (std::uint64_t d : c.dropped) total += d;
+    if (total == n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the daemon's TE log lines are history --format nvdlfw's, in the job's tree", "[te_log_writer]") {
+  fp8scope::testing::TempDir dir;
+  fp8scope::testing::TempDir store;
+  prometheus::Registry registry;
+  TensorSeries series{registry, SeriesOptions{}};
+  TensorTable tensors{100};
+  auto history = std::move(history::HistoryStore::open(store.path(), {"test"})).value();
+  std::unique_ptr<TeLogWriter> writer = open_writer(dir.path());
+  SamplePublisher publisher{series, tensors, *history, MetricExport{{}, false}, writer.get()};
+  auto engine = make_cpu_engine(1);
+  SampleAnalyzer analyzer(*engine, 16);
+  SamplingPolicy policy;
+  policy.recipes = {RecipeKind::kTensorCurrent, RecipeKind::kTensorDelayed, RecipeKind::kMxfp8, RecipeKind::kNvfp4};
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    for (Operand o : {Operand::kX, Operand::kW}) {
+      const Sample s = fp8scope::testing::f32_sample("blocks.0.fc1#0", step, o, {3.0f + static_cast<float>(step), -0.5f, 1e-9f});
+      publisher.publish(s, analyzer.analyze(s, policy).value());
+    }
+  }
+  writer.reset();  // writes what is queued
+  REQUIRE(history->flush().ok());
+
+  std::string expected;
+  te_log::NvdlfwLog log;
+  REQUIRE(history->reader().query({}, [&](const history::HistoryRecord& r) {
+    for (const te_log::NvdlfwLine& line : log.lines(r)) expected += line.text + "\n";
+    return true;
+  }).ok());
+  const std::string file = dir.path() + "/job/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log";
+  const std::string written = read(file);
+  CHECK(written == expected);
+  CHECK(written.find("blocks.0.fc1_weight_fp8_delayed_scaling_overflows%") != std::string::npos);
+  // Each step and tensor: LogTensorStats' 4, and underflows% and mse of each recipe, the delayed
+  // one's overflows%, the per-tensor ones' scale_inv_min and _max.
+  CHECK(std::count(written.begin(), written.end(), '\n') == 3 * 2 * (4 + (2 + 2) + (2 + 1 + 2) + 2 + 2));
+}
+
+TEST_CASE("lines the writer cannot take are counted by reason, and writing resumes by itself", "[te_log_writer]") {
+  fp8scope::testing::TempDir dir, outside;
+  const std::vector<history::HistoryRecord> records = sample_records(1);
+  te_log::NvdlfwLog log;
+  std::uint64_t lines = 0;
+  for (const history::HistoryRecord& r : records) lines += log.lines(r).size();
+  REQUIRE(lines > 0);
+
+  SECTION("a queue smaller than a sample's lines: queue_full") {
+    TeLogLimits tiny;
+    tiny.queue_bytes = 10;
+    auto writer = open_writer(dir.path(), tiny);
+    writer->add(records);
+    CHECK(dropped(writer->counts(), TeLogDrop::kQueueFull) == lines);
+    CHECK(writer->counts().lines == 0);
+  }
+  SECTION("a failing write: write_failed, then the lines of later samples once it succeeds") {
+    TeLogLimits quick;
+    quick.retry_after = std::chrono::milliseconds(0);
+    std::filesystem::create_directory_symlink(outside.path(), dir.path() + "/job");  // refused: a link
+    auto writer = open_writer(dir.path(), quick);
+    writer->add(records);
+    REQUIRE(eventually_counted(*writer, lines));
+    CHECK(dropped(writer->counts(), TeLogDrop::kWriteFailed) == lines);
+    std::filesystem::remove(dir.path() + "/job");
+    writer->add(records);
+    REQUIRE(eventually_counted(*writer, 2 * lines));
+    CHECK(writer->counts().lines == lines);
+    CHECK(std::filesystem::is_empty(outside.path()));
+  }
+  SECTION("the byte limit: size_limit, and what was written stays") {
+    TeLogLimits small;
+    std::string one;
+    te_log::NvdlfwLog sample_log;
+    for (const history::HistoryRecord& r : records) {
+      for (const te_log::NvdlfwLine& line : sample_log.lines(r)) one += line.text + "\n";
+    }
+    small.max_bytes = one.size() + one.size() / 2;  // one sample's lines fit, two do not
+    auto writer = open_writer(dir.path(), small);
+    writer->add(records);
+    writer->add(records);
+    writer.reset();
+    CHECK(read(dir.path() + "/job/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log") == one);
+    // What the files held counts against the limit after a restart too.
+    auto reopened = open_writer(dir.path(), small);
+    reopened->add(records);
+    REQUIRE(eventually_counted(*reopened, lines));
+    CHECK(dropped(reopened->counts(), TeLogDrop::kSizeLimit) == lines);
+    CHECK(reopened->counts().bytes == one.size());
+  }
+}
