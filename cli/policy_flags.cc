@@ -27,13 +27,18 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
   cmd->add_flag("--reset", f.reset, "Start from the default policy instead of the current one");
 }
 
+const Result<TeConfig>& PolicyFlags::te_config_read() const {
+  if (!te_config_read_) te_config_read_ = std::make_shared<const Result<TeConfig>>(read_te_config(te_config.value()));
+  return *te_config_read_;
+}
+
 Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
   if (f.te_config) {
     if (f.selects()) {
       return Status::error("--te-config says what is sampled: it goes without --layer-regex, --operands, --every, "
                            "--start-step and --end-step");
     }
-    Result<TeConfig> config = read_te_config(*f.te_config);
+    const Result<TeConfig>& config = f.te_config_read();
     if (!config.ok()) return Status::error("--te-config: " + config.message());
     if (config.value().rules.empty()) {
       return Status::error("--te-config: " + *f.te_config + " asks for nothing fp8scope samples (each part left out is listed)");
@@ -85,14 +90,14 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
 
 std::vector<std::string> te_config_notes(const PolicyFlags& f) {
   if (!f.te_config) return {};
-  Result<TeConfig> config = read_te_config(*f.te_config);
+  const Result<TeConfig>& config = f.te_config_read();
   return config.ok() ? config.value().not_applied : std::vector<std::string>{};
 }
 
 std::map<std::string, std::string> policy_environment(const PolicyFlags& f) {
   std::map<std::string, std::string> env;
   if (f.te_config) {
-    if (Result<TeConfig> config = read_te_config(*f.te_config); config.ok()) {
+    if (const Result<TeConfig>& config = f.te_config_read(); config.ok()) {
       std::vector<SamplingRule> rules;
       for (const TeConfigRule& r : config.value().rules) rules.push_back(r.rule);
       env["FP8SCOPE_RULES"] = format_rules(rules);

@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fp8scope/cli/connection_flags.h"
+#include "fp8scope/cli/te_config.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
@@ -30,6 +32,12 @@ struct PolicyFlags {
   }
   // The flags that say what is sampled, which a TE config's rules replace.
   bool selects() const { return layer_regex || !operands.empty() || every || start_step || end_step; }
+  // --te-config's file, read the first time a command asks: what is applied, printed and passed to
+  // the hook is one reading of the file, however often it is asked for.
+  const Result<TeConfig>& te_config_read() const;
+
+ private:
+  mutable std::shared_ptr<const Result<TeConfig>> te_config_read_;
 };
 
 void add_policy_flags(CLI::App* cmd, PolicyFlags& flags);
