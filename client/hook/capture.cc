@@ -41,11 +41,10 @@ constexpr std::uint64_t kGroupedFirstShare = 64;
 // quarter of the codes' first share fits them.
 constexpr std::uint64_t kGroupedFirstScaleShare = 4 * kGroupedFirstShare;
 
-// What a grouped matrix's reservation (or its block scales') is learned by: its layer and operand,
-// shared by the experts, whose shapes differ by their tokens only.
-std::string grouped_size_key(const SampleSpec& spec, bool scales) {
-  return spec.layer + '\x1f' + operand_name(spec.operand) + (scales ? "\x1fscales" : "");
-}
+// What a grouped matrix's reservation is learned by: its layer and operand, shared by the experts,
+// whose shapes differ by their tokens only. Its block scales' is the same key with this after it.
+std::string grouped_size_key(const SampleSpec& spec) { return spec.layer + '\x1f' + operand_name(spec.operand); }
+std::string scales_size_key(const std::string& size_key) { return size_key + "\x1fscales"; }
 
 }  // namespace
 
@@ -325,7 +324,7 @@ bool Capture::stage_scalar(CUdeviceptr into, const void* scalar, const void* per
 
 std::uint64_t Capture::grouped_capacity(const SampleSpec& spec, bool scales) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = grouped_sizes_.find(grouped_size_key(spec, scales));
+  const auto it = grouped_sizes_.find(scales ? scales_size_key(grouped_size_key(spec)) : grouped_size_key(spec));
   // Unseen: a small share, so that a step sampling every expert of a layer for the first time
   // fits in the ring; an expert larger than that is counted too_large and sizes the next call.
   const std::uint64_t share =
@@ -379,7 +378,7 @@ std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, co
   if (device_shaped) {
     p.staged_dims = slot + kStagingAlign;
     if (with_tokens && spec.tokens == nullptr) p.staged_token_dims = p.staged_dims + dims;  // the device's count
-    p.size_key = grouped_size_key(spec, false);
+    p.size_key = grouped_size_key(spec);
   }
   bool ok = launch_gather(v.data, expert, v.device_dims, spec.experts, copied, p.element_bits, p.staged, codes,
                           device_shaped ? p.staged_dims : slot + kSlotScaleScratch, stream);
@@ -430,7 +429,7 @@ bool Capture::settle_grouped(Pending& p) {
   const std::uint64_t rows = dims[0], cols = dims[1], copied = dims[3];
   const std::uint64_t needed = rows * p.element_bits / 8 * cols;
   learn_grouped_size(p.size_key, needed);
-  if (p.staged_scale_bytes != 0) learn_grouped_size(p.size_key + "\x1fscales", scale_bytes[0]);
+  if (p.staged_scale_bytes != 0) learn_grouped_size(scales_size_key(p.size_key), scale_bytes[0]);
   const bool scales_missing = p.staged_scale_bytes != 0 && scale_bytes[1] == 0;
   if (copied == 0 || rows == 0 || cols == 0 || scales_missing) {
     r.kind = shm::RecordKind::kPadding;

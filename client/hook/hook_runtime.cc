@@ -41,6 +41,12 @@ void shutdown_at_exit() {
   if (r != nullptr) r->shutdown();
 }
 
+// Whether an operand's tokens run along its rows (its outer dimension), so that rows past an
+// expert's tokens are padding.
+bool tokens_in_rows(const GemmCall& call, GemmRole role, const OperandView& view) {
+  return tokens_run_outer(role, &view == &call.a, call.transa, call.transb, view.row_major);
+}
+
 }  // namespace
 
 const std::string& configured_step_range() {
@@ -199,9 +205,8 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
     if (name.expert >= 0 && !name.declared_tokens.empty()) {
       spec.experts = static_cast<std::uint32_t>(name.declared_tokens.size());
       spec.tokens = &name.declared_tokens;
-      const bool token_rows = tokens_run_outer(name.role, &part.view == &call.a, call.transa, call.transb,
-                                               part.view.row_major);
-      spec.valid_rows = token_rows ? valid_rows(name, part.kind, name.expert, part.view.outer()) : 0;
+      spec.valid_rows =
+          tokens_in_rows(call, name.role, part.view) ? valid_rows(name, part.kind, name.expert, part.view.outer()) : 0;
     }
     if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.alpha, call.stream)) {
       count(*dropped);
@@ -239,10 +244,8 @@ void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const
       if (!device_shaped && rows * inner == 0) continue;  // an expert without tokens: nothing to copy
       // A grouped layout's rows are the device's: the daemon holds valid_rows to them. Tokens that
       // run along the contiguous dimension (wgrad's transposed copies) have no padding rows.
-      const bool token_rows = tokens_run_outer(name.role, &part.view == &call.a, call.transa, call.transb,
-                                               part.view.row_major);
-      spec.valid_rows =
-          declared && token_rows ? valid_rows(name, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
+      const bool padded = declared && tokens_in_rows(call, name.role, part.view);
+      spec.valid_rows = padded ? valid_rows(name, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
       const bool block_scales = part.view.scales_per_expert && is_block_layout(part.view.scale_layout);
       const std::uint64_t bytes = device_shaped ? capture_.grouped_capacity(spec) +
                                                       (block_scales ? capture_.grouped_capacity(spec, true) : 0)
