@@ -77,15 +77,24 @@ HistoryStore::~HistoryStore() {
 const HistoryReader& HistoryStore::reader() const { return *backend_; }
 std::string HistoryStore::location() const { return backend_->location(); }
 
-void HistoryStore::add(HistoryRecord record) { enqueue(std::move(record)); }
-void HistoryStore::add(GemmOutputRecord record) { enqueue(std::move(record)); }
-void HistoryStore::add(ScalarRecord record) { enqueue(std::move(record)); }
+void HistoryStore::add(HistoryRecord record) {
+  Item one[] = {std::move(record)};
+  enqueue(one);
+}
+void HistoryStore::add(GemmOutputRecord record) {
+  Item one[] = {std::move(record)};
+  enqueue(one);
+}
+void HistoryStore::add(ScalarRecord record) {
+  Item one[] = {std::move(record)};
+  enqueue(one);
+}
 void HistoryStore::add_sample(std::vector<HistoryRecord> records, std::optional<SampleTicket> stored_sample) {
   std::vector<Item> items;
   items.reserve(records.size() + 1);
   for (HistoryRecord& r : records) items.emplace_back(std::move(r));
   if (stored_sample) items.emplace_back(*stored_sample);
-  enqueue(std::move(items));
+  enqueue(items);
 }
 
 void HistoryStore::on_stored_sample(std::function<void(const SampleTicket&, bool)> listener) {
@@ -93,13 +102,7 @@ void HistoryStore::on_stored_sample(std::function<void(const SampleTicket&, bool
   sample_listener_ = std::move(listener);
 }
 
-void HistoryStore::enqueue(Item item) {
-  std::vector<Item> one;
-  one.push_back(std::move(item));
-  enqueue(std::move(one));
-}
-
-void HistoryStore::enqueue(std::vector<Item> items) {
+void HistoryStore::enqueue(std::span<Item> items) {
   std::vector<SampleTicket> dropped_samples;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <variant>
@@ -80,8 +81,7 @@ class HistoryStore {
  private:
   HistoryStore(std::unique_ptr<Backend> backend, HistoryStoreOptions options);
   using Item = std::variant<HistoryRecord, GemmOutputRecord, ScalarRecord, SampleTicket>;
-  void enqueue(Item item);
-  void enqueue(std::vector<Item> items);  // contiguous, under one lock
+  void enqueue(std::span<Item> items);  // moved from, contiguous, under one lock
   void writer_loop();
   std::optional<WriteBatch> take_batch(std::chrono::milliseconds backoff, std::size_t& taken);
   void keep_for_retry(WriteBatch& batch, std::size_t taken, const Status& s, std::chrono::milliseconds& backoff);
