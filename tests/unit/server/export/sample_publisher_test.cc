@@ -12,6 +12,7 @@
 #include "fp8scope/analysis/sample_analysis.h"
 #include "fp8scope/kernels/cpu_engine.h"
 #include "support/server_samples.h"
+#include "support/stored_records.h"
 #include "support/temp_dir.h"
 
 using namespace fp8scope;
@@ -43,15 +44,7 @@ struct Stages {
   std::unique_ptr<history::HistoryStore> history = std::move(history::HistoryStore::open(dir.path(), {"test"})).value();
   SamplePublisher publisher{series, tensors, *history, MetricExport{{RecipeKind::kTensorCurrent}, false}};
 
-  std::vector<history::HistoryRecord> records() {
-    REQUIRE(history->flush().ok());
-    std::vector<history::HistoryRecord> out;
-    REQUIRE(history->reader().query({}, [&](const history::HistoryRecord& r) {
-      out.push_back(r);
-      return true;
-    }).ok());
-    return out;
-  }
+  std::vector<history::HistoryRecord> records() { return fp8scope::testing::stored_records(*history); }
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "fp8scope/kernels/cpu_engine.h"
 #include "fp8scope/te_log/nvdlfw_log.h"
 #include "support/server_samples.h"
+#include "support/stored_records.h"
 #include "support/temp_dir.h"
 
 using namespace fp8scope;
@@ -51,13 +52,7 @@ std::vector<history::HistoryRecord> sample_records(std::uint64_t step) {
   SamplingPolicy policy;
   policy.recipes = {RecipeKind::kTensorCurrent, RecipeKind::kMxfp8};
   publisher.publish(s, analyzer.analyze(s, policy).value());
-  REQUIRE(history->flush().ok());
-  std::vector<history::HistoryRecord> out;
-  REQUIRE(history->reader().query({}, [&](const history::HistoryRecord& r) {
-    out.push_back(r);
-    return true;
-  }).ok());
-  return out;
+  return fp8scope::testing::stored_records(*history);
 }
 
 // Waits (bounded) until the writer has written or dropped `n` lines in all.
@@ -94,14 +89,12 @@ TEST_CASE("the daemon's TE log lines are history --format nvdlfw's, in the job's
     }
   }
   writer.reset();  // writes what is queued
-  REQUIRE(history->flush().ok());
 
   std::string expected;
   te_log::NvdlfwLog log;
-  REQUIRE(history->reader().query({}, [&](const history::HistoryRecord& r) {
+  for (const history::HistoryRecord& r : fp8scope::testing::stored_records(*history)) {
     for (const te_log::NvdlfwLine& line : log.lines(r)) expected += line.text + "\n";
-    return true;
-  }).ok());
+  }
   const std::string file = dir.path() + "/job/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log";
   const std::string written = read(file);
   CHECK(written == expected);
