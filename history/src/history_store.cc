@@ -77,18 +77,9 @@ HistoryStore::~HistoryStore() {
 const HistoryReader& HistoryStore::reader() const { return *backend_; }
 std::string HistoryStore::location() const { return backend_->location(); }
 
-void HistoryStore::add(HistoryRecord record) {
-  Item one[] = {std::move(record)};
-  enqueue(one);
-}
-void HistoryStore::add(GemmOutputRecord record) {
-  Item one[] = {std::move(record)};
-  enqueue(one);
-}
-void HistoryStore::add(ScalarRecord record) {
-  Item one[] = {std::move(record)};
-  enqueue(one);
-}
+void HistoryStore::add(HistoryRecord record) { enqueue(std::move(record)); }
+void HistoryStore::add(GemmOutputRecord record) { enqueue(std::move(record)); }
+void HistoryStore::add(ScalarRecord record) { enqueue(std::move(record)); }
 void HistoryStore::add_sample(std::vector<HistoryRecord> records, std::optional<SampleTicket> stored_sample) {
   std::vector<Item> items;
   items.reserve(records.size() + 1);
@@ -101,6 +92,8 @@ void HistoryStore::on_stored_sample(std::function<void(const SampleTicket&, bool
   std::lock_guard<std::mutex> lock(mu_);
   sample_listener_ = std::move(listener);
 }
+
+void HistoryStore::enqueue(Item item) { enqueue(std::span<Item>(&item, 1)); }
 
 void HistoryStore::enqueue(std::span<Item> items) {
   std::vector<SampleTicket> dropped_samples;

@@ -20,7 +20,6 @@ Result<std::unique_ptr<TeLogWriter>> TeLogWriter::open(const std::string& dir, T
 
 TeLogWriter::TeLogWriter(std::unique_ptr<te_log::NvdlfwLogFiles> files, TeLogLimits limits)
     : files_(std::move(files)), limits_(limits) {
-  counts_.bytes = files_->bytes();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -82,8 +81,11 @@ void TeLogWriter::run() {
 // the first time it is reached, not once a block.
 void TeLogWriter::write(const Block& b) {
   const auto now = std::chrono::steady_clock::now();
-  te_log::AppendOutcome outcome = te_log::AppendOutcome::kFailed;
-  if (!failing_ || now >= retry_at_) outcome = files_->append(b.job, b.rank, b.text);
+  if (failing_ && now < retry_at_) {  // not tried: the last write failed less than retry_after ago
+    std::lock_guard<std::mutex> lock(mu_);
+    return drop(TeLogDrop::kWriteFailed, b.lines);
+  }
+  const te_log::AppendOutcome outcome = files_->append(b.job, b.rank, b.text);
   std::lock_guard<std::mutex> lock(mu_);
   counts_.bytes = files_->bytes();
   switch (outcome) {
@@ -107,11 +109,9 @@ void TeLogWriter::write(const Block& b) {
       }
       return drop(TeLogDrop::kTooManyFiles, b.lines);
     case te_log::AppendOutcome::kFailed:
-      if (now >= retry_at_) {  // this block was tried
-        if (!failing_) spdlog::warn("--te-log-dir: {}; lines are dropped and counted until a write succeeds", files_->error());
-        failing_ = true;
-        retry_at_ = now + limits_.retry_after;
-      }
+      if (!failing_) spdlog::warn("--te-log-dir: {}; lines are dropped and counted until a write succeeds", files_->error());
+      failing_ = true;
+      retry_at_ = now + limits_.retry_after;
       return drop(TeLogDrop::kWriteFailed, b.lines);
   }
 }

@@ -94,7 +94,7 @@ bool NvdlfwLogFiles::fail(const Key& key, const std::string& why) {
 }
 
 bool NvdlfwLogFiles::open_file(const Key& key, File& file, bool first) {
-  if (open_ >= options_.max_open) {  // the least recently used one makes room
+  if (open_ > 0 && open_ >= options_.max_open) {  // the least recently used one makes room
     File* oldest = nullptr;
     for (auto& [k, f] : files_) {
       if (f.fd >= 0 && (oldest == nullptr || f.last_use < oldest->last_use)) oldest = &f;
@@ -126,11 +126,7 @@ bool NvdlfwLogFiles::open_file(const Key& key, File& file, bool first) {
     ::close(fd);
     return fail(key, "not a regular file");
   }
-  if (first) {
-    file.size = static_cast<std::uint64_t>(st.st_size);
-    bytes_ += file.size;
-  }
-  file.fd = fd;
+  file.fd = fd;  // what it holds is counted by append(), which reads its size before each write
   ++open_;
   return true;
 }
@@ -146,8 +142,9 @@ AppendOutcome NvdlfwLogFiles::append(const std::string& job, std::uint32_t rank,
     return AppendOutcome::kFailed;
   }
   file.last_use = ++uses_;
-  // The file's size now, not as last written: logrotate's copytruncate may have emptied it, and a
-  // cut-short write must be taken back to where this block started.
+  // The file's size now, not as last written: what a file held before it was first opened counts,
+  // logrotate's copytruncate may have emptied it, and a cut-short write must be taken back to
+  // where this block started.
   struct stat st {};
   if (::fstat(file.fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) != file.size) {
     bytes_ = bytes_ - file.size + static_cast<std::uint64_t>(st.st_size);

@@ -81,6 +81,7 @@ class HistoryStore {
  private:
   HistoryStore(std::unique_ptr<Backend> backend, HistoryStoreOptions options);
   using Item = std::variant<HistoryRecord, GemmOutputRecord, ScalarRecord, SampleTicket>;
+  void enqueue(Item item);
   void enqueue(std::span<Item> items);  // moved from, contiguous, under one lock
   void writer_loop();
   std::optional<WriteBatch> take_batch(std::chrono::milliseconds backoff, std::size_t& taken);

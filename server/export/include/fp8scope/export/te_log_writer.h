@@ -26,6 +26,8 @@ namespace fp8scope::server {
 // Why lines were not written, in fp8scope_te_log_lines_dropped_total's reason label.
 enum class TeLogDrop { kQueueFull, kSizeLimit, kTooManyFiles, kWriteFailed };
 inline constexpr const char* kTeLogDropReasons[] = {"queue_full", "size_limit", "too_many_files", "write_failed"};
+static_assert(std::size(kTeLogDropReasons) == static_cast<std::size_t>(TeLogDrop::kWriteFailed) + 1,
+              "a reason label for every TeLogDrop, in its order");
 
 struct TeLogCounts {
   std::uint64_t lines = 0;  // written
