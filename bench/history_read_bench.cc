@@ -1,19 +1,23 @@
 // compare and report over a large history: wall time and peak memory of the real `fp8scope`
-// commands over N records of one run (--fp8scope_records, default 200,000; the README's figure is
-// from 10,000,000), against a same-run baseline: streaming every record out of the same SQLite file
-// with nothing kept (Read/raw). Counters: seconds, peak_rss_mb and bytes_per_record (peak resident
+// commands over N records of one run of T tensors (--fp8scope_records, default 200,000; the README's
+// figures are from 1,000,000 and 10,000,000; --fp8scope_tensors, default 100), against a same-run
+// baseline: streaming every record out of the same SQLite file with nothing kept (Read/raw). compare
+// runs twice, with the default bounded series and with --series-points 0 (every point kept, as
+// before series were bounded). Counters: seconds, peak_rss_mb and bytes_per_record (peak resident
 // memory over N), and x_raw_read (the command's time over the raw read's).
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "../tests/support/process.h"
 #include "../tests/support/temp_dir.h"
 #include "fp8scope/history/history_store.h"
+#include "fp8scope/insight/run_records.h"
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
 
@@ -22,17 +26,17 @@ using namespace fp8scope;
 namespace {
 
 std::int64_t g_records = 200000;
-constexpr int kTensors = 1000;
+int g_tensors = 100;
 testing::TempDir* g_dir = nullptr;
 double g_raw_seconds = 0;
 
-// One run of kTensors activations sampled at every step under every recipe, and two runs' loss.
+// One run of g_tensors activations sampled at every step under every recipe, and two runs' loss.
 void write_history(const std::string& dir) {
   auto store = std::move(history::HistoryStore::open(dir, {"bench:/data", 0})).value();
   const int recipes = static_cast<int>(std::size(kAllRecipeKinds));
-  const std::int64_t steps = g_records / (kTensors * recipes);
+  const std::int64_t steps = g_records / (g_tensors * recipes);
   for (std::int64_t step = 0; step < steps; ++step) {
-    for (int t = 0; t < kTensors; ++t) {
+    for (int t = 0; t < g_tensors; ++t) {
       for (int k = 0; k < recipes; ++k) {
         history::HistoryRecord r;
         r.time = 1.8e9 + static_cast<double>(step);
@@ -117,9 +121,10 @@ void BM_RawRead(benchmark::State& state) {
   }
 }
 
-void BM_Command(benchmark::State& state, const std::string& command) {
+void BM_Command(benchmark::State& state, const std::string& command, const std::string& series_points) {
   for (auto _ : state) {
-    std::vector<std::string> argv = {FP8SCOPE_CLI, command, "--data-dir", g_dir->path(), "--run", "fp8", "--baseline", "bf16"};
+    std::vector<std::string> argv = {FP8SCOPE_CLI, command, "--data-dir", g_dir->path(), "--run", "fp8", "--baseline", "bf16",
+                                     "--series-points", series_points};
     if (command == "report") argv.insert(argv.end(), {"-o", g_dir->file("report.html")});
     const Measured m = measure(argv);
     if (m.exit_code != 0) state.SkipWithError((command + " failed").c_str());
@@ -128,14 +133,16 @@ void BM_Command(benchmark::State& state, const std::string& command) {
 }
 
 BENCHMARK(BM_RawRead)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Command, compare, std::string("compare"))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Command, report, std::string("report"))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Command, compare, std::string("compare"), std::to_string(insight::kDefaultSeriesPoints))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Command, report, std::string("report"), std::to_string(insight::kDefaultSeriesPoints))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Command, compare_every_point, std::string("compare"), std::string("0"))->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--fp8scope_records=", 19) == 0) g_records = std::atoll(argv[i] + 19);
+    if (std::strncmp(argv[i], "--fp8scope_tensors=", 19) == 0) g_tensors = std::max(1, std::atoi(argv[i] + 19));
   }
   testing::TempDir dir;
   g_dir = &dir;

@@ -198,9 +198,17 @@ Result<Comparison> compare(const CompareOptions& o, const history::HistoryReader
   // The tensors of both runs, when they sampled any: the run's onsets, and the inference check.
   ProgressBar bar(err, "reading history", o.study.progress || isatty(STDERR_FILENO));
   auto progress = [&](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
-  auto records = insight::load_run_records(history, o.study.run, progress);
-  auto baseline_records = insight::load_run_records(history, o.study.baseline, progress);
+  const insight::SeriesLimits limits =
+      c.loss ? insight::attribution_limits(c.loss->run.spikes, c.loss->run.divergence, options.attribution,
+                                           options.series_points)
+             : insight::sample_limits(options.series_points);
+  auto records = insight::load_run_records(history, o.study.run, progress, limits);
+  auto baseline_records =
+      insight::load_run_records(history, o.study.baseline, progress, insight::sample_limits(options.series_points));
   bar.finish();
+  for (const auto* r : {&records, &baseline_records}) {
+    if (r->ok() && !insight::thinning_note(r->value()).empty()) err << "fp8scope compare: " << insight::thinning_note(r->value()) << "\n";
+  }
   c.run_sampled = records.ok();
   if (c.loss && records.ok()) {
     c.onsets = insight::attribute_onsets(records.value(), c.loss->run.spikes, c.loss->run.divergence, options.attribution);

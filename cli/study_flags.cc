@@ -34,6 +34,10 @@ void add_study_flags(CLI::App* cmd, StudyFlags& f, bool baseline_required) {
   cmd->add_option("--threshold", f.options.spikes.threshold, "Robust z-score of log-loss that makes a spike")
       ->capture_default_str()
       ->check(CLI::Range(2.0, 100.0));
+  cmd->add_option("--series-points", f.options.series_points,
+                  "Points kept of each tensor's series (a strided sample past it, onset windows whole); 0 keeps every point")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 32));
   cmd->add_flag("--progress", f.progress, "Show the progress bar of the history read even when stderr is no terminal");
 }
 
@@ -58,6 +62,9 @@ std::optional<insight::RunStudy> load_study(const StudyFlags& f, const char* com
   if (!study.ok()) {
     err << "fp8scope " << command << ": " << study.message() << "\n";
     return std::nullopt;
+  }
+  for (const insight::RunRecords* r : {&study.value().records, study.value().baseline_records ? &*study.value().baseline_records : nullptr}) {
+    if (r != nullptr && !insight::thinning_note(*r).empty()) err << "fp8scope " << command << ": " << insight::thinning_note(*r) << "\n";
   }
   return std::move(study).value();
 }

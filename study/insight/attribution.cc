@@ -66,12 +66,19 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
   const std::uint64_t window_end = onset + lag;  // inclusive
   std::map<TensorKey, Suspect> best;
   for (const auto& [tensor, records] : run.tensors) {
-    for (const auto& [recipe, points] : records.recipes) {
-      // Split the series: the samples before the window, and those inside it.
+    for (const auto& [recipe, sample] : records.recipes) {
+      // Split the series: the samples before the window, and those inside it. A thinned series
+      // adds the points it kept whole around the onsets.
+      std::vector<const RecordPoint*> points;
+      for (const RecordPoint& p : sample) points.push_back(&p);
+      if (auto kept = records.onset_points.find(recipe); kept != records.onset_points.end()) {
+        for (const RecordPoint& p : kept->second) points.push_back(&p);
+        std::sort(points.begin(), points.end(), [](const RecordPoint* a, const RecordPoint* b) { return a->step < b->step; });
+      }
       std::vector<const RecordPoint*> past, window;
-      for (const RecordPoint& p : points) {
-        if (p.step < window_begin) past.push_back(&p);
-        else if (p.step <= window_end) window.push_back(&p);
+      for (const RecordPoint* p : points) {
+        if (p->step < window_begin) past.push_back(p);
+        else if (p->step <= window_end) window.push_back(p);
       }
       if (past.size() > o.before_samples) past.erase(past.begin(), past.end() - static_cast<std::ptrdiff_t>(o.before_samples));
       if (past.empty() || window.empty()) continue;
@@ -103,6 +110,26 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
   std::stable_sort(a.suspects.begin(), a.suspects.end(),
                    [](const Suspect& x, const Suspect& y) { return x.score > y.score; });
   return a;
+}
+
+SeriesLimits attribution_limits(const std::vector<Spike>& spikes, const std::optional<Divergence>& divergence,
+                                const AttributionOptions& o, std::size_t max_points) {
+  constexpr std::size_t kWindowSamples = 8;  // a window is lead_steps + one sampling interval: 2 or 3 samples
+  SeriesLimits limits;
+  limits.max_points = max_points;
+  limits.before = o.before_samples;
+  limits.after = kWindowSamples;
+  if (max_points == 0) return limits;  // nothing is thinned
+  std::vector<std::uint64_t> onsets;
+  if (divergence) onsets.push_back(divergence->onset_step);
+  std::vector<const Spike*> highest;
+  for (const Spike& s : spikes) highest.push_back(&s);
+  std::stable_sort(highest.begin(), highest.end(), [](const Spike* a, const Spike* b) { return a->z > b->z; });
+  for (const Spike* s : highest) onsets.push_back(s->start_step);
+  const std::size_t fit = std::max<std::size_t>(1, max_points / (limits.before + limits.after));
+  if (onsets.size() > fit) onsets.resize(fit);
+  for (std::uint64_t onset : onsets) limits.whole_at.push_back(onset > o.lead_steps ? onset - o.lead_steps : 0);
+  return limits;
 }
 
 std::vector<Attribution> attribute_onsets(const RunRecords& run, const std::vector<Spike>& spikes,

@@ -6,6 +6,7 @@
 
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/insight/strided_series.h"
 
 namespace fp8scope::insight {
 
@@ -58,8 +59,78 @@ std::optional<std::pair<std::string, std::int64_t>> split_expert_layer(const std
   return std::make_pair(layer.substr(0, at), std::stoll(digits));
 }
 
+namespace {
+
+// Counts a thinned series and its widest gap (of its strided sample, before windows are added).
+template <class Point>
+void note_thinned(RunRecords& out, const std::vector<Point>& sample) {
+  ++out.thinned_series;
+  for (std::size_t i = 1; i < sample.size(); ++i) out.widest_gap = std::max(out.widest_gap, sample[i].step - sample[i - 1].step);
+}
+
+// One series while the records stream in: its strided sample, the points kept whole around the
+// limits' steps, and its last point.
+class SeriesBuilder {
+ public:
+  SeriesBuilder(const SeriesLimits& limits, GapCounts* gaps) : sample_(limits.max_points, gaps) {
+    for (std::uint64_t step : limits.whole_at) {
+      whole_.emplace_back(step, limits.before, true);
+      whole_.emplace_back(step, limits.after, false);
+    }
+  }
+
+  void add(const RecordPoint& p) {
+    sample_.add(p);
+    for (NearestSteps<RecordPoint>& w : whole_) w.add(p);
+    if (!last_ || p.step > last_->step || (p.step == last_->step && p.rank < last_->rank)) last_ = p;
+  }
+
+  bool thinned() const { return sample_.stride() > 1; }
+
+  // The sample and the last point into `sample`; the points kept whole that the sample lacks into
+  // `onsets` (nothing when the series was not thinned: the sample is every point).
+  void take(RunRecords& out, std::vector<RecordPoint>& sample, std::vector<RecordPoint>& onsets) {
+    sample = sample_.take();
+    if (!thinned()) return;
+    note_thinned(out, sample);
+    insert_lowest_rank(sample, *last_);
+    for (const NearestSteps<RecordPoint>& w : whole_) {
+      for (const RecordPoint& p : w.points()) insert_lowest_rank(onsets, p);
+    }
+    std::erase_if(onsets, [&](const RecordPoint& p) {
+      return std::binary_search(sample.begin(), sample.end(), p,
+                                [](const RecordPoint& a, const RecordPoint& b) { return a.step < b.step; });
+    });
+    sample.shrink_to_fit();
+  }
+
+ private:
+  StridedSeries<RecordPoint> sample_;
+  std::vector<NearestSteps<RecordPoint>> whole_;
+  std::optional<RecordPoint> last_;
+};
+
+struct TensorBuilder {
+  TensorRecords records;  // all but its series
+  std::map<RecipeKey, SeriesBuilder> series;
+};
+
+std::uint64_t median_gap(const GapCounts& gaps) {
+  std::uint64_t total = 0;
+  for (const auto& [gap, count] : gaps) total += count;
+  std::uint64_t seen = 0;
+  for (const auto& [gap, count] : gaps) {
+    seen += count;
+    if (seen > total / 2) return std::max<std::uint64_t>(1, gap);
+  }
+  return 1;
+}
+
+}  // namespace
+
 Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
-                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress,
+                                    const SeriesLimits& limits) {
   history::HistoryFilter filter;
   filter.run = run;
   filter.limit = 0;
@@ -73,12 +144,19 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
   }
   RunRecords out;
   out.run = run;
+  out.max_points = limits.max_points;
+  GapCounts gaps;
+  std::map<TensorKey, TensorBuilder> building;
   Status s = history.query(filter, [&](const history::HistoryRecord& r) {
     const std::string layer = r.expert >= 0 ? expert_layer_name(r.layer, r.expert) : r.layer;
-    TensorRecords& tensor = out.tensors[TensorKey{layer, gemm_name(r.gemm), operand_name(r.operand)}];
-    tensor.dtype = r.dtype;
-    if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.scale_layout = r.scale_layout;
-    RecordPoint& p = tensor.recipes[RecipeKey{r.recipe, r.format}].emplace_back();
+    TensorBuilder& tensor = building[TensorKey{layer, gemm_name(r.gemm), operand_name(r.operand)}];
+    tensor.records.dtype = r.dtype;
+    if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.records.scale_layout = r.scale_layout;
+    auto series = tensor.series.find(RecipeKey{r.recipe, r.format});
+    if (series == tensor.series.end()) {
+      series = tensor.series.emplace(RecipeKey{r.recipe, r.format}, SeriesBuilder(limits, &gaps)).first;
+    }
+    RecordPoint p;
     p.step = r.step;
     p.rank = r.rank;
     p.scale = r.scale;
@@ -88,44 +166,42 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
       p.statistics[i] = columns[i] < r.statistics.size() ? r.statistics[columns[i]] : std::nan("");
     }
     p.codes_digest = r.codes_digest;
+    series->second.add(p);
     if (++out.records % 4096 == 0 && progress) progress(out.records, total.value());
     return true;
   });
   if (!s.ok()) return s;
   if (progress) progress(out.records, total.value());
-  // Step order, one point per step: several ranks sample the same tensor, the lowest rank's stays.
-  std::vector<std::uint64_t> gaps;
-  for (auto& [key, tensor] : out.tensors) {
-    for (auto& [recipe, points] : tensor.recipes) {
-      std::stable_sort(points.begin(), points.end(), [](const RecordPoint& a, const RecordPoint& b) {
-        return a.step != b.step ? a.step < b.step : a.rank < b.rank;
-      });
-      points.erase(std::unique(points.begin(), points.end(),
-                               [](const RecordPoint& a, const RecordPoint& b) { return a.step == b.step; }),
-                   points.end());
-      points.shrink_to_fit();
-      for (std::size_t i = 1; i < points.size(); ++i) gaps.push_back(points[i].step - points[i - 1].step);
+  for (auto& [key, tensor] : building) {
+    TensorRecords& records = out.tensors[key] = std::move(tensor.records);
+    for (auto& [recipe, series] : tensor.series) {
+      std::vector<RecordPoint> onsets;
+      series.take(out, records.recipes[recipe], onsets);
+      if (!onsets.empty()) records.onset_points[recipe] = std::move(onsets);
     }
   }
-  if (!gaps.empty()) {
-    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
-    out.sampling_interval = std::max<std::uint64_t>(1, gaps[gaps.size() / 2]);
-  }
-  std::map<std::pair<std::string, std::string>, std::map<std::uint64_t, std::pair<std::uint32_t, GemmOutputPoint>>> checks;
+  out.sampling_interval = median_gap(gaps);
+  std::map<std::pair<std::string, std::string>, StridedSeries<GemmOutputPoint>> checks;
   s = history.query_gemm_outputs(run, [&](const history::GemmOutputRecord& g) {
-    auto& steps = checks[{g.layer, g.accumulate}];
-    auto it = steps.find(g.step);
-    if (it == steps.end() || g.rank < it->second.first) {
-      steps[g.step] = {g.rank, GemmOutputPoint{g.step, g.mse, g.cosine, g.max_rel_error}};
-    }
+    auto it = checks.try_emplace({g.layer, g.accumulate}, limits.max_points, nullptr).first;
+    it->second.add(GemmOutputPoint{g.step, g.rank, g.mse, g.cosine, g.max_rel_error});
     return true;
   });
   if (!s.ok()) return s;
-  for (auto& [key, steps] : checks) {
-    auto& points = out.gemm_outputs[key.first][key.second];
-    for (auto& [step, rank_point] : steps) points.push_back(rank_point.second);
+  for (auto& [key, series] : checks) {
+    const bool thinned = series.stride() > 1;
+    std::vector<GemmOutputPoint>& points = out.gemm_outputs[key.first][key.second] = series.take();
+    if (thinned) note_thinned(out, points);
   }
   return out;
+}
+
+std::string thinning_note(const RunRecords& r) {
+  if (r.thinned_series == 0) return "";
+  return "note: " + std::to_string(r.thinned_series) + " series of run " + r.run + " had more than " +
+         std::to_string(r.max_points) + " sampled steps; their charts, medians and replays read a point every " +
+         std::to_string(r.widest_gap) + " steps or closer (onset windows and the last step are whole); " +
+         "--series-points raises the limit, 0 keeps every point";
 }
 
 }  // namespace fp8scope::insight

@@ -278,6 +278,7 @@ std::string html_report(const insight::RunStudy& s, const ReportOptions& o) {
       << s.records.records << " records of " << s.records.tensors.size() << " tensors, sampled every "
       << s.records.sampling_interval << " steps; history " << html_escape(o.history) << "; "
       << html_escape(o.generated_by) << "</p>";
+  if (const std::string note = insight::thinning_note(s.records); !note.empty()) out << "<p class='muted'>" << html_escape(note) << "</p>";
   loss_section(s, out);
   attribution_section(s, out);
   advice_section(s, out);

@@ -38,6 +38,14 @@ struct Attribution {
 Attribution attribute(const RunRecords& run, std::uint64_t onset_step, const std::string& cause,
                       const AttributionOptions& options = {});
 
+// What load_run_records keeps whole so that attribute_onsets reads the same points from a thinned
+// series as from the full one: for each onset, the before_samples sampled steps before its window
+// and the first 8 in it (the whole window whenever it holds no more). The divergence and then the
+// highest spikes first, as many as fit in another max_points points a series; later spikes read
+// the strided sample.
+SeriesLimits attribution_limits(const std::vector<Spike>& spikes, const std::optional<Divergence>& divergence,
+                                const AttributionOptions& options, std::size_t max_points);
+
 // One attribution per spike (at its start) and one for the divergence onset, in that order.
 std::vector<Attribution> attribute_onsets(const RunRecords& run, const std::vector<Spike>& spikes,
                                           const std::optional<Divergence>& divergence,

@@ -65,7 +65,12 @@ struct RecordPoint {
 
 struct TensorRecords {
   std::string dtype;                                       // as captured (bf16, e4m3, e2m1, ...)
-  std::map<RecipeKey, std::vector<RecordPoint>> recipes;   // each in step order, the lowest rank per step
+  // Each in step order, the lowest rank per step: every sampled step up to SeriesLimits::max_points,
+  // else an evenly strided sample and the last step (see load_run_records).
+  std::map<RecipeKey, std::vector<RecordPoint>> recipes;
+  // Of a thinned series, the points around the loss onsets that its sample lacks, in step order:
+  // attribution reads them with the sample; the medians and charts do not, so they stay unbiased.
+  std::map<RecipeKey, std::vector<RecordPoint>> onset_points;
   std::string scale_layout;  // the job's own block-scale layout (scale_layout.h's name); "" = per-tensor or none
 
   // The series of `recipe` (its first format), and that format; nullptr when not sampled.
@@ -79,8 +84,26 @@ struct TensorRecords {
 // The daemon's GEMM check of a layer at one step (one accumulation mode).
 struct GemmOutputPoint {
   std::uint64_t step = 0;
+  std::uint32_t rank = 0;
   double mse = 0, cosine = 0, max_rel_error = 0;
 };
+
+// How much of a long series a study keeps, so that its memory is bounded by the run's tensors and
+// not by its records: a strided sample of at most max_points points per series, plus, whatever
+// the stride, the `before` sampled steps before each step of `whole_at` and the `after` at and after
+// it (attribution's onset windows, see attribution_limits).
+inline constexpr std::size_t kDefaultSeriesPoints = 512;
+struct SeriesLimits {
+  std::size_t max_points = kDefaultSeriesPoints;  // 0: every point
+  std::vector<std::uint64_t> whole_at;
+  std::size_t before = 0, after = 0;
+};
+// Only the strided sample: no steps kept whole.
+inline SeriesLimits sample_limits(std::size_t max_points) {
+  SeriesLimits limits;
+  limits.max_points = max_points;
+  return limits;
+}
 
 struct RunRecords {
   std::string run;
@@ -89,6 +112,10 @@ struct RunRecords {
   std::map<std::string, std::map<std::string, std::vector<GemmOutputPoint>>> gemm_outputs;
   std::uint64_t records = 0;
   std::uint64_t sampling_interval = 1;  // the median gap between sampled steps
+  // Series (tensor and recipe, or layer and accumulation) that had more than max_points sampled
+  // steps and were thinned, and the widest gap in steps between the points sampled of any of them.
+  std::uint64_t thinned_series = 0, widest_gap = 0;
+  std::size_t max_points = kDefaultSeriesPoints;
 };
 
 // A mixture-of-experts layer's experts are tensors of their own, "<layer>/expert<N>", so that every
@@ -98,10 +125,14 @@ std::string expert_layer_name(const std::string& layer, std::int64_t expert);
 std::optional<std::pair<std::string, std::int64_t>> split_expert_layer(const std::string& layer);
 
 // Reads every record of `run`, streaming: each row becomes one compact point of its series (no
-// copy of the row is kept); progress(done, total) is called as rows arrive (total from a count
-// taken first). An error when the run has no records.
+// copy of the row is kept) and stays while `limits` allow; progress(done, total) is called as rows
+// arrive (total from a count taken first). An error when the run has no records.
 Result<RunRecords> load_run_records(const history::HistoryReader& history, const std::string& run,
-                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress = nullptr);
+                                    const std::function<void(std::uint64_t, std::uint64_t)>& progress = nullptr,
+                                    const SeriesLimits& limits = {});
+
+// "" when nothing was thinned, else one line saying what was and how to keep it all.
+std::string thinning_note(const RunRecords& records);
 
 // The value of a statistic in a point (NaN when the record has none).
 inline double statistic(const RecordPoint& p, StudiedStatistic s) { return p.statistics[s.index]; }

@@ -21,6 +21,7 @@ struct StudyOptions {
   SpikeOptions spikes;
   DivergenceOptions divergence;
   AttributionOptions attribution;
+  std::size_t series_points = kDefaultSeriesPoints;  // SeriesLimits::max_points
 };
 
 struct RunStudy {
