@@ -69,19 +69,22 @@ void note_thinned(RunRecords& out, const std::vector<Point>& sample) {
 }
 
 // One series while the records stream in: its strided sample, the points kept whole around the
-// limits' steps, and its last point.
+// limits' steps (whole_at sorted), and its last point. The window before an onset is filled from
+// the series' most recent points when the first point at or past it arrives (every point before
+// then was below it), so a row is copied into one window at a time, not into every later one.
 class SeriesBuilder {
  public:
-  SeriesBuilder(const SeriesLimits& limits, GapCounts* gaps) : sample_(limits.max_points, gaps) {
-    for (std::uint64_t step : limits.whole_at) {
-      whole_.emplace_back(step, limits.before, true);
-      whole_.emplace_back(step, limits.after, false);
-    }
+  SeriesBuilder(const SeriesLimits& limits, GapCounts* gaps)
+      : limits_(&limits), sample_(limits.max_points, gaps), recent_(UINT64_MAX, limits.before, true) {
+    for (std::uint64_t step : limits.whole_at) after_.emplace_back(step, limits.after, false);
   }
 
   void add(const RecordPoint& p) {
     sample_.add(p);
-    for (NearestSteps<RecordPoint>& w : whole_) w.add(p);
+    reach(p.step);
+    if (before_.size() < limits_->whole_at.size()) recent_.add(p);
+    for (NearestSteps<RecordPoint>& w : before_) w.add(p);  // a late point before an onset passed
+    for (NearestSteps<RecordPoint>& w : after_) w.add(p);
     if (!last_ || p.step > last_->step || (p.step == last_->step && p.rank < last_->rank)) last_ = p;
   }
 
@@ -94,9 +97,15 @@ class SeriesBuilder {
     if (!thinned()) return;
     note_thinned(out, sample);
     insert_lowest_rank(sample, *last_);
-    for (const NearestSteps<RecordPoint>& w : whole_) {
-      for (const RecordPoint& p : w.points()) insert_lowest_rank(onsets, p);
+    reach(UINT64_MAX);  // onsets past the last point take what came before them
+    for (const auto* windows : {&before_, &after_}) {
+      for (const NearestSteps<RecordPoint>& w : *windows) {
+        for (const RecordPoint& p : w.points()) insert_lowest_rank(onsets, p);
+      }
     }
+    before_ = {};  // what the windows held is in `onsets` now
+    after_ = {};
+    recent_ = NearestSteps<RecordPoint>(UINT64_MAX, 0, true);
     std::erase_if(onsets, [&](const RecordPoint& p) {
       return std::binary_search(sample.begin(), sample.end(), p,
                                 [](const RecordPoint& a, const RecordPoint& b) { return a.step < b.step; });
@@ -105,8 +114,18 @@ class SeriesBuilder {
   }
 
  private:
+  // Opens the windows before the onsets at or below `step`, from the latest points so far.
+  void reach(std::uint64_t step) {
+    while (before_.size() < limits_->whole_at.size() && step >= limits_->whole_at[before_.size()]) {
+      NearestSteps<RecordPoint>& w = before_.emplace_back(limits_->whole_at[before_.size()], limits_->before, true);
+      for (const RecordPoint& q : recent_.points()) w.add(q);
+    }
+  }
+
+  const SeriesLimits* limits_;
   StridedSeries<RecordPoint> sample_;
-  std::vector<NearestSteps<RecordPoint>> whole_;
+  NearestSteps<RecordPoint> recent_;                  // the latest steps, while an onset is ahead
+  std::vector<NearestSteps<RecordPoint>> before_, after_;  // before_: the onsets reached so far
   std::optional<RecordPoint> last_;
 };
 
@@ -145,6 +164,9 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
   RunRecords out;
   out.run = run;
   out.max_points = limits.max_points;
+  SeriesLimits sorted = limits;
+  std::sort(sorted.whole_at.begin(), sorted.whole_at.end());
+  sorted.whole_at.erase(std::unique(sorted.whole_at.begin(), sorted.whole_at.end()), sorted.whole_at.end());
   GapCounts gaps;
   std::map<TensorKey, TensorBuilder> building;
   Status s = history.query(filter, [&](const history::HistoryRecord& r) {
@@ -154,7 +176,7 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
     if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.records.scale_layout = r.scale_layout;
     auto series = tensor.series.find(RecipeKey{r.recipe, r.format});
     if (series == tensor.series.end()) {
-      series = tensor.series.emplace(RecipeKey{r.recipe, r.format}, SeriesBuilder(limits, &gaps)).first;
+      series = tensor.series.emplace(RecipeKey{r.recipe, r.format}, SeriesBuilder(sorted, &gaps)).first;
     }
     RecordPoint p;
     p.step = r.step;

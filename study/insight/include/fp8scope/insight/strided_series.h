@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <vector>
 
 namespace fp8scope::insight {
@@ -15,18 +16,17 @@ namespace fp8scope::insight {
 // interval is their median.
 using GapCounts = std::map<std::uint64_t, std::uint64_t>;
 
-// Puts p into points (sorted by step, one point a step), or lets it replace a higher rank's point
-// at its step. Returns where it is, or points.end() when a lower rank's point was there already.
-template <class Point>
-typename std::vector<Point>::iterator insert_lowest_rank(std::vector<Point>& points, const Point& p) {
+// Puts p into points (sorted by step, one point a step), or lets it replace a
+// higher rank's point at its step; a lower rank's point there already stays.
+template <class Points, class Point>
+void insert_lowest_rank(Points& points, const Point& p) {
   auto at = std::lower_bound(points.begin(), points.end(), p.step,
                              [](const Point& q, std::uint64_t step) { return q.step < step; });
-  if (at != points.end() && at->step == p.step) {
-    if (p.rank >= at->rank) return points.end();
+  if (at == points.end() || at->step != p.step) {
+    points.insert(at, p);
+  } else if (p.rank < at->rank) {
     *at = p;
-    return at;
   }
-  return points.insert(at, p);
 }
 
 template <class Point>
@@ -52,6 +52,8 @@ class StridedSeries {
     if (points_.empty() && stride_ == 1) origin_ = p.step;
     const std::uint64_t distance = p.step > origin_ ? p.step - origin_ : origin_ - p.step;
     if (distance % stride_ != 0) return;
+    // Never more room than cap + 1: doubling past it would keep twice the bound in spare capacity.
+    if (cap_ != 0 && points_.size() == points_.capacity() && points_.size() >= cap_ / 2) points_.reserve(cap_ + 1);
     insert_lowest_rank(points_, p);
     if (cap_ == 0 || points_.size() <= cap_) return;
     if (stride_ == 1) add_gaps(points_, gaps_);
@@ -89,20 +91,29 @@ class NearestSteps {
 
   void add(const Point& p) {
     if (count_ == 0 || below_ != (p.step < begin_)) return;
-    if (points_.size() == count_ && (below_ ? p.step < points_.front().step : p.step > points_.back().step)) return;
+    const std::span<const Point> kept = points();
+    if (kept.size() == count_ && (below_ ? p.step < kept.front().step : p.step > kept.back().step)) return;
     insert_lowest_rank(points_, p);
-    if (points_.size() <= count_) return;
-    if (below_) points_.erase(points_.begin());
-    else points_.pop_back();
+    if (!below_) {
+      if (points_.size() > count_) points_.pop_back();
+    } else if (points_.size() >= 2 * count_) {
+      // The window before a later step takes each new point at its back as the rows stream in:
+      // its front is dropped count points at a time, not one (a shift of the whole window) a row.
+      points_.erase(points_.begin(), points_.end() - static_cast<std::ptrdiff_t>(count_));
+    }
   }
 
-  const std::vector<Point>& points() const { return points_; }
+  // In step order.
+  std::span<const Point> points() const {
+    const std::size_t n = std::min(points_.size(), count_);
+    return std::span<const Point>(points_).subspan(points_.size() - n);
+  }
 
  private:
   std::uint64_t begin_;
   std::size_t count_;
   bool below_;
-  std::vector<Point> points_;
+  std::vector<Point> points_;  // below: up to 2 x count, of which the last count are the window
 };
 
 }  // namespace fp8scope::insight
