@@ -56,7 +56,7 @@ history::HistoryRecord record(int i) {
   r.operand = Operand::kX;
   r.dtype = "bf16";
   r.numel = 1 << 24;
-  r.recipe = recipe_name(kAllRecipeKinds[i % std::size(kAllRecipeKinds)]);
+  r.recipe = recipe_name(kDefaultRecipeKinds[i % std::size(kDefaultRecipeKinds)]);
   r.format = "e4m3";
   r.scale = 448.0 / (1 + i % 97);
   r.scale_current = r.scale * 1.01;
@@ -114,7 +114,7 @@ void BM_Daemon(benchmark::State& state, const std::string& backend) {
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000) / 250.0f - 2.0f;
   const std::span<const std::uint8_t> bytes{reinterpret_cast<const std::uint8_t*>(values.data()),
                                             values.size() * sizeof(float)};
-  const std::uint64_t per_sample = std::size(kAllRecipeKinds);
+  const std::uint64_t per_sample = std::size(kDefaultRecipeKinds);
   double seconds = 0;
   std::uint64_t records = 0;
   for (auto _ : state) {

@@ -33,7 +33,7 @@ double g_raw_seconds = 0;
 // One run of g_tensors activations sampled at every step under every recipe, and two runs' loss.
 void write_history(const std::string& dir) {
   auto store = std::move(history::HistoryStore::open(dir, {"bench:/data", 0})).value();
-  const int recipes = static_cast<int>(std::size(kAllRecipeKinds));
+  const int recipes = static_cast<int>(std::size(kDefaultRecipeKinds));
   const std::int64_t steps = g_records / (g_tensors * recipes);
   for (std::int64_t step = 0; step < steps; ++step) {
     for (int t = 0; t < g_tensors; ++t) {
@@ -49,7 +49,7 @@ void write_history(const std::string& dir) {
         r.operand = Operand::kX;
         r.dtype = "bf16";
         r.numel = 1 << 20;
-        r.recipe = recipe_name(kAllRecipeKinds[k]);
+        r.recipe = recipe_name(kDefaultRecipeKinds[k]);
         r.format = "e4m3";
         r.scale = 448.0 / (1 + (step + t) % 7);
         r.scale_current = r.scale * (1 + 0.01 * (step % 5));

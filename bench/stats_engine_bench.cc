@@ -1,11 +1,13 @@
 // Statistics throughput on a BF16 tensor (256 MiB by default) for each recipe alone, for the five
-// FP8 recipes in one call and for all seven, against a streaming read-and-reduce of the same
+// FP8 recipes in one call and for all eight, against a streaming read-and-reduce of the same
 // buffer by the same number of threads in the same run (BM_ReadReduce: the least any engine must
 // do, and steadier on a shared machine than memcpy, whose write stream varies most). Targets: one
 // recipe <= 2x the read, the five FP8 recipes <= 4x; nvfp4 <= 1.5x mxfp8. Run with
 // --benchmark_repetitions=N: the ratios then use the medians. Counters: "x_read", "x_memcpy",
 // "x_one_recipe" (several recipes against tensor_current alone) and "x_mxfp8" (the FP4 recipes
-// against mxfp8). BM_OneRecipe/<name> runs each recipe of the vocabulary alone. BM_WeightCodeDigest is the extra
+// against mxfp8). BM_OneRecipe/<name> runs each recipe of the vocabulary alone. BM_WeightRecipe/<name>
+// runs the recipes whose weights take 2-D blocks (nvfp4's 16x16, mxfp8_2d's 32x32) on the tensor as
+// a weight; "x_nvfp4_weight" is mxfp8_2d's time over nvfp4's (target <= 1.5x). BM_WeightCodeDigest is the extra
 // pass the daemon makes over each sampled weight for the inference check (one thread, no target;
 // "x_one_recipe" puts it beside tensor_current's statistics). BM_Observed* decode a job's own codes
 // with their block scales (MXFP8: E4M3 with E8M0 1x32 scales; NVFP4: E2M1 with UE4M3 1x16 scales)
@@ -37,6 +39,7 @@ double g_read_seconds = 0.0;
 double g_memcpy_seconds = 0.0;
 double g_one_recipe_seconds = 0.0;
 double g_mxfp8_seconds = 0.0;
+double g_nvfp4_weight_seconds = 0.0;
 
 // An LLM-activation-like BF16 tensor: unit normal values with a few outlier channels, from a fast
 // deterministic generator (Box-Muller over xorshift).
@@ -102,13 +105,13 @@ void BM_Memcpy(benchmark::State& state) {
   g_memcpy_seconds = 0.0;
 }
 
-void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds) {
+void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, Operand operand = Operand::kX) {
   auto engine = make_cpu_engine();
   std::vector<QuantSpec> specs;
   for (RecipeKind k : kinds) {
     const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(100.0f) : std::nullopt;
     const Recipe recipe = default_recipe(k);
-    specs.push_back(quant_spec_for(recipe, recipe.fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3, Operand::kX, fixed).value());
+    specs.push_back(quant_spec_for(recipe, recipe.fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3, operand, fixed).value());
   }
   const TensorView t = view();
   TensorAnalysis a;
@@ -171,6 +174,10 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
       counters["x_mxfp8"] = seconds / g_mxfp8_seconds;
     }
   }
+  // Recipes whose weights take 2-D blocks, on the tensor as a weight, against NVFP4's 16x16.
+  const std::string weight = "BM_WeightRecipe/";
+  if (name.rfind(weight + recipe_name(RecipeKind::kNvfp4), 0) == 0) g_nvfp4_weight_seconds = seconds;
+  else if (g_nvfp4_weight_seconds > 0 && name.rfind(weight, 0) == 0) counters["x_nvfp4_weight"] = seconds / g_nvfp4_weight_seconds;
   const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
   if (g_read_seconds > 0 && !baseline) counters["x_read"] = seconds / g_read_seconds;
   if (g_memcpy_seconds > 0 && !baseline) counters["x_memcpy"] = seconds / g_memcpy_seconds;
@@ -190,6 +197,12 @@ void register_benchmarks() {
   for (RecipeKind k : kAllRecipeKinds) {
     benchmark::RegisterBenchmark((std::string("BM_OneRecipe/") + recipe_name(k)).c_str(),
                                  [k](benchmark::State& state) { run_recipes(state, {k}); })
+        ->UseRealTime();
+  }
+  for (RecipeKind k : kAllRecipeKinds) {
+    if (k != RecipeKind::kNvfp4 && default_recipe(k).weight_block_rows == 0) continue;
+    benchmark::RegisterBenchmark((std::string("BM_WeightRecipe/") + recipe_name(k)).c_str(),
+                                 [k](benchmark::State& state) { run_recipes(state, {k}, Operand::kW); })
         ->UseRealTime();
   }
   benchmark::RegisterBenchmark("BM_FiveFp8Recipes", BM_FiveFp8Recipes)->UseRealTime();

@@ -109,8 +109,8 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
   out << "experts_per_call " << (p.experts_per_call() == 0 ? "(all)" : std::to_string(p.experts_per_call())) << "\n";
   out << "recipes";
   if (p.recipes().empty()) {
-    out << " (all:";
-    for (RecipeKind k : kAllRecipeKinds) out << " " << recipe_name(k);
+    out << " (default:";
+    for (RecipeKind k : kDefaultRecipeKinds) out << " " << recipe_name(k);
     out << ")";
   }
   for (int r : p.recipes()) {

@@ -23,7 +23,7 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   if (o.scale && !(std::isfinite(*o.scale) && *o.scale > 0.0)) {
     return Status::error("--scale: expected a finite number > 0, got " + std::to_string(*o.scale));
   }
-  std::vector<RecipeKind> kinds(std::begin(kAllRecipeKinds), std::end(kAllRecipeKinds));
+  std::vector<RecipeKind> kinds(std::begin(kDefaultRecipeKinds), std::end(kDefaultRecipeKinds));
   if (!o.recipes.empty()) {
     kinds.clear();
     for (const std::string& name : o.recipes) {
@@ -145,7 +145,7 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   CLI::App* cmd = app.add_subcommand("analyze", "What each FP8 recipe does to the tensors of a .npy or .safetensors file");
   cmd->add_option("FILE", o.file, ".npy or .safetensors file")->required();
   cmd->add_option("--tensor", o.tensors, "Analyze only this tensor (repeatable); default: every tensor");
-  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_name_list() + "; default: all");
+  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_name_list() + "; default: all but mxfp8_2d");
   cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2 (the FP4 recipes cast to e2m1)")
       ->capture_default_str();
   cmd->add_option("--operand", o.operand, "The tensor's role: x, w or dy (NVFP4 gives weights 16x16 blocks)")

@@ -110,55 +110,62 @@ double relative(double a, double b, double magnitude) {
   return std::fabs(a - b) / (magnitude > 0 ? magnitude : 1.0);
 }
 
-// GPU engine vs CPU engine: counts exactly, sums within 1e-6 of their magnitude.
+// GPU engine vs CPU engine: counts exactly, sums within 1e-6 of their magnitude. Two calls a
+// tensor, each within kMaxSpecsPerCall: every recipe's weight quantization (the 2-D blocks), and
+// the default recipes' activation quantization with an E5M2 gradient's.
 void engine_agreement(StatsEngine& gpu) {
   auto cpu = make_cpu_engine();
-  std::vector<QuantSpec> specs;
-  for (RecipeKind k : kAllRecipeKinds) {
+  const auto spec = [](RecipeKind k, Operand operand) {
     const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;
     const CastFormat format = default_recipe(k).fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3;
-    specs.push_back(quant_spec_for(default_recipe(k), format, Operand::kX, fixed).value());
-  }
-  specs.push_back(quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE5M2, Operand::kDy, std::nullopt).value());
+    return quant_spec_for(default_recipe(k), format, operand, fixed).value();
+  };
+  std::vector<QuantSpec> weights, activations;
+  for (RecipeKind k : kAllRecipeKinds) weights.push_back(spec(k, Operand::kW));
+  for (RecipeKind k : kDefaultRecipeKinds) activations.push_back(spec(k, Operand::kX));
+  activations.push_back(quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE5M2, Operand::kDy, std::nullopt).value());
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 16}, {217, 256}, {1024, 4096}};
   int cases = 0, failures = 0;
   double worst = 0;
-  for (DType d : {DType::kBF16, DType::kF32, DType::kE4M3})
-    for (int kind = 0; kind < 6; ++kind)
-      for (auto [rows, cols] : shapes) {
-        const std::vector<float> v = generate(kind, rows * cols, 7u + static_cast<std::uint32_t>(kind));
-        const std::vector<std::uint8_t> bytes = as_dtype(v, d);
-        const TensorView t{bytes.data(), d, rows, cols, 1.0f};
-        TensorAnalysis a, b;
-        ++cases;
-        if (!cpu->analyze(t, specs, &a).ok() || !gpu.analyze(t, specs, &b).ok()) {
-          ++failures;
-          continue;
+  for (const std::vector<QuantSpec>* set : {&weights, &activations})
+    for (DType d : {DType::kBF16, DType::kF32, DType::kE4M3})
+      for (int kind = 0; kind < 6; ++kind)
+        for (auto [rows, cols] : shapes) {
+          const std::vector<QuantSpec>& specs = *set;
+          const std::vector<float> v = generate(kind, rows * cols, 7u + static_cast<std::uint32_t>(kind));
+          const std::vector<std::uint8_t> bytes = as_dtype(v, d);
+          const TensorView t{bytes.data(), d, rows, cols, 1.0f};
+          TensorAnalysis a, b;
+          ++cases;
+          if (!cpu->analyze(t, specs, &a).ok() || !gpu.analyze(t, specs, &b).ok()) {
+            ++failures;
+            continue;
+          }
+          bool ok = a.moments.numel == b.moments.numel && a.moments.finite == b.moments.finite &&
+                    a.moments.nonzero == b.moments.nonzero && a.moments.nan == b.moments.nan &&
+                    a.moments.inf == b.moments.inf && a.moments.amax == b.moments.amax && a.moments.amin == b.moments.amin;
+          double err = relative(a.moments.sum_squares, b.moments.sum_squares, a.moments.sum_squares);
+          err = std::max(err, relative(a.moments.m2, b.moments.m2, a.moments.m2 + a.moments.sum_squares));
+          for (std::size_t k = 0; k < specs.size(); ++k) {
+            const QuantStats &p = a.quant[k], &q = b.quant[k];
+            ok = ok && p.underflow == q.underflow && p.overflow == q.overflow && p.saturated == q.saturated &&
+                 p.scale_min == q.scale_min && p.scale_max == q.scale_max &&
+                 std::equal(std::begin(p.histogram), std::end(p.histogram), std::begin(q.histogram));
+            err = std::max(err, relative(p.squared_error, q.squared_error, p.squared_error));
+            err = std::max(err, relative(p.dequant_squares, q.dequant_squares, p.dequant_squares));
+            err = std::max(err, relative(p.dot, q.dot, std::sqrt(a.moments.sum_squares * p.dequant_squares)));
+          }
+          worst = std::max(worst, err);
+          if (!ok || err > 1e-6) {
+            ++failures;
+            std::printf("  mismatch: %s specs, dtype %s kind %d shape %lldx%lld (counts %s, worst sum error %.2e)\n",
+                        set == &weights ? "W" : "X", dtype_name(d), kind, static_cast<long long>(rows),
+                        static_cast<long long>(cols), ok ? "equal" : "DIFFER", err);
+          }
         }
-        bool ok = a.moments.numel == b.moments.numel && a.moments.finite == b.moments.finite &&
-                  a.moments.nonzero == b.moments.nonzero && a.moments.nan == b.moments.nan &&
-                  a.moments.inf == b.moments.inf && a.moments.amax == b.moments.amax && a.moments.amin == b.moments.amin;
-        double err = relative(a.moments.sum_squares, b.moments.sum_squares, a.moments.sum_squares);
-        err = std::max(err, relative(a.moments.m2, b.moments.m2, a.moments.m2 + a.moments.sum_squares));
-        for (std::size_t k = 0; k < specs.size(); ++k) {
-          const QuantStats &p = a.quant[k], &q = b.quant[k];
-          ok = ok && p.underflow == q.underflow && p.overflow == q.overflow && p.saturated == q.saturated &&
-               p.scale_min == q.scale_min && p.scale_max == q.scale_max &&
-               std::equal(std::begin(p.histogram), std::end(p.histogram), std::begin(q.histogram));
-          err = std::max(err, relative(p.squared_error, q.squared_error, p.squared_error));
-          err = std::max(err, relative(p.dequant_squares, q.dequant_squares, p.dequant_squares));
-          err = std::max(err, relative(p.dot, q.dot, std::sqrt(a.moments.sum_squares * p.dequant_squares)));
-        }
-        worst = std::max(worst, err);
-        if (!ok || err > 1e-6) {
-          ++failures;
-          std::printf("  mismatch: dtype %s kind %d shape %lldx%lld (counts %s, worst sum error %.2e)\n", dtype_name(d),
-                      kind, static_cast<long long>(rows), static_cast<long long>(cols), ok ? "equal" : "DIFFER", err);
-        }
-      }
   char result[128];
   std::snprintf(result, sizeof result, "%d of %d cases agree, worst sum error %.1e", cases - failures, cases, worst);
-  report("CUDA engine vs CPU engine (3 dtypes x 6 tensors x 3 shapes, 6 specs)", result, failures == 0);
+  report("CUDA engine vs CPU engine (3 dtypes x 6 tensors x 3 shapes, X and W of each recipe)", result, failures == 0);
 }
 
 // A job's own codes on the GPU vs the CPU: every code and a spread of finite scales in each scale

@@ -29,6 +29,17 @@ Recipe default_recipe(RecipeKind kind) {
       r.block_rows = 1;
       r.block_cols = 32;
       break;
+    // MXFP8BlockScaling(enable_2d_quantization=True) (TE d0067d0, PR #2634:
+    // transformer_engine/common/recipe/__init__.py:373): forward weights only
+    // (pytorch/quantization.py:1536-1548) take one E8M0 scale per 32x32 block, from the same
+    // float_to_e8m0(amax * max_norm_rcp) as 1x32 (common/cast/mxfp8/quantize_mxfp8.cuh:440-446);
+    // activations and gradients stay 1x32.
+    case RecipeKind::kMxfp8_2d:
+      r.backward_format = CastFormat::kE4M3;
+      r.block_rows = 1;
+      r.block_cols = 32;
+      r.weight_block_rows = 32;
+      break;
     case RecipeKind::kBlock1x128:  // Float8BlockScaling(fp8_format=E4M3), 1-D blocks
       r.backward_format = CastFormat::kE4M3;
       r.power_of_2_scales = true;
@@ -90,10 +101,9 @@ Status validate(const Recipe& r) {
     }
     return Status();
   }
-  // The engines tile rows in 4096-column segments and panels of 16 or 128 rows; blocks must fit.
-  auto valid_rows = [](int rows) { return rows == 1 || rows == 16 || rows == 128; };
-  if (!valid_rows(r.block_rows) || (r.weight_block_rows != 0 && !valid_rows(r.weight_block_rows))) {
-    return Status::error(name + ": expected block rows 1, 16 or 128, got " + std::to_string(r.block_rows) +
+  // The engines tile rows in 4096-column segments and panels of 16, 32 or 128 rows; blocks must fit.
+  if (!valid_block_rows(r.block_rows) || (r.weight_block_rows != 0 && !valid_block_rows(r.weight_block_rows))) {
+    return Status::error(name + ": expected block rows 1, 16, 32 or 128, got " + std::to_string(r.block_rows) +
                          (r.weight_block_rows ? " (weights " + std::to_string(r.weight_block_rows) + ")" : ""));
   }
   const bool fp4_recipe = r.kind == RecipeKind::kNvfp4 || r.kind == RecipeKind::kMxfp4;

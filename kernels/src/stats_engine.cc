@@ -36,6 +36,7 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
       spec.margin = recipe.margin;
       break;
     case RecipeKind::kMxfp8:
+    case RecipeKind::kMxfp8_2d:
     case RecipeKind::kMxfp4: spec.rule = ScaleRule::kBlockE8M0; break;
     case RecipeKind::kBlock1x128:
     case RecipeKind::kBlock128x128: spec.rule = ScaleRule::kBlockCurrent; break;
@@ -94,9 +95,9 @@ Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> sp
                          std::to_string(specs.size()));
   }
   for (const QuantSpec& s : specs) {
-    const bool rows_ok = s.block_rows == 1 || s.block_rows == 16 || s.block_rows == 128;
-    if (s.per_block() && (!rows_ok || s.block_cols < 16 || s.block_cols > 4096 || (s.block_cols & (s.block_cols - 1)) != 0)) {
-      return Status::error("expected a block of 1, 16 or 128 rows by a power of two of 16..4096 columns, got " +
+    if (s.per_block() &&
+        (!valid_block_rows(s.block_rows) || s.block_cols < 16 || s.block_cols > 4096 || (s.block_cols & (s.block_cols - 1)) != 0)) {
+      return Status::error("expected a block of 1, 16, 32 or 128 rows by a power of two of 16..4096 columns, got " +
                            std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols));
     }
     if (!std::isfinite(s.margin) || s.margin < 0.0f) {

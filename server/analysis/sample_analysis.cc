@@ -32,7 +32,7 @@ PaddingCensus padding_census(const Sample& s) {
 
 std::vector<RecipeKind> policy_recipes(const SamplingPolicy& p) {
   if (!p.recipes.empty()) return p.recipes;
-  return std::vector<RecipeKind>(kAllRecipeKinds.begin(), kAllRecipeKinds.end());
+  return std::vector<RecipeKind>(kDefaultRecipeKinds.begin(), kDefaultRecipeKinds.end());
 }
 
 }  // namespace

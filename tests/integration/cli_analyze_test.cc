@@ -2,6 +2,8 @@
 // inputs made here, every real file from the reference writers analyzed or listed as skipped, and
 // every kind of bad input answered with one line naming the file and exit code 2.
 #include <catch2/catch.hpp>
+
+#include <map>
 #include <filesystem>
 #include <cmath>
 #include <fstream>
@@ -123,6 +125,25 @@ TEST_CASE("analyze --json matches the golden files", "[cli][analyze]") {
     CHECK(out.back()["skipped"] == "integer tensor");
     CHECK(out.front()["overflow_ratio"].get<double>() > 0.0);  // scale 600 clips the outlier channel
   }
+}
+
+TEST_CASE("mxfp8_2d gives a weight one scale per 32x32 block and an activation MXFP8's 1x32, when --recipe asks for it", "[cli][analyze]") {
+  TempDir dir;
+  // Small values everywhere but one element of the first 32x32 block: under 2-D blocks its scale
+  // flushes the block's other rows too.
+  std::vector<float> w(64 * 64);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1e-3f * static_cast<float>(1 + i % 7);
+  w[0] = 3e4f;
+  const std::string path = dir.write("w.npy", npy_file("<f4", false, "(64, 64)", floats(w)));
+  std::map<std::string, std::map<std::string, double>> underflow;  // operand -> recipe -> ratio
+  for (const char* operand : {"w", "x"}) {
+    const ProcessResult r = analyze({path, "--json", "--operand", operand, "--recipe", "mxfp8", "--recipe", "mxfp8_2d"});
+    REQUIRE(r.exit_code == 0);
+    for (const json& line : lines(r.out)) underflow[operand][line["recipe"]] = line["underflow_ratio"].get<double>();
+  }
+  CHECK(underflow["w"]["mxfp8"] == Approx(31.0 / 4096));       // the first row's block of 32
+  CHECK(underflow["w"]["mxfp8_2d"] == Approx(1023.0 / 4096));  // the whole first 32x32 block
+  CHECK(underflow["x"]["mxfp8_2d"] == underflow["x"]["mxfp8"]);
 }
 
 TEST_CASE("every real file from the reference writers is analyzed or listed as skipped", "[cli][analyze]") {

@@ -23,7 +23,7 @@ using nlohmann::json;
 namespace {
 
 constexpr int kSteps = 30, kRows = 64, kCols = 64;
-constexpr int kRecipes = static_cast<int>(std::size(kAllRecipeKinds));  // the default policy's
+constexpr int kRecipes = static_cast<int>(std::size(kDefaultRecipeKinds));  // the default policy's
 
 PostgresServer& postgres() {
   static PostgresServer server;

@@ -672,7 +672,7 @@ TEST_CASE("killed right after its last ACCEPTED ack, the daemon's next start cou
           "[hostile]") {
   TempDir dir;
   constexpr int kSamples = 300;
-  constexpr int kRecordsPerSample = static_cast<int>(std::size(kAllRecipeKinds));  // the default policy's recipes
+  constexpr int kRecordsPerSample = static_cast<int>(std::size(kDefaultRecipeKinds));  // the default policy's recipes
   auto daemon = std::make_unique<DaemonProcess>(dir.file("data"));
   {
     auto stream = SampleStream::open(to(*daemon), hello("killed"));

@@ -25,8 +25,8 @@ constexpr std::int64_t kMaxElementsPerCounter = std::int64_t{1} << 31;  // CodeH
 
 // The tensor is cut into units of (panel of rows) x (4096-column chunk); each task takes a
 // contiguous run of units, so results depend on the task count only, never on timing. Panels are
-// one row (a single memory stream per task) unless a 2-D block recipe needs 16- or 128-row panels
-// (the tallest block; 128 is a multiple of 16, so no block straddles two panels).
+// one row (a single memory stream per task) unless a 2-D block recipe needs 16-, 32- or 128-row
+// panels (the tallest block; see valid_block_rows, so no block straddles two panels).
 struct Grid {
   std::int64_t rows, cols, panel_rows, panels, chunks;
   std::int64_t units() const { return panels * chunks; }

@@ -41,6 +41,20 @@ TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
   CHECK(mx4.block_rows_for(Operand::kW) == 1);
   CHECK(mx4.block_cols == 32);
   CHECK(mx4.fp4());
+  // MXFP8BlockScaling(enable_2d_quantization=True), TE d0067d0 (PR #2634): 32x32 blocks for
+  // forward weights only (pytorch/quantization.py:1536-1548), 1x32 otherwise, E4M3 both ways.
+  const Recipe mx2 = default_recipe(RecipeKind::kMxfp8_2d);
+  CHECK(mx2.block_rows_for(Operand::kW) == 32);
+  CHECK(mx2.block_rows_for(Operand::kX) == 1);
+  CHECK(mx2.block_rows_for(Operand::kDy) == 1);
+  CHECK(mx2.block_cols == 32);
+  CHECK(mx2.format_for(Operand::kDy) == CastFormat::kE4M3);
+  CHECK(!mx2.fp4());
+}
+
+TEST_CASE("an empty policy runs every recipe but mxfp8_2d, which TE leaves off by default", "[recipe]") {
+  CHECK(std::size(kDefaultRecipeKinds) + 1 == std::size(kAllRecipeKinds));
+  for (RecipeKind kind : kDefaultRecipeKinds) CHECK(kind != RecipeKind::kMxfp8_2d);
 }
 
 TEST_CASE("validation errors say what was expected and what came", "[recipe]") {
@@ -64,8 +78,8 @@ TEST_CASE("validation errors say what was expected and what came", "[recipe]") {
   r.backward_format = CastFormat::kE4M3;
   CHECK(validate(r).message() == "nvfp4: expected e2m1 elements forward and backward");
   r = default_recipe(RecipeKind::kNvfp4);
-  r.weight_block_rows = 32;
-  CHECK(validate(r).message() == "nvfp4: expected block rows 1, 16 or 128, got 1 (weights 32)");
+  r.weight_block_rows = 64;
+  CHECK(validate(r).message() == "nvfp4: expected block rows 1, 16, 32 or 128, got 1 (weights 64)");
 }
 
 TEST_CASE("formats and operands parse by name", "[recipe]") {

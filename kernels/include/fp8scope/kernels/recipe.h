@@ -42,6 +42,10 @@ struct Recipe {
   bool fp4() const { return forward_format == CastFormat::kE2M1; }
 };
 
+// The block heights the engines tile: panels are as tall as the tallest block, and each height
+// divides the next (1 | 16 | 32 | 128), so no block straddles two panels.
+constexpr bool valid_block_rows(int rows) { return rows == 1 || rows == 16 || rows == 32 || rows == 128; }
+
 std::optional<CastFormat> format_from_name(std::string_view name);
 
 // TE's defaults for each recipe.

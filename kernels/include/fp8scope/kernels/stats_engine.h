@@ -41,7 +41,7 @@ enum class ScaleRule : std::uint8_t {
 struct QuantSpec {
   ScaleRule rule = ScaleRule::kTensorCurrent;
   CastFormat format = CastFormat::kE4M3;
-  int block_rows = 0;  // 1, 16 or 128 for block rules
+  int block_rows = 0;  // valid_block_rows() for block rules
   int block_cols = 0;  // power of two, 16..4096, for block rules
   bool power_of_2 = false;
   float epsilon = 0.0f;
@@ -64,6 +64,7 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
 BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax);
 
 inline constexpr int kMaxSpecsPerCall = 8;
+static_assert(std::size(kAllRecipeKinds) <= kMaxSpecsPerCall, "a policy of every recipe is one engine call");
 
 struct TensorAnalysis {
   TensorMoments moments;

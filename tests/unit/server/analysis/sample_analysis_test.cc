@@ -31,7 +31,7 @@ SamplingPolicy recipes(std::vector<RecipeKind> kinds) {
 
 }  // namespace
 
-TEST_CASE("the policy's recipes in its order, every recipe when it names none", "[sample_analysis]") {
+TEST_CASE("the policy's recipes in its order, the default recipes when it names none", "[sample_analysis]") {
   auto engine = make_cpu_engine(1);
   SampleAnalyzer analyzer(*engine, 16);
   const Sample s = f32_sample("l", 1, Operand::kX, {0.5f, -2.0f, 1.0f, 0.25f});
@@ -43,8 +43,13 @@ TEST_CASE("the policy's recipes in its order, every recipe when it names none", 
   CHECK(a.value().te_amax == 2.0f);
   Result<SampleAnalysis> all = analyzer.analyze(s, SamplingPolicy{});
   REQUIRE(all.ok());
-  REQUIRE(all.value().recipes.size() == std::size(kRecipeKinds));
-  for (std::size_t i = 0; i < std::size(kRecipeKinds); ++i) CHECK(all.value().recipes[i].recipe == kRecipeKinds[i].name);
+  REQUIRE(all.value().recipes.size() == std::size(kDefaultRecipeKinds));
+  for (std::size_t i = 0; i < std::size(kDefaultRecipeKinds); ++i) {
+    CHECK(all.value().recipes[i].recipe == recipe_name(kDefaultRecipeKinds[i]));
+  }
+  Result<SampleAnalysis> asked = analyzer.analyze(s, recipes({RecipeKind::kMxfp8_2d}));
+  REQUIRE(asked.ok());
+  CHECK(asked.value().recipes.at(0).recipe == "mxfp8_2d");
 }
 
 TEST_CASE("current scaling maps the amax to the format's max: E4M3 forward, E5M2 for gradients", "[sample_analysis]") {

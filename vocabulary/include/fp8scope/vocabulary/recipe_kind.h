@@ -11,16 +11,18 @@
 
 namespace fp8scope {
 
-// id, name (a metric label value and what the CLI and policies accept), wire number; in the
-// stable order fp8scope lists and runs them.
-#define FP8SCOPE_RECIPE_KINDS(ROW)                                                                     \
-  ROW(TensorCurrent, "tensor_current", 1) /* TE Float8CurrentScaling: one scale from this amax */       \
-  ROW(TensorDelayed, "tensor_delayed", 2) /* TE DelayedScaling: one scale from an amax history */       \
-  ROW(Mxfp8, "mxfp8", 3)                  /* TE MXFP8BlockScaling: E8M0 scale per 1x32 row block */     \
-  ROW(Block1x128, "block_1x128", 4)       /* TE Float8BlockScaling / DeepSeek-V3 activations */         \
-  ROW(Block128x128, "block_128x128", 5)   /* TE Float8BlockScaling / DeepSeek-V3 weights */             \
-  ROW(Nvfp4, "nvfp4", 6)                  /* TE NVFP4BlockScaling: E2M1, UE4M3 scale per 1x16 (16x16) */ \
-  ROW(Mxfp4, "mxfp4", 7)                  /* OCP MXFP4: E2M1, E8M0 scale per 1x32 block */
+// id, name (a metric label value and what the CLI and policies accept), wire number, whether an
+// empty policy runs it; in the stable order fp8scope lists and runs them. mxfp8_2d differs from
+// mxfp8 only for weights, and TE's default leaves it off: it runs when asked for.
+#define FP8SCOPE_RECIPE_KINDS(ROW)                                                                           \
+  ROW(TensorCurrent, "tensor_current", 1, true) /* TE Float8CurrentScaling: one scale from this amax */       \
+  ROW(TensorDelayed, "tensor_delayed", 2, true) /* TE DelayedScaling: one scale from an amax history */       \
+  ROW(Mxfp8, "mxfp8", 3, true)                  /* TE MXFP8BlockScaling: E8M0 scale per 1x32 row block */     \
+  ROW(Block1x128, "block_1x128", 4, true)       /* TE Float8BlockScaling / DeepSeek-V3 activations */         \
+  ROW(Block128x128, "block_128x128", 5, true)   /* TE Float8BlockScaling / DeepSeek-V3 weights */             \
+  ROW(Nvfp4, "nvfp4", 6, true)                  /* TE NVFP4BlockScaling: E2M1, UE4M3 scale per 1x16 (16x16) */ \
+  ROW(Mxfp4, "mxfp4", 7, true)                  /* OCP MXFP4: E2M1, E8M0 scale per 1x32 block */              \
+  ROW(Mxfp8_2d, "mxfp8_2d", 8, false)           /* MXFP8BlockScaling(enable_2d_quantization): 32x32 weights */
 
 enum class RecipeKind : std::uint8_t { FP8SCOPE_RECIPE_KINDS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 
@@ -28,10 +30,11 @@ struct RecipeKindTerm {
   RecipeKind value;
   const char* name;
   std::uint32_t wire;
+  bool by_default;
 };
 
 inline constexpr RecipeKindTerm kRecipeKinds[] = {
-#define FP8SCOPE_ROW(id, name, wire) {RecipeKind::k##id, name, wire},
+#define FP8SCOPE_ROW(id, name, wire, by_default) {RecipeKind::k##id, name, wire, by_default},
     FP8SCOPE_RECIPE_KINDS(FP8SCOPE_ROW)
 #undef FP8SCOPE_ROW
 };
@@ -42,6 +45,21 @@ inline constexpr auto kAllRecipeKinds = [] {
   std::array<RecipeKind, std::size(kRecipeKinds)> all{};
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = kRecipeKinds[i].value;
   return all;
+}();
+
+// The recipes a policy or command that names none runs, in that order.
+inline constexpr std::size_t kDefaultRecipeCount = [] {
+  std::size_t n = 0;
+  for (const RecipeKindTerm& r : kRecipeKinds) n += r.by_default;
+  return n;
+}();
+inline constexpr auto kDefaultRecipeKinds = [] {
+  std::array<RecipeKind, kDefaultRecipeCount> kinds{};
+  std::size_t n = 0;
+  for (const RecipeKindTerm& r : kRecipeKinds) {
+    if (r.by_default) kinds[n++] = r.value;
+  }
+  return kinds;
 }();
 
 constexpr const char* recipe_name(RecipeKind kind) { return vocabulary::name_of(kRecipeKinds, kind); }
