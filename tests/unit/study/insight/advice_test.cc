@@ -10,6 +10,7 @@
 
 #include "fp8scope/insight/advice.h"
 #include "fp8scope/insight/advice_formats.h"
+#include "support/te_debug_config_rules.h"
 #include "fp8scope/insight/amax_replay.h"
 #include "fp8scope/insight/attribution.h"
 #include "fp8scope/kernels/cpu_engine.h"
@@ -165,6 +166,8 @@ TEST_CASE("advice: thresholds lead to the recommendation the README promises", "
                                   "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n"
                                   "        - gemm: wgrad\n          tensors: [activation]\n"));
     CHECK_THAT(y, Catch::Contains("#   blocks.3.mlp dgrad dy: E5M2 for Dy"));
+    CHECK(testing::te_debug_config_violations(y, {"blocks.0.attn", "blocks.1.mlp", "blocks.2.mlp", "blocks.3.mlp"}) ==
+          std::vector<std::string>{});
   }
   SECTION("the Megatron list: layer 1 in BF16 is neither first nor last") {
     std::ostringstream m;
@@ -326,6 +329,40 @@ TEST_CASE("advice: a tensor fine most steps but lossy at some gets AutoswitchGem
                                          "      tensors: [activation]\n      underflow_threshold_pct: 0.2\n"
                                          "      mse_threshold: 0.001\n      freq: 4\n"));
   CHECK_THAT(yaml.str(), !Catch::Contains("blocks\\.5"));
+  // What TE main loads: no section at all by default (only comments), and with the PR's feature
+  // asked for, a config the PR's TE loads.
+  CHECK(testing::te_debug_config_violations(plain.str(), {"blocks.4.attn.qkv", "blocks.5.attn.qkv"}) ==
+        std::vector<std::string>{"the config has no sections"});
+  CHECK(testing::te_debug_config_violations(yaml.str(), {"blocks.4.attn.qkv", "blocks.5.attn.qkv"}, true) ==
+        std::vector<std::string>{});
+}
+
+TEST_CASE("the TE config checker refuses what TE main or nvdlfw_inspect would", "[advice]") {
+  const std::vector<std::string> layers = {"blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1"};
+  const std::string good =
+      "a:\n  enabled: True\n  layers:\n    layer_name_regex_pattern: '^(blocks\\.0\\.mlp\\.fc1)$'\n"
+      "  transformer_engine:\n    DisableQuantizationGEMM:\n      enabled: True\n      gemms: [fprop, wgrad]\n";
+  CHECK(testing::te_debug_config_violations(good, layers) == std::vector<std::string>{});
+  const auto broken = [&](const std::string& from, const std::string& to) {
+    std::string y = good;
+    y.replace(y.find(from), from.size(), to);
+    return testing::te_debug_config_violations(y, layers);
+  };
+  using V = std::vector<std::string>;
+  CHECK(broken("  enabled: True\n  layers", "  layers") == V{"a: no enabled"});
+  CHECK(broken("layer_name_regex_pattern", "layer_name") ==
+        V{"a: layers names none of layer_numbers, layer_types, exact_layer_names, layer_name_regex_pattern"});
+  CHECK(broken("DisableQuantizationGEMM", "DisableFP8GEMM") ==
+        V{"a: DisableFP8GEMM is not a feature TE's main branch registers (by its current name)"});
+  CHECK(broken("DisableQuantizationGEMM", "AutoswitchGemm") ==
+        V{"a: AutoswitchGemm is not a feature TE's main branch registers (by its current name)"});
+  CHECK(broken("gemms: [fprop, wgrad]", "gemms: [fprop, backward]") == V{"a: DisableQuantizationGEMM: gemm backward"});
+  CHECK(broken("gemms: [fprop, wgrad]", "tensors: [weight]") ==
+        V{"a: DisableQuantizationGEMM: unexpected key tensors", "a: DisableQuantizationGEMM: needs gemms or gemms_struct"});
+  CHECK(testing::te_debug_config_violations(good + "b:\n  enabled: True\n  layers:\n    layer_name_regex_pattern: 'fc1'\n"
+                                                   "  transformer_engine:\n    DisableQuantizationLayer:\n      enabled: True\n",
+                                            layers) == V{"blocks.0.mlp.fc1 is selected by a and b"});
+  CHECK(testing::te_debug_config_violations("a: [1]\n", layers) == V{"a: a section is a map"});
 }
 
 TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's levels, and FP4's levels are not FP8's",
