@@ -145,7 +145,8 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   CLI::App* cmd = app.add_subcommand("analyze", "What each FP8 recipe does to the tensors of a .npy or .safetensors file");
   cmd->add_option("FILE", o.file, ".npy or .safetensors file")->required();
   cmd->add_option("--tensor", o.tensors, "Analyze only this tensor (repeatable); default: every tensor");
-  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_name_list() + "; default: all but mxfp8_2d");
+  cmd->add_option("--recipe", o.recipes, "Recipe to evaluate (repeatable): " + recipe_name_list() +
+                                          "; default: all but " + off_by_default_recipe_list());
   cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2 (the FP4 recipes cast to e2m1)")
       ->capture_default_str();
   cmd->add_option("--operand", o.operand, "The tensor's role: x, w or dy (NVFP4 gives weights 16x16 blocks)")

@@ -23,7 +23,8 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
       ->check(unsigned_number());
   cmd->add_option("--experts-per-call", f.experts_per_call,
                   "Batched and grouped GEMMs: experts sampled per call, rotating so every expert is seen (0 = all)");
-  cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default: every recipe but mxfp8_2d)");
+  cmd->add_option("--recipe", f.recipes, "Recipes the daemon evaluates (repeatable; default: every recipe but " +
+                                               off_by_default_recipe_list() + ")");
   cmd->add_flag("--reset", f.reset, "Start from the default policy instead of the current one");
 }
 

@@ -66,11 +66,24 @@ constexpr const char* recipe_name(RecipeKind kind) { return vocabulary::name_of(
 constexpr std::optional<RecipeKind> recipe_kind_from_name(std::string_view name) {
   return vocabulary::value_named(kRecipeKinds, name);
 }
+namespace detail {
+template <typename Keep>
+std::string joined_recipe_names(Keep keep) {
+  std::string names;
+  for (const RecipeKindTerm& r : kRecipeKinds) {
+    if (keep(r)) names += std::string(names.empty() ? "" : ", ") + r.name;
+  }
+  return names;
+}
+}  // namespace detail
+
 // "tensor_current, tensor_delayed, ...": every name, in order, for messages.
 inline std::string recipe_name_list() {
-  std::string names;
-  for (const RecipeKindTerm& r : kRecipeKinds) names += std::string(names.empty() ? "" : ", ") + r.name;
-  return names;
+  return detail::joined_recipe_names([](const RecipeKindTerm&) { return true; });
+}
+// The recipes a policy or command that names none leaves out, for help texts.
+inline std::string off_by_default_recipe_list() {
+  return detail::joined_recipe_names([](const RecipeKindTerm& r) { return !r.by_default; });
 }
 
 }  // namespace fp8scope
