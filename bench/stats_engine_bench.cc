@@ -112,7 +112,7 @@ void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, 
   for (RecipeKind k : kinds) {
     const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(100.0f) : std::nullopt;
     const Recipe recipe = default_recipe(k);
-    specs.push_back(quant_spec_for(recipe, recipe.fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3, operand, fixed).value());
+    specs.push_back(quant_spec_for(recipe, recipe.format_for(operand), operand, fixed).value());
   }
   const TensorView t = view();
   TensorAnalysis a;

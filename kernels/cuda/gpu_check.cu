@@ -117,8 +117,8 @@ void engine_agreement(StatsEngine& gpu) {
   auto cpu = make_cpu_engine();
   const auto spec = [](RecipeKind k, Operand operand) {
     const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;
-    const CastFormat format = default_recipe(k).fp4() ? CastFormat::kE2M1 : CastFormat::kE4M3;
-    return quant_spec_for(default_recipe(k), format, operand, fixed).value();
+    const Recipe recipe = default_recipe(k);
+    return quant_spec_for(recipe, recipe.format_for(operand), operand, fixed).value();
   };
   std::vector<QuantSpec> weights, activations;
   for (RecipeKind k : kAllRecipeKinds) weights.push_back(spec(k, Operand::kW));
