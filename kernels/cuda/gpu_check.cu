@@ -146,6 +146,7 @@ void engine_agreement(StatsEngine& gpu) {
                     a.moments.inf == b.moments.inf && a.moments.amax == b.moments.amax && a.moments.amin == b.moments.amin;
           double err = relative(a.moments.sum_squares, b.moments.sum_squares, a.moments.sum_squares);
           err = std::max(err, relative(a.moments.m2, b.moments.m2, a.moments.m2 + a.moments.sum_squares));
+          err = std::max(err, relative(a.moments.m4, b.moments.m4, a.moments.m4));
           for (std::size_t k = 0; k < specs.size(); ++k) {
             const QuantStats &p = a.quant[k], &q = b.quant[k];
             ok = ok && p.underflow == q.underflow && p.overflow == q.overflow && p.saturated == q.saturated &&
@@ -222,6 +223,7 @@ void observed_agreement(StatsEngine& gpu) {
                         std::equal(std::begin(p.scale_histogram), std::end(p.scale_histogram), std::begin(q.scale_histogram));
         double err = relative(x.moments.sum_squares, y.moments.sum_squares, x.moments.sum_squares);
         err = std::max(err, relative(x.moments.m2, y.moments.m2, x.moments.m2 + x.moments.sum_squares));
+        err = std::max(err, relative(x.moments.m4, y.moments.m4, x.moments.m4));
         worst = std::max(worst, err);
         if (!ok || err > 1e-6) {
           ++failures;

@@ -24,8 +24,9 @@ __device__ void block_merge(T& item, T* shared) {
 
 namespace {
 
-// One element into a thread's moments: counts, amax/amin, and the running mean and m2 by Welford
-// (sum = mean * finite at the end, welford_finish).
+// One element into a thread's moments: counts, amax/amin, and the running mean and central moments
+// by Welford's update as Terriberry extends it to m3 and m4 (sum = mean * finite at the end,
+// welford_finish).
 __device__ __forceinline__ void welford_add(TensorMoments& m, double& mean, float x) {
   ++m.numel;
   if (x != x) {
@@ -43,9 +44,13 @@ __device__ __forceinline__ void welford_add(TensorMoments& m, double& mean, floa
     m.amin = min_f(m.amin, a);
   }
   m.amax = max_f(m.amax, a);
+  const double n = static_cast<double>(m.finite);
   const double d = static_cast<double>(x) - mean;
-  mean += d / static_cast<double>(m.finite);
-  m.m2 += d * (static_cast<double>(x) - mean);
+  const double dn = d / n, dn2 = dn * dn, term = d * dn * (n - 1.0);
+  mean += dn;
+  m.m4 += term * dn2 * (n * n - 3.0 * n + 3.0) + 6.0 * dn2 * m.m2 - 4.0 * dn * m.m3;
+  m.m3 += term * dn * (n - 2.0) - 3.0 * dn * m.m2;
+  m.m2 += term;
   m.sum_squares += static_cast<double>(x) * x;
 }
 

@@ -32,7 +32,7 @@ const CodeFormat& code_format_for(DType d) {
   return d == DType::kE5M2 ? e5m2 : (d == DType::kE2M1 ? e2m1 : e4m3);
 }
 
-// Moments of a few thousand floats, two passes (the mean first), merged into the whole by Chan.
+// Moments of a few thousand floats, two passes (the mean first), merged into the whole by Chan's and Pébay's formulas.
 void add_segment_moments(const float* x, std::int64_t n, TensorMoments& into) {
   TensorMoments m;
   m.numel = static_cast<std::uint64_t>(n);
@@ -59,7 +59,11 @@ void add_segment_moments(const float* x, std::int64_t n, TensorMoments& into) {
   if (m.finite > 0) {
     const double mean = m.sum / static_cast<double>(m.finite);
     for (std::int64_t i = 0; i < n; ++i) {
-      if (is_finite(x[i])) m.m2 += (x[i] - mean) * (x[i] - mean);
+      if (!is_finite(x[i])) continue;
+      const double d = x[i] - mean, d2 = d * d;
+      m.m2 += d2;
+      m.m3 += d2 * d;
+      m.m4 += d2 * d2;
     }
   }
   merge(into, m);

@@ -57,6 +57,13 @@ constexpr Statistic kStatistics[] = {
      [](const TensorMoments& m, const QuantStats&) {
        return m.finite ? std::sqrt(m.m2 / static_cast<double>(m.finite)) : kNaN;
      }},
+    {"kurtosis", nullptr, "1",
+     "Pearson's kurtosis of the finite elements, n Σ(x - mean)⁴ / (Σ(x - mean)²)², 3 for a normal distribution; its "
+     "growth in activations warns of an FP8 divergence (FOG, arXiv 2505.20524).",
+     kTensor, false,
+     [](const TensorMoments& m, const QuantStats&) {
+       return m.finite && m.m2 > 0.0 ? static_cast<double>(m.finite) * m.m4 / (m.m2 * m.m2) : kNaN;
+     }},
     {"underflow_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over all elements (TE's ratio).",
      kWhatIf, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.numel); }},
     {"underflow_nonzero_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over nonzero elements.",

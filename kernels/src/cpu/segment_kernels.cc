@@ -69,7 +69,7 @@ struct MomentLanes {
   I32V nan{}, inf{}, zero{};  // negative counts
   U32V amax{};                // |x| bits: for non-negative floats integer order is float order
   U32V amin = splat<U32V>(kFloatMaxBits);
-  F64V sum[2] = {}, squares[2] = {};
+  F64V sum[2] = {}, squares[2] = {}, cubes[2] = {}, fourths[2] = {};
 };
 
 inline void add_moment_lanes(MomentLanes& m, F32V x) {
@@ -85,10 +85,15 @@ inline void add_moment_lanes(MomentLanes& m, F32V x) {
   m.amin = nonzero_bits < m.amin ? nonzero_bits : m.amin;
   const F32V v = finite ? x : F32V{};
   const F64V lo = widen_low(v), hi = widen_high(v);
+  const F64V lo2 = lo * lo, hi2 = hi * hi;
   m.sum[0] += lo;
   m.sum[1] += hi;
-  m.squares[0] += lo * lo;
-  m.squares[1] += hi * hi;
+  m.squares[0] += lo2;
+  m.squares[1] += hi2;
+  m.cubes[0] += lo2 * lo;
+  m.cubes[1] += hi2 * hi;
+  m.fourths[0] += lo2 * lo2;
+  m.fourths[1] += hi2 * hi2;
 }
 
 void add_moments(const float* __restrict x, int n, TensorMoments* into) {
@@ -107,6 +112,8 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
   }
   double sum = add_lanes(lanes.sum[0]) + add_lanes(lanes.sum[1]);
   double squares = add_lanes(lanes.squares[0]) + add_lanes(lanes.squares[1]);
+  double cubes = add_lanes(lanes.cubes[0]) + add_lanes(lanes.cubes[1]);
+  double fourths = add_lanes(lanes.fourths[0]) + add_lanes(lanes.fourths[1]);
   for (; i < n; ++i) {
     const std::uint32_t bits = float_bits(x[i]) & kAbsMask;
     m.nan += bits > kInfBits;
@@ -115,8 +122,11 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
     zero += bits == 0;
     amax_bits = bits > amax_bits ? bits : amax_bits;
     if (bits != 0) amin_bits = bits < amin_bits ? bits : amin_bits;
-    sum += x[i];
-    squares += static_cast<double>(x[i]) * x[i];
+    const double v = x[i], v2 = v * v;
+    sum += v;
+    squares += v2;
+    cubes += v2 * v;
+    fourths += v2 * v2;
   }
   m.finite = m.numel - m.nan - m.inf;
   m.nonzero = m.finite - zero;
@@ -125,27 +135,44 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
   m.sum = sum;
   m.sum_squares = squares;
   if (m.finite > 0) {
-    // Σ(x - mean)² = Σx² - (Σx)²/n loses at most one bit while (Σx)²/n <= Σx²/2; past that (a mean
-    // large against the spread) the segment takes a second pass around its own mean.
-    const double shift = sum * sum / static_cast<double>(m.finite);
+    // The central moments from the power sums lose at most six bits while (Σx)²/n <= Σx²/2 (the
+    // mean no larger than the spread: every term is then within 64x of Σ(x - mean)⁴); past that
+    // the segment takes a second pass around its own mean.
+    const double n_finite = static_cast<double>(m.finite);
+    const double shift = sum * sum / n_finite;
+    const double mean = sum / n_finite;
     if (shift <= 0.5 * squares) {
       m.m2 = squares - shift;
+      m.m3 = cubes - 3.0 * mean * squares + 2.0 * n_finite * mean * mean * mean;
+      m.m4 = fourths - 4.0 * mean * cubes + 6.0 * mean * mean * squares - 3.0 * n_finite * (mean * mean) * (mean * mean);
     } else {
-      const double mean = sum / static_cast<double>(m.finite);
-      F64V acc[2] = {};
+      F64V acc2[2] = {}, acc3[2] = {}, acc4[2] = {};
       int k = 0;
       for (; k + kWidth <= n; k += kWidth) {
         const F32V v = load<F32V>(x + k);
-        const F64V lo = widen_low(v) - mean, hi = widen_high(v) - mean;
-        // d - d is 0 exactly for a finite d and NaN for NaN or Inf: those lanes add nothing.
-        acc[0] += (lo - lo) == 0.0 ? lo * lo : F64V{};
-        acc[1] += (hi - hi) == 0.0 ? hi * hi : F64V{};
+        F64V d[2] = {widen_low(v) - mean, widen_high(v) - mean};
+        for (int h = 0; h < 2; ++h) {
+          // d - d is 0 exactly for a finite d and NaN for NaN or Inf: those lanes add nothing.
+          d[h] = (d[h] - d[h]) == 0.0 ? d[h] : F64V{};
+          const F64V d2 = d[h] * d[h];
+          acc2[h] += d2;
+          acc3[h] += d2 * d[h];
+          acc4[h] += d2 * d2;
+        }
       }
-      double m2 = add_lanes(acc[0]) + add_lanes(acc[1]);
+      double m2 = add_lanes(acc2[0]) + add_lanes(acc2[1]);
+      double m3 = add_lanes(acc3[0]) + add_lanes(acc3[1]);
+      double m4 = add_lanes(acc4[0]) + add_lanes(acc4[1]);
       for (; k < n; ++k) {
-        if ((float_bits(x[k]) & kAbsMask) < kInfBits) m2 += (x[k] - mean) * (x[k] - mean);
+        if ((float_bits(x[k]) & kAbsMask) >= kInfBits) continue;
+        const double d = x[k] - mean, d2 = d * d;
+        m2 += d2;
+        m3 += d2 * d;
+        m4 += d2 * d2;
       }
       m.m2 = m2;
+      m.m3 = m3;
+      m.m4 = m4;
     }
   }
   merge(*into, m);

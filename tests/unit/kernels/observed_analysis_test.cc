@@ -112,6 +112,8 @@ void check(DType dtype, ScaleLayout layout, ScaledShape shape, std::mt19937& rng
   reference::check_exact_moments(a.moments, m);
   CHECK(a.moments.sum == Approx(static_cast<double>(m.sum)).margin(1e-9 * static_cast<double>(m.sum_abs)));
   CHECK(a.moments.sum_squares == Approx(static_cast<double>(m.sum_squares)).epsilon(1e-12));
+  CHECK(a.moments.m2 == Approx(static_cast<double>(m.m2)).epsilon(1e-12));
+  CHECK(a.moments.m4 == Approx(static_cast<double>(m.m4)).epsilon(1e-12));
   // Saturation: codes at ±max; the block statistics over blocks with a nonzero value.
   const std::uint8_t max_code = dtype == DType::kE4M3 ? 0x7E : (dtype == DType::kE5M2 ? 0x7B : 0x7);
   const std::uint8_t magnitude = dtype == DType::kE2M1 ? 0x7 : 0x7F;

@@ -19,7 +19,7 @@ namespace fp8scope::reference {
 struct Moments {
   std::uint64_t numel = 0, finite = 0, nonzero = 0, nan = 0, inf = 0;
   float amax = 0.0f, amin = kFloatMax;
-  long double sum = 0, sum_abs = 0, sum_squares = 0, m2 = 0;
+  long double sum = 0, sum_abs = 0, sum_squares = 0, m2 = 0, m3 = 0, m4 = 0;
 };
 
 struct Quant {
@@ -50,7 +50,11 @@ inline Moments moments(const std::vector<float>& x) {
   }
   const long double mean = m.finite ? m.sum / m.finite : 0;
   for (float v : x) {
-    if (std::isfinite(v)) m.m2 += (v - mean) * (v - mean);
+    if (!std::isfinite(v)) continue;
+    const long double d = v - mean;
+    m.m2 += d * d;
+    m.m3 += d * d * d;
+    m.m4 += d * d * d * d;
   }
   return m;
 }

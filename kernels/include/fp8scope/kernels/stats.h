@@ -1,6 +1,6 @@
 // The accumulators of one analysis and how partial results merge (chunks, threads, GPU blocks,
-// ranks). Counts are exact integers, sums are fp64, the variance merges with Chan et al.'s pairwise
-// formula, so merging chunks equals a single pass up to fp64 rounding. What is derived from these
+// ranks). Counts are exact integers, sums are fp64, the central moments merge with Chan et al.'s
+// and Pébay's pairwise formulas, so merging chunks equals a single pass up to fp64 rounding. What is derived from these
 // (ratios, MSE, cosine, ...) lives in statistics_table.h.
 #pragma once
 
@@ -36,6 +36,8 @@ struct TensorMoments {
   double sum = 0.0;                        // Σx
   double sum_squares = 0.0;                // Σx²
   double m2 = 0.0;                         // Σ(x - mean)², merged with Chan's formula
+  double m3 = 0.0;                         // Σ(x - mean)³, merged with Pébay's (2008, eq. 2.2)...
+  double m4 = 0.0;                         // Σ(x - mean)⁴, ...and his eq. 2.3: kurtosis without a second pass
 };
 
 // What one recipe's quantization did to the tensor. x̂ = fp32(Q(fp32(x*s))) * fp32(1/s).
@@ -65,13 +67,23 @@ FP8SCOPE_HD float min_f(float a, float b) { return b < a ? b : a; }
 FP8SCOPE_HD float max_f(float a, float b) { return b > a ? b : a; }
 
 FP8SCOPE_HD void merge(TensorMoments& into, const TensorMoments& other) {
-  const double na = static_cast<double>(into.finite);
-  const double nb = static_cast<double>(other.finite);
   if (other.finite > 0 && into.finite > 0) {
+    const double na = static_cast<double>(into.finite);
+    const double nb = static_cast<double>(other.finite);
+    const double n = na + nb;
     const double delta = other.sum / nb - into.sum / na;
-    into.m2 = into.m2 + other.m2 + delta * delta * (na * nb / (na + nb));
+    const double d2 = delta * delta;
+    // Each higher moment's correction reads the lower ones before they are updated.
+    into.m4 = into.m4 + other.m4 + d2 * d2 * (na * nb * (na * na - na * nb + nb * nb) / (n * n * n)) +
+              6.0 * d2 * (na * na * other.m2 + nb * nb * into.m2) / (n * n) +
+              4.0 * delta * (na * other.m3 - nb * into.m3) / n;
+    into.m3 = into.m3 + other.m3 + d2 * delta * (na * nb * (na - nb) / (n * n)) +
+              3.0 * delta * (na * other.m2 - nb * into.m2) / n;
+    into.m2 = into.m2 + other.m2 + d2 * (na * nb / n);
   } else if (other.finite > 0) {
     into.m2 = other.m2;
+    into.m3 = other.m3;
+    into.m4 = other.m4;
   }
   into.numel += other.numel;
   into.finite += other.finite;
