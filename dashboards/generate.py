@@ -206,6 +206,14 @@ layer = dashboard(
               12, 58, unit="percentunit",
               description="Share of the padding past an expert's tokens that is not zero (or NaN/Inf): it corrupts "
                           "the valid rows of a grouped GEMM downstream. FP8PaddingNotZero fires on either."),
+        trend("Kurtosis", f"fp8scope_kurtosis{{{T}}}", TENSOR + " {{instance}}", 0, 66, "short",
+              "Pearson's kurtosis of the original tensor (3 for a normal one, log axis). Activation kurtosis that "
+              "keeps growing comes before FP8 divergences (FOG, arXiv 2505.20524).", log_axis=True),
+        trend("Kurtosis / its lowest of the last hour (worst node)",
+              f'fp8scope:kurtosis:growth_1h{{job=~"$job", layer=~"$layer", gemm=~"$gemm", operand=~"$operand"}}',
+              TENSOR, 12, 66, "none",
+              "The recording rule behind FP8KurtosisRising, which fires above 2 while the kurtosis is still rising "
+              "and above 10. Aggregated over all daemons, so the node variables do not apply."),
     ], TENSOR_VARIABLES)
 
 gemm = dashboard(
@@ -271,7 +279,7 @@ DASHBOARDS = {"fp8scope-overview.json": overview, "fp8scope-layer.json": layer, 
 HISTORY_OUT = os.path.join(HERE, "grafana-postgresql")
 PG = {"type": "grafana-postgresql-datasource", "uid": "fp8scope-history"}
 STATISTICS = ["underflow_ratio", "overflow_ratio", "mse", "cosine", "sqnr_db", "amax", "amin", "dynamic_range_log2",
-              "zero_ratio", "nonfinite_ratio", "saturation_ratio"]
+              "zero_ratio", "nonfinite_ratio", "saturation_ratio", "kurtosis"]
 
 
 def statistic_column():
