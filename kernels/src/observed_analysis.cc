@@ -59,11 +59,7 @@ void add_segment_moments(const float* x, std::int64_t n, TensorMoments& into) {
   if (m.finite > 0) {
     const double mean = m.sum / static_cast<double>(m.finite);
     for (std::int64_t i = 0; i < n; ++i) {
-      if (!is_finite(x[i])) continue;
-      const double d = x[i] - mean, d2 = d * d;
-      m.m2 += d2;
-      m.m3 += d2 * d;
-      m.m4 += d2 * d2;
+      if (is_finite(x[i])) add_deviation(m, x[i] - mean);
     }
   }
   merge(into, m);

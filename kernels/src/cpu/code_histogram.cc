@@ -73,11 +73,7 @@ TensorMoments CodeHistogram::moments(float input_scale_inv) const {
   if (m.finite > 0) {
     const double mean = m.sum / static_cast<double>(m.finite);
     for_each_code(input_scale_inv, [&](float x, std::uint64_t n) {
-      if (!is_finite(x)) return;
-      const double w = static_cast<double>(n), d = x - mean, d2 = d * d;
-      m.m2 += w * d2;
-      m.m3 += w * (d2 * d);
-      m.m4 += w * (d2 * d2);
+      if (is_finite(x)) add_deviation(m, x - mean, static_cast<double>(n));
     });
   }
   return m;

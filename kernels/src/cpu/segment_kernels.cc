@@ -96,6 +96,30 @@ inline void add_moment_lanes(MomentLanes& m, F32V x) {
   m.fourths[1] += hi2 * hi2;
 }
 
+// m2, m3 and m4 of a segment around its mean, NaN and Inf left out.
+void add_deviations(const float* __restrict x, int n, double mean, TensorMoments& m) {
+  F64V acc2[2] = {}, acc3[2] = {}, acc4[2] = {};
+  int k = 0;
+  for (; k + kWidth <= n; k += kWidth) {
+    const F32V v = load<F32V>(x + k);
+    F64V d[2] = {widen_low(v) - mean, widen_high(v) - mean};
+    for (int h = 0; h < 2; ++h) {
+      // d - d is 0 exactly for a finite d and NaN for NaN or Inf: those lanes add nothing.
+      d[h] = (d[h] - d[h]) == 0.0 ? d[h] : F64V{};
+      const F64V d2 = d[h] * d[h];
+      acc2[h] += d2;
+      acc3[h] += d2 * d[h];
+      acc4[h] += d2 * d2;
+    }
+  }
+  m.m2 = add_lanes(acc2[0]) + add_lanes(acc2[1]);
+  m.m3 = add_lanes(acc3[0]) + add_lanes(acc3[1]);
+  m.m4 = add_lanes(acc4[0]) + add_lanes(acc4[1]);
+  for (; k < n; ++k) {
+    if ((float_bits(x[k]) & kAbsMask) < kInfBits) add_deviation(m, x[k] - mean);
+  }
+}
+
 void add_moments(const float* __restrict x, int n, TensorMoments* into) {
   MomentLanes lanes;
   int i = 0;
@@ -146,33 +170,7 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
       m.m3 = cubes - 3.0 * mean * squares + 2.0 * n_finite * mean * mean * mean;
       m.m4 = fourths - 4.0 * mean * cubes + 6.0 * mean * mean * squares - 3.0 * n_finite * (mean * mean) * (mean * mean);
     } else {
-      F64V acc2[2] = {}, acc3[2] = {}, acc4[2] = {};
-      int k = 0;
-      for (; k + kWidth <= n; k += kWidth) {
-        const F32V v = load<F32V>(x + k);
-        F64V d[2] = {widen_low(v) - mean, widen_high(v) - mean};
-        for (int h = 0; h < 2; ++h) {
-          // d - d is 0 exactly for a finite d and NaN for NaN or Inf: those lanes add nothing.
-          d[h] = (d[h] - d[h]) == 0.0 ? d[h] : F64V{};
-          const F64V d2 = d[h] * d[h];
-          acc2[h] += d2;
-          acc3[h] += d2 * d[h];
-          acc4[h] += d2 * d2;
-        }
-      }
-      double m2 = add_lanes(acc2[0]) + add_lanes(acc2[1]);
-      double m3 = add_lanes(acc3[0]) + add_lanes(acc3[1]);
-      double m4 = add_lanes(acc4[0]) + add_lanes(acc4[1]);
-      for (; k < n; ++k) {
-        if ((float_bits(x[k]) & kAbsMask) >= kInfBits) continue;
-        const double d = x[k] - mean, d2 = d * d;
-        m2 += d2;
-        m3 += d2 * d;
-        m4 += d2 * d2;
-      }
-      m.m2 = m2;
-      m.m3 = m3;
-      m.m4 = m4;
+      add_deviations(x, n, mean, m);
     }
   }
   merge(*into, m);

@@ -66,6 +66,14 @@ struct QuantStats {
 FP8SCOPE_HD float min_f(float a, float b) { return b < a ? b : a; }
 FP8SCOPE_HD float max_f(float a, float b) { return b > a ? b : a; }
 
+// A second pass's step: `weight` elements at distance d from the mean, into m2, m3 and m4.
+FP8SCOPE_HD void add_deviation(TensorMoments& m, double d, double weight = 1.0) {
+  const double d2 = d * d;
+  m.m2 += weight * d2;
+  m.m3 += weight * (d2 * d);
+  m.m4 += weight * (d2 * d2);
+}
+
 FP8SCOPE_HD void merge(TensorMoments& into, const TensorMoments& other) {
   if (other.finite > 0 && into.finite > 0) {
     const double na = static_cast<double>(into.finite);
