@@ -319,7 +319,7 @@ void print_history_header(const AdminOptions& o, std::ostream& out) {
     for (const Statistic& s : statistics()) {
       if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
     }
-    out << "\n";
+    out << ",outlier_channels\n";
   } else {
     char line[256];
     std::snprintf(line, sizeof line, "%7s %-10s %-28s %6s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run",
@@ -347,6 +347,8 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
       const double v = value(s.key);
       out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
     }
+    out << ",";
+    for (std::size_t k = 0; k < r.outlier_channels.size(); ++k) out << (k ? ";" : "") << r.outlier_channels[k];
     out << "\n";
   } else {
     char line[512];

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/analysis_output.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -60,7 +61,7 @@ nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& te
   for (const Statistic& s : statistics()) {
     if (std::string(s.key) == "numel") continue;  // already there, as an integer
     if (s.per_recipe() && !s.applies_to(false)) continue;  // the job's own codes only
-    const double v = s.compute(report.moments, recipe.stats);
+    const double v = s.value(report.moments, recipe.stats, report.channels);
     j[s.key] = std::string(s.unit) == "elements" ? nlohmann::ordered_json(static_cast<std::uint64_t>(v)) : number(v);
   }
   j["log2_histogram"] = {{"min_log2", kHistogramMinLog2},
@@ -82,7 +83,7 @@ nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& 
   j["scale_max"] = number(a.stats.scale_max);
   j["nonfinite"] = a.moments.nan + a.moments.inf;
   for (const Statistic& s : statistics()) {
-    if (std::string(s.key) == "numel" || (s.per_recipe() && !s.applies_to(true, !per_tensor))) continue;
+    if (std::string(s.key) == "numel" || s.per_channel() || (s.per_recipe() && !s.applies_to(true, !per_tensor))) continue;
     const double v = s.compute(a.moments, a.stats);
     j[s.key] = std::string(s.unit) == "elements" ? nlohmann::ordered_json(static_cast<std::uint64_t>(v)) : number(v);
   }
@@ -111,6 +112,14 @@ void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport
       << "  range " << format_value(stat("dynamic_range_log2", m, none), "%.1f") << " binades"
       << "  mean " << format_value(stat("mean", m, none), "%.4g") << "  std " << format_value(stat("std", m, none), "%.4g")
       << "  zeros " << percent(stat("zero_ratio", m, none)) << "  NaN " << m.nan << "  Inf " << m.inf << "\n";
+  const ChannelSummary& c = report.channels;
+  if (c.channels > 0) {
+    out << "  channels " << c.channels << "  largest/median amax " << format_value(c.amax_ratio(), "%.3g") << "  "
+        << c.outliers.size() << " outlier" << (c.outliers.size() == 1 ? "" : "s") << " above "
+        << format_value(kDefaultOutlierChannelFactor, "%g") << "x the median";
+    for (std::size_t k = 0; k < std::min<std::size_t>(c.outliers.size(), 8); ++k) out << (k ? "," : ": ") << c.outliers[k];
+    out << (c.outliers.size() > 8 ? ",...\n" : "\n");
+  }
   char line[256];
   std::snprintf(line, sizeof line, "  %-15s %-6s %-19s %-11s %-11s %-11s %-12s %-9s %s\n", "recipe", "format", "scale",
                 "underflow", "overflow", "saturated", "mse", "cosine", "sqnr_dB");

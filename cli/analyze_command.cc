@@ -214,7 +214,9 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
       o.json ? void(out << skipped_json(o.file, *t).dump() << "\n") : print_skipped(out, *t);
       continue;
     }
-    Result<TensorReport> report = analyze_recipes(*engine, t->view(), plans.value());
+    TensorView view = t->view();
+    view.channels = channel_axis_for(plans.value().front().operand);
+    Result<TensorReport> report = analyze_recipes(*engine, view, plans.value());
     if (!report.ok()) {
       err << "fp8scope analyze: " << o.file << ": tensor '" << t->name << "': " << report.message() << "\n";
       return kBadInput;

@@ -38,6 +38,7 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   if (r.expert_tokens >= 0) row.set_expert_tokens(static_cast<std::uint64_t>(r.expert_tokens));
   row.set_padding_nonzero(r.padding_nonzero);
   row.set_padding_nonfinite(r.padding_nonfinite);
+  row.mutable_outlier_channels()->Add(r.outlier_channels.begin(), r.outlier_channels.end());
 }
 
 history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
@@ -74,6 +75,7 @@ history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
   r.expert_tokens = row.has_expert_tokens() ? static_cast<std::int64_t>(row.expert_tokens()) : -1;
   r.padding_nonzero = row.padding_nonzero();
   r.padding_nonfinite = row.padding_nonfinite();
+  r.outlier_channels.assign(row.outlier_channels().begin(), row.outlier_channels().end());
   return r;
 }
 

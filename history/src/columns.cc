@@ -105,6 +105,7 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
   c.push_back(optional_integer<R, std::int64_t>("expert_tokens", &R::expert_tokens, -1));
   c.push_back(optional_integer<R, std::uint64_t>("padding_nonzero", &R::padding_nonzero, 0));
   c.push_back(optional_integer<R, std::uint64_t>("padding_nonfinite", &R::padding_nonfinite, 0));
+  c.push_back(counts<R>("outlier_channels", &R::outlier_channels));
   const std::size_t n = statistics().size();
   for (std::size_t k = 0; k < n; ++k) {
     c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,

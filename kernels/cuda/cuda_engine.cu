@@ -61,14 +61,18 @@ class CudaPasses final : public TwoPassBackend {
 
   RowBlocks row_blocks() const override { return RowBlocks::kTabled; }
 
-  Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) override {
+  Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments,
+                    std::span<float> channel_amax) override {
     const std::size_t bytes = static_cast<std::size_t>(
         tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)));
     grid_ = static_cast<int>(std::min<std::int64_t>(max_grid_, ceil_div(t.numel(), cuda::kThreads)));
     const std::size_t partial_bytes = std::max(
         sizeof(TensorMoments) * grid_, sizeof(QuantStats) * grid_ * std::max<std::size_t>(plan.specs.size(), 1));
     if (Status s = input_.reserve(bytes, budget_left_); !s.ok()) return s;
-    if (Status s = tables_.reserve(std::max<std::size_t>(plan.table_floats, 1) * sizeof(float), budget_left_); !s.ok()) {
+    // The channel amaxes follow the block tables.
+    const std::size_t channels = static_cast<std::size_t>(plan.channel_count);
+    if (Status s = tables_.reserve(std::max<std::size_t>(plan.table_floats + channels, 1) * sizeof(float), budget_left_);
+        !s.ok()) {
       return s;
     }
     if (Status s = partial_.reserve(partial_bytes, budget_left_); !s.ok()) return s;
@@ -85,6 +89,17 @@ class CudaPasses final : public TwoPassBackend {
       cuda::block_amax_kernel<<<static_cast<unsigned>(p.block_count), cuda::kThreads, 0, stream_>>>(
           input_.as<void>(), t.dtype, t.scale_inv, t.rows, t.cols, p.spec.block_rows, p.spec.block_cols,
           p.blocks_per_row, tables_.as<float>() + p.amax_at());
+    }
+    if (channels > 0) {
+      // A channel is a block one column by every row, or one row by every column.
+      const bool columns = plan.channels == ChannelAxis::kColumns;
+      float* channel_table = tables_.as<float>() + plan.table_floats;
+      cuda::block_amax_kernel<<<static_cast<unsigned>(channels), cuda::kThreads, 0, stream_>>>(
+          input_.as<void>(), t.dtype, t.scale_inv, t.rows, t.cols, columns ? static_cast<int>(t.rows) : 1,
+          columns ? 1 : static_cast<int>(t.cols), columns ? t.cols : 1, channel_table);
+      FP8SCOPE_CUDA_TRY(cudaMemcpyAsync(channel_amax.data(), channel_table, channels * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_),
+                        "copy channel amax");
     }
     FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 1");
     for (const TensorMoments& m : partial) merge(*moments, m);

@@ -9,7 +9,8 @@ std::optional<float> RecipeResult::tensor_scale() const {
   return stats.scale_min;
 }
 
-Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tensor, std::span<const RecipePlan> plans) {
+Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tensor, std::span<const RecipePlan> plans,
+                                     double outlier_factor) {
   std::vector<QuantSpec> specs;
   for (const RecipePlan& p : plans) {
     Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.operand, p.scale);
@@ -23,6 +24,7 @@ Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tens
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.moments = analysis.moments;
   report.te_amax = analysis.te_amax;
+  if (tensor.channels != ChannelAxis::kNone) report.channels = summarize_channels(analysis.channel_amax, outlier_factor);
   for (std::size_t k = 0; k < plans.size(); ++k) report.recipes.push_back({plans[k], specs[k], analysis.quant[k]});
   return report;
 }

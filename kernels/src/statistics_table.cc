@@ -64,6 +64,18 @@ constexpr Statistic kStatistics[] = {
      [](const TensorMoments& m, const QuantStats&) {
        return m.finite && m.m2 > 0.0 ? static_cast<double>(m.finite) * m.m4 / (m.m2 * m.m2) : kNaN;
      }},
+    {"channel_amax_ratio", nullptr, "1",
+     "Largest channel amax over the median channel amax (channels: columns of X, rows of W); outlier channels "
+     "that grow late in training warn of an FP8 or FP4 divergence (arXiv 2409.12517, 2602.02047).",
+     kTensor, false, nullptr, [](const ChannelSummary& c) { return c.amax_ratio(); }},
+    {"outlier_channels", nullptr, "channels", "Channels whose amax exceeds the outlier factor (8 unless --outlier-channel-factor says) times the median "
+     "channel amax.", kTensor,
+     false, nullptr,
+     [](const ChannelSummary& c) { return c.channels ? static_cast<double>(c.outliers.size()) : kNaN; }},
+    {"persistent_outlier_channels", nullptr, "channels",
+     "Outlier channels in every one of the tensor's last samples (the daemon's --outlier-channel-window).", kTensor,
+     false, nullptr,
+     [](const ChannelSummary& c) { return c.channels ? static_cast<double>(c.persistent.size()) : kNaN; }},
     {"underflow_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over all elements (TE's ratio).",
      kWhatIf, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.numel); }},
     {"underflow_nonzero_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over nonzero elements.",

@@ -72,6 +72,14 @@ BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax) {
   return r;
 }
 
+ChannelAxis channel_axis_for(Operand operand) {
+  switch (operand) {
+    case Operand::kX: return ChannelAxis::kColumns;
+    case Operand::kW: return ChannelAxis::kRows;
+    default: return ChannelAxis::kNone;
+  }
+}
+
 Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> specs) {
   if (t.rows <= 0 || t.cols <= 0) {
     return Status::error("expected a nonempty tensor, got " + std::to_string(t.rows) + " x " +
@@ -89,6 +97,10 @@ Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> sp
   if (tensor_bytes(t.dtype, static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)) == 0) {
     return Status::error("expected " + std::string(dtype_name(t.dtype)) + " rows of whole bytes, got " +
                          std::to_string(t.cols) + " columns");
+  }
+  if (t.channels > ChannelAxis::kRows) {
+    return Status::error("expected a channel axis of none, columns or rows, got code " +
+                         std::to_string(static_cast<int>(t.channels)));
   }
   if (specs.size() > static_cast<std::size_t>(kMaxSpecsPerCall)) {
     return Status::error("expected at most " + std::to_string(kMaxSpecsPerCall) + " recipes per tensor, got " +

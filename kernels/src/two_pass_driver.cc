@@ -6,6 +6,8 @@ namespace fp8scope {
 
 AnalysisPlan plan_analysis(const TensorView& t, std::span<const QuantSpec> specs, RowBlocks row_blocks) {
   AnalysisPlan plan;
+  plan.channels = t.channels;
+  if (t.channels != ChannelAxis::kNone) plan.channel_count = t.channels == ChannelAxis::kColumns ? t.cols : t.rows;
   for (const QuantSpec& spec : specs) {
     SpecPlan p;
     p.spec = spec;
@@ -43,7 +45,8 @@ Status run_two_passes(TwoPassBackend& backend, const TensorView& t, std::span<co
   if (Status s = check_analysis_request(t, specs); !s.ok()) return s;
   AnalysisPlan plan = plan_analysis(t, specs, backend.row_blocks());
   out->moments = TensorMoments{};
-  if (Status s = backend.first_pass(t, plan, &out->moments); !s.ok()) return s;
+  out->channel_amax.assign(static_cast<std::size_t>(plan.channel_count), 0.0f);
+  if (Status s = backend.first_pass(t, plan, &out->moments, out->channel_amax); !s.ok()) return s;
   out->te_amax = te_amax(out->moments.amax, out->moments.inf > 0);
   derive_scales(plan, out->te_amax);
   if (plan.table_floats > 0) {

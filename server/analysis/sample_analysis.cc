@@ -35,6 +35,13 @@ std::vector<RecipeKind> policy_recipes(const SamplingPolicy& p) {
   return std::vector<RecipeKind>(kDefaultRecipeKinds.begin(), kDefaultRecipeKinds.end());
 }
 
+// By job, run, rank, layer, expert, gemm and operand: one quantized tensor.
+std::string tensor_key(const Sample& s) {
+  return s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' + s.header.layer +
+         '\x1f' + (s.header.expert ? std::to_string(*s.header.expert) : "") + '\x1f' + gemm_name(s.header.gemm) +
+         '\x1f' + operand_name(s.header.operand);
+}
+
 }  // namespace
 
 Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const SamplingPolicy& policy) {
@@ -45,17 +52,20 @@ Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const SamplingPo
 
 std::shared_ptr<DelayedScalingState> SampleAnalyzer::delayed_state(const Sample& s, const Recipe& recipe,
                                                                    CastFormat format) {
-  const std::string key = s.client->job + '\x1f' + s.client->run + '\x1f' + std::to_string(s.client->rank) + '\x1f' +
-                          s.header.layer + '\x1f' + (s.header.expert ? std::to_string(*s.header.expert) : "") + '\x1f' +
-                          gemm_name(s.header.gemm) + '\x1f' +
-                          operand_name(s.header.operand) + '\x1f' + std::to_string(static_cast<int>(format));
+  const std::string key = tensor_key(s) + '\x1f' + std::to_string(static_cast<int>(format));
   std::lock_guard<std::mutex> lock(delayed_mu_);
   return delayed_.get_or_insert(key, [&] { return std::make_shared<DelayedScalingState>(recipe, format); });
 }
 
+std::vector<std::uint32_t> SampleAnalyzer::persistent_channels(const Sample& s, const std::vector<std::uint32_t>& outliers) {
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  return channels_.get_or_insert(tensor_key(s), [&] { return ChannelPersistence(channel_options_.window); }).add(outliers);
+}
+
 Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingPolicy& policy) {
   const Operand operand = s.header.operand;
-  const TensorView view{s.payload.data(), s.header.dtype, s.header.analyzed_rows(), s.header.cols, 1.0f};
+  const TensorView view{s.payload.data(), s.header.dtype, s.header.analyzed_rows(), s.header.cols, 1.0f,
+                        channel_axis_for(operand)};
   std::vector<RecipePlan> plans;
   std::vector<std::shared_ptr<DelayedScalingState>> delayed;
   for (RecipeKind kind : policy_recipes(policy)) {
@@ -71,11 +81,13 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingP
     plans.push_back(p);
     delayed.push_back(std::move(state));
   }
-  Result<TensorReport> report = analyze_recipes(engine_, view, plans);
+  Result<TensorReport> report = analyze_recipes(engine_, view, plans, channel_options_.factor);
   if (!report.ok()) return report.status();
   SampleAnalysis a;
   a.moments = report.value().moments;
   a.te_amax = report.value().te_amax;
+  a.channels = report.value().channels;
+  if (a.channels.channels > 0) a.channels.persistent = persistent_channels(s, a.channels.outliers);
   for (std::size_t k = 0; k < report.value().recipes.size(); ++k) {
     const RecipeResult& r = report.value().recipes[k];
     if (delayed[k] != nullptr) delayed[k]->update(a.te_amax);  // this step's amax joins the history

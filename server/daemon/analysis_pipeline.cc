@@ -6,7 +6,7 @@ namespace fp8scope::server {
 
 AnalysisPipeline::AnalysisPipeline(PipelineDeps deps)
     : d_(deps),
-      analyzer_(*deps.engine, deps.max_tensors),
+      analyzer_(*deps.engine, deps.max_tensors, deps.outlier_channels),
       publisher_(*deps.series, *deps.tensors, *deps.history, deps.exported, deps.te_log),
       // Waiting GEMM operands keep their leases: at most a quarter of the queue budget.
       gemm_pairs_(16, 64ull << 20, deps.budget->capacity() / 4),

@@ -273,6 +273,7 @@ Status Daemon::Impl::build_stages() {
   pipeline = std::make_unique<AnalysisPipeline>(
       PipelineDeps{queue.get(), budget.get(), engine.get(), &policy, series.get(), health.get(), history.get(),
                    journal.get(), tensors.get(), gemm.get(), c.max_tensors,
+                   OutlierChannelOptions{c.outlier_channel_factor, static_cast<std::size_t>(c.outlier_channel_window)},
                    MetricExport{metric_recipe_kinds(c.metric_recipes).value(), c.log2_histogram_metrics},
                    te_log.get()});
   Result<std::unique_ptr<SharedRegions>> regions = open_shared_regions(c);

@@ -100,6 +100,11 @@ void add_analysis_options(CLI::App& app, DaemonConfig& c) {
   add(app, "max-tensors", c.max_tensors,
       "Tensors whose state is kept (delayed-scaling history, the `fp8scope tensors` table); the least recently "
       "sampled go first");
+  add(app, "outlier-channel-factor", c.outlier_channel_factor,
+      "A channel (a column of X, a row of W) is an outlier when its amax exceeds this many times the median "
+      "channel amax");
+  add(app, "outlier-channel-window", c.outlier_channel_window,
+      "Samples of a tensor an outlier channel must hold in to count as persistent (its index goes to history)");
   add(app, "metric-recipes", c.metric_recipes,
       "Emulated recipes exported as metrics, comma-separated, or all (the job's own FP8 is always exported; "
       "history and `fp8scope tensors` keep every recipe the policy runs)");
@@ -213,6 +218,14 @@ Status validate(const DaemonConfig& c) {
     return Status::error("--te-log-max-bytes: expected at least 1 MiB, got " + std::to_string(c.te_log_max_bytes));
   }
   if (c.max_tensors < 1) return Status::error("--max-tensors: expected at least 1");
+  if (!(c.outlier_channel_factor > 1 && c.outlier_channel_factor <= 1e6)) {
+    return Status::error("--outlier-channel-factor: expected a number above 1, at most 1e6, got " +
+                         std::to_string(c.outlier_channel_factor));
+  }
+  if (c.outlier_channel_window < 1 || c.outlier_channel_window > 1024) {
+    return Status::error("--outlier-channel-window: expected 1..1024 samples, got " +
+                         std::to_string(c.outlier_channel_window));
+  }
   if (c.max_inflight_bytes < (4u << 20)) return Status::error("--max-inflight-bytes: expected at least 4 MiB (one chunk)");
   if (c.series_ttl_seconds <= 0 || c.drain_seconds < 0) return Status::error("--series-ttl-seconds and --drain-seconds must be positive");
   if (!(c.stall_timeout_seconds >= 2 && c.stall_timeout_seconds <= 3600)) {

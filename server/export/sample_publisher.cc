@@ -88,9 +88,13 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   rec.scale_current = scale_current;
   for (const Statistic& st : statistics()) {
     rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())
-                                 ? st.compute(a.moments, o.stats)
+                                 ? st.value(a.moments, o.stats, a.channels)
                                  : std::nan(""));
   }
+  const std::vector<std::uint32_t>& persistent = a.channels.persistent;
+  rec.outlier_channels.assign(persistent.begin(),
+                              persistent.begin() + static_cast<std::ptrdiff_t>(
+                                                       std::min(persistent.size(), history::kRecordedOutlierChannels)));
   if (!o.observed) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
   rec.codes_digest = o.codes_digest;
   if (s.header.expert) {
@@ -120,7 +124,8 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
   const SeriesMember member{rank, s.header.expert ? static_cast<std::int64_t>(*s.header.expert) : -1};
   const double time = now_seconds();
   for (const StatisticMetric& m : tensor_metrics_) {
-    series_.set(*m.metric, tensor_labels, member, m.statistic->compute(a.moments, QuantStats{}));
+    if (m.statistic->per_channel() && a.channels.channels == 0) continue;  // a gradient's, or the job's codes
+    series_.set(*m.metric, tensor_labels, member, m.statistic->value(a.moments, QuantStats{}, a.channels));
   }
   series_.set(last_step_, tensor_labels, member, static_cast<double>(s.header.step));
 
@@ -149,14 +154,14 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     if (o.observed) rs.scale_layout = o.scale_layout;
     for (const Statistic& st : statistics()) {
       if (!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())) {
-        rs.statistics.emplace_back(&st, st.compute(a.moments, o.stats));
+        rs.statistics.emplace_back(&st, st.value(a.moments, o.stats, a.channels));
       }
     }
     records.push_back(record(s, a, o, time, current));
     if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
       if (m.statistic->applies_to(o.observed, o.block_scaled())) {
-        series_.set(*m.metric, labels, member, m.statistic->compute(a.moments, o.stats));
+        series_.set(*m.metric, labels, member, m.statistic->value(a.moments, o.stats, a.channels));
       }
     }
     if (export_.log2_histogram && !o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {

@@ -125,6 +125,11 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
   const std::map<std::string, std::string> tensor = {{"job", "test"}, {"layer", "blocks.0.attn.qkv"}, {"gemm", "fprop"},
                                                      {"operand", "x"}};
   CHECK(metric_value(metrics, "fp8scope_amax", tensor) == expected[0]["amax"].get<double>());
+  // Column 3 stands 500x above the others: the one outlier channel of this X.
+  CHECK(metric_value(metrics, "fp8scope_channel_amax_ratio", tensor) == expected[0]["channel_amax_ratio"].get<double>());
+  CHECK(expected[0]["channel_amax_ratio"].get<double>() > 100);
+  CHECK(metric_value(metrics, "fp8scope_outlier_channels", tensor) == 1.0);
+  CHECK(metric_value(metrics, "fp8scope_persistent_outlier_channels", tensor) == 1.0);
   CHECK(metric_value(metrics, "fp8scope_last_step", tensor) == 1.0);
   CHECK(metric_value(metrics, "fp8scope_scale", recipe_labels("blocks.0.attn.qkv", "tensor_current")) ==
         Approx(expected[0]["scale"].get<double>()));
@@ -173,6 +178,42 @@ TEST_CASE("pushed tensors appear in /metrics with the values fp8scope analyze pr
       }
     }
   }
+}
+
+TEST_CASE("an outlier column persists over --outlier-channel-window samples, and history names it", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"), {"--outlier-channel-window", "2"});
+  const std::string hot = dir.write("hot.npy", npy_file("<f4", false, "(16, 256)", floats(activation(16, 256, 1.0f))));
+  std::vector<float> even = activation(16, 256, 2.0f);
+  for (int r = 0; r < 16; ++r) even[static_cast<std::size_t>(r * 256 + 3)] /= 500.0f;  // column 3 back in line
+  const std::string level = dir.write("level.npy", npy_file("<f4", false, "(16, 256)", floats(even)));
+  int step = 0;
+  for (const std::string& file : {hot, hot, level, hot}) {
+    const ProcessResult push = cli({"push", file, "--endpoint", daemon.grpc(), "--layer", "blocks.0.mlp.fc2", "--operand",
+                                    "x", "--step", std::to_string(++step), "--run", "r1", "--job", "test"});
+    REQUIRE(push.exit_code == 0);
+  }
+  std::vector<std::string> rows;
+  REQUIRE(eventually([&] {
+    const ProcessResult history =
+        cli({"history", "--endpoint", daemon.grpc(), "--run", "r1", "--recipe", "tensor_current", "--csv"});
+    rows.clear();
+    std::istringstream lines(history.out);
+    for (std::string line; std::getline(lines, line);) rows.push_back(line);
+    return history.exit_code == 0 && rows.size() == 5;
+  }));
+  REQUIRE(rows[0].substr(rows[0].rfind(',') + 1) == "outlier_channels");
+  // Steps 1, 2: column 3 in both; 3: in neither of the last two; 4: only in the last.
+  const char* want[] = {"3", "3", "", ""};
+  for (std::size_t k = 0; k < 4; ++k) {
+    INFO(rows[k + 1]);
+    CHECK(rows[k + 1].substr(rows[k + 1].rfind(',') + 1) == want[k]);
+  }
+  const std::string metrics = http_get(daemon.metrics(), "/metrics");
+  const std::map<std::string, std::string> tensor = {{"job", "test"}, {"layer", "blocks.0.mlp.fc2"}, {"gemm", "fprop"},
+                                                     {"operand", "x"}};
+  CHECK(metric_value(metrics, "fp8scope_outlier_channels", tensor) == 1.0);
+  CHECK(metric_value(metrics, "fp8scope_persistent_outlier_channels", tensor) == 0.0);
 }
 
 TEST_CASE("by default a 128-layer transformer fits the series budget, and history keeps every recipe", "[daemon]") {

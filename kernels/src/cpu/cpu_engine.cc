@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -58,9 +59,12 @@ class CpuPasses final : public TwoPassBackend {
 
   RowBlocks row_blocks() const override { return RowBlocks::kInPass2; }
 
-  Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) override {
+  Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments,
+                    std::span<float> channel_amax) override {
     grid_ = Grid{t.rows, t.cols, plan.tallest_block, ceil_div(t.rows, plan.tallest_block), ceil_div(t.cols, kSegmentCols)};
     tables_.assign(plan.table_floats, 0.0f);
+    channel_axis_ = plan.channels;
+    channel_amax_ = channel_amax;
     if (by_value_) {
       values_ = count_values(t, plan);
       *moments = values_->moments(t.scale_inv);
@@ -104,11 +108,63 @@ class CpuPasses final : public TwoPassBackend {
     return static_cast<int>(std::min<std::int64_t>((pool_.workers() + 1) * kTasksPerThread, grid_.units()));
   }
 
+  std::int64_t first_unit(int task, int tasks) const { return grid_.units() * task / tasks; }
+
   template <class F>
   void for_units(int tasks, F f) {
     pool_.run(tasks, [&](int task) {
-      const std::int64_t first = grid_.units() * task / tasks, last = grid_.units() * (task + 1) / tasks;
-      for (std::int64_t u = first; u < last; ++u) f(task, unit_at(grid_, u));
+      for (std::int64_t u = first_unit(task, tasks); u < first_unit(task + 1, tasks); ++u) f(task, unit_at(grid_, u));
+    });
+  }
+
+  // Pass 1's channel amaxes: a task folds its rows into an array of its own over the channels it
+  // touches (every column, or its contiguous run of rows) and merges it into channel_amax_ once
+  // done. Max is exact and order-free, so the result does not depend on scheduling.
+  struct TaskChannels {
+    std::int64_t first = 0;
+    std::vector<float> amax;
+  };
+
+  TaskChannels task_channels(int task, int tasks) const {
+    TaskChannels c;
+    const std::int64_t first = first_unit(task, tasks), last = first_unit(task + 1, tasks);
+    if (channel_axis_ == ChannelAxis::kNone || first == last) return c;
+    std::int64_t count = grid_.cols;
+    if (channel_axis_ == ChannelAxis::kRows) {
+      c.first = unit_at(grid_, first).row_begin;
+      count = unit_at(grid_, last - 1).row_end - c.first;
+    }
+    c.amax.assign(static_cast<std::size_t>(count), 0.0f);
+    return c;
+  }
+
+  void fold_channels(TaskChannels& c, const Unit& unit, std::int64_t r, const float* x, float* scratch) const {
+    if (c.amax.empty()) return;
+    if (channel_axis_ == ChannelAxis::kColumns) {
+      kernels_.fold_amax(x, unit.cols(), c.amax.data() + unit.col_begin);
+      return;
+    }
+    kernels_.block_amax(x, unit.cols(), unit.cols(), scratch);
+    float& row = c.amax[static_cast<std::size_t>(r - c.first)];
+    row = std::max(row, scratch[0]);
+  }
+
+  void hand_over(const TaskChannels& c) {
+    if (c.amax.empty()) return;
+    std::lock_guard<std::mutex> lock(channel_mu_);
+    float* all = channel_amax_.data() + c.first;
+    for (std::size_t i = 0; i < c.amax.size(); ++i) all[i] = std::max(all[i], c.amax[i]);
+  }
+
+  // Runs f(task, unit, channels) over every unit, each task with its own channel array.
+  template <class F>
+  void for_units_with_channels(int tasks, F f) {
+    pool_.run(tasks, [&](int task) {
+      TaskChannels channels = task_channels(task, tasks);
+      for (std::int64_t u = first_unit(task, tasks); u < first_unit(task + 1, tasks); ++u) {
+        f(task, unit_at(grid_, u), channels);
+      }
+      hand_over(channels);
     });
   }
 
@@ -127,7 +183,7 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = task_count(t);
     std::vector<TensorMoments> partial(static_cast<std::size_t>(tasks));
     std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
-    for_units(tasks, [&](int task, const Unit& unit) {
+    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels) {
       auto& xs = x[static_cast<std::size_t>(task)];
       auto& sc = scratch[static_cast<std::size_t>(task)];
       xs.resize(kSegmentCols);
@@ -136,6 +192,7 @@ class CpuPasses final : public TwoPassBackend {
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
         kernels_.add_moments(xs.data(), unit.cols(), &partial[static_cast<std::size_t>(task)]);
         add_block_amax(unit, r, xs.data(), plan, sc.data());
+        fold_channels(channels, unit, r, xs.data(), sc.data());
       }
     });
     TensorMoments m;
@@ -148,18 +205,21 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = static_cast<int>(std::min<std::int64_t>(
         std::max<std::int64_t>(pool_.workers() + 1, ceil_div(t.numel(), kMaxElementsPerCounter)), grid_.units()));
     std::vector<cpu::CodeHistogram> partial(static_cast<std::size_t>(tasks), cpu::CodeHistogram(t.dtype));
-    const bool block_amax = !tables_.empty();
-    for_units(tasks, [&](int task, const Unit& unit) {
-      std::vector<float> x, scratch;
-      if (block_amax) {
-        x.resize(kSegmentCols);
-        scratch.resize(kSegmentCols);
+    const bool as_floats = !tables_.empty() || channel_axis_ != ChannelAxis::kNone;  // block or channel amax
+    std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
+    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels) {
+      auto& xs = x[static_cast<std::size_t>(task)];
+      auto& sc = scratch[static_cast<std::size_t>(task)];
+      if (as_floats) {
+        xs.resize(kSegmentCols);
+        sc.resize(kSegmentCols);
       }
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         partial[static_cast<std::size_t>(task)].add(t.data, r * t.cols + unit.col_begin, unit.cols());
-        if (!block_amax) continue;
-        kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), x.data());
-        add_block_amax(unit, r, x.data(), plan, scratch.data());
+        if (!as_floats) continue;
+        kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
+        add_block_amax(unit, r, xs.data(), plan, sc.data());
+        fold_channels(channels, unit, r, xs.data(), sc.data());
       }
     });
     cpu::CodeHistogram all(t.dtype);
@@ -224,6 +284,9 @@ class CpuPasses final : public TwoPassBackend {
   Grid grid_{};
   std::vector<float> tables_;
   std::optional<cpu::CodeHistogram> values_;
+  ChannelAxis channel_axis_ = ChannelAxis::kNone;
+  std::span<float> channel_amax_;
+  std::mutex channel_mu_;
 };
 
 class CpuEngine final : public StatsEngine {

@@ -189,6 +189,14 @@ void block_amax(const float* x, int n, int block, float* out) {
   }
 }
 
+void fold_amax(const float* __restrict x, int n, float* __restrict acc) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    acc[i] = a > acc[i] ? a : acc[i];  // as block_amax: NaN skipped, Inf kept
+  }
+}
+
 // ---- Histogram ----------------------------------------------------------------------------------
 
 // Counts bins[0..n) into hist. A segment's values cluster in a few binades, so each bin in the
@@ -363,6 +371,6 @@ void quantize(CastFormat format, const float* x, int n, const float* scale, cons
 }  // namespace
 
 extern const SegmentKernels kKernels;
-const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float, add_moments, block_amax, block_scales, quantize};
+const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float, add_moments, block_amax, fold_amax, block_scales, quantize};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

@@ -24,6 +24,8 @@ struct SegmentKernels {
   void (*add_moments)(const float* x, int n, TensorMoments* into);
   // out[b] = max |x| over block b of `block` elements, as TE computes it: Inf kept, NaN skipped.
   void (*block_amax)(const float* x, int n, int block, float* out);
+  // acc[i] = max(acc[i], |x[i]|) for i < n, NaN skipped and Inf kept: a column per element.
+  void (*fold_amax)(const float* x, int n, float* acc);
   // scale[b], scale_inv[b] from amax[b], b < nb, by the block rule (scale_rules.h).
   void (*block_scales)(const BlockRule& rule, const float* amax, int nb, float* scale, float* scale_inv);
   // Quantizes x[0..n) with scale[i / block_cols] (block_cols 0: scale[0] for all), adding the

@@ -83,6 +83,19 @@ inline float te_amax_of(const std::vector<float>& x, std::int64_t rows, std::int
   return a;
 }
 
+// Each channel's TE amax, one rectangle at a time: a column is every row by one column, a row one
+// row by every column.
+inline std::vector<float> channel_amax(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+                                       ChannelAxis axis) {
+  std::vector<float> amax;
+  if (axis == ChannelAxis::kColumns) {
+    for (std::int64_t c = 0; c < cols; ++c) amax.push_back(te_amax_of(x, rows, cols, 0, rows, c, c + 1));
+  } else if (axis == ChannelAxis::kRows) {
+    for (std::int64_t r = 0; r < rows; ++r) amax.push_back(te_amax_of(x, rows, cols, r, r + 1, 0, cols));
+  }
+  return amax;
+}
+
 // The scales TE's rule gives a block (or the tensor) of this amax; the rules themselves are pinned
 // to TE's source by scale_rules_test.
 inline ScalePair scales_from_amax(const QuantSpec& spec, float amax, float tensor_te_amax) {

@@ -103,7 +103,7 @@ TEST_CASE("undefined statistics are NaN, lossless casts are +Inf dB", "[statisti
 TEST_CASE("names follow Prometheus conventions and are unique", "[statistics_table]") {
   std::set<std::string> names;
   const std::regex metric_name("[a-z][a-z0-9_]*");
-  const std::set<std::string> units = {"ratio", "elements", "value", "dB", "log2", "1"};
+  const std::set<std::string> units = {"ratio", "elements", "channels", "value", "dB", "log2", "1"};
   for (const Statistic& s : statistics()) {
     INFO(s.key);
     CHECK(names.insert(s.metric_name()).second);

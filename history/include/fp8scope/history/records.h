@@ -16,6 +16,8 @@
 
 namespace fp8scope::history {
 
+inline constexpr std::size_t kRecordedOutlierChannels = 64;
+
 struct HistoryRecord {
   std::uint64_t id = 0;  // its place in the store, increasing as records are added (set when read)
   double time = 0;  // seconds since the Unix epoch
@@ -43,6 +45,9 @@ struct HistoryRecord {
   // the values past its tokens that were not zero or not finite (padding, which must be zero).
   std::int64_t expert = -1, expert_tokens = -1;
   std::uint64_t padding_nonzero = 0, padding_nonfinite = 0;
+  // The tensor's persistent outlier channels (ChannelSummary::persistent), ascending, at most
+  // kRecordedOutlierChannels: which columns of X or rows of W, kept here and never as labels.
+  std::vector<std::uint64_t> outlier_channels;
 
   bool operator==(const HistoryRecord&) const = default;
 };

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "fp8scope/kernels/channel_summary.h"
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/stats_engine.h"
 
@@ -31,9 +32,12 @@ struct TensorReport {
   TensorMoments moments;
   float te_amax = 0.0f;
   std::vector<RecipeResult> recipes;
+  ChannelSummary channels;  // of TensorView::channels' amaxes; channels 0 for none
   double seconds = 0.0;  // wall time of the engine call
 };
 
-Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tensor, std::span<const RecipePlan> plans);
+// Outlier channels are those above outlier_factor x the median channel amax.
+Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tensor, std::span<const RecipePlan> plans,
+                                     double outlier_factor = kDefaultOutlierChannelFactor);
 
 }  // namespace fp8scope

@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "fp8scope/kernels/channel_summary.h"
 #include "fp8scope/kernels/stats.h"
 
 namespace fp8scope {
@@ -18,14 +19,20 @@ enum class StatisticScope : std::uint8_t { kTensor, kWhatIf, kObserved, kRecipe 
 struct Statistic {
   const char* key;          // JSON key, and the metric name after "fp8scope_" unless `metric` says otherwise
   const char* metric;       // Prometheus name without the prefix; nullptr: the same as key
-  const char* unit;         // "ratio" (0..1), "elements", "value" (the tensor's own unit), "dB", "log2", "1"
+  const char* unit;         // "ratio" (0..1), "elements", "channels", "value" (the tensor's own unit), "dB", "log2", "1"
   const char* help;
   StatisticScope scope;
   bool lower_is_worse;      // how ranks combine into one series: the worst rank (min here, else max)
-  // NaN when undefined (e.g. the mean of a tensor with no finite element).
+  // NaN when undefined (e.g. the mean of a tensor with no finite element). A statistic derives
+  // from the moments and a cast, or (outlier channels) from the channel amaxes alone.
   double (*compute)(const TensorMoments& m, const QuantStats& q);
+  double (*from_channels)(const ChannelSummary& c) = nullptr;
 
+  double value(const TensorMoments& m, const QuantStats& q, const ChannelSummary& c) const {
+    return from_channels ? from_channels(c) : compute(m, q);
+  }
   const char* metric_name() const { return metric ? metric : key; }
+  bool per_channel() const { return from_channels != nullptr; }
   bool per_recipe() const { return scope != StatisticScope::kTensor; }
   // Whether the statistic means something for a recipe's result (observed: the job's own codes;
   // the observed-only statistics describe block scales, which one per-tensor scale has not).

@@ -17,6 +17,15 @@
 
 namespace fp8scope {
 
+// Which index of a tensor is its channel, whose amax per channel the analysis reports too
+// (outlier channels): a column of an activation X (an input feature), a row of a weight W (an
+// output feature).
+enum class ChannelAxis : std::uint8_t { kNone, kColumns, kRows };
+
+// An activation's channels are its columns (input features), a weight's its rows (output
+// features), as stored; a gradient's are not tracked.
+ChannelAxis channel_axis_for(Operand operand);
+
 // A tensor in memory the engine can read: rows x cols elements, row-major, cols contiguous. N-d
 // tensors are viewed with their last dimension as cols. scale_inv dequantizes FP8 codes.
 struct TensorView {
@@ -25,6 +34,7 @@ struct TensorView {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   float scale_inv = 1.0f;
+  ChannelAxis channels = ChannelAxis::kNone;
 
   std::int64_t numel() const { return rows * cols; }
 };
@@ -70,6 +80,8 @@ struct TensorAnalysis {
   TensorMoments moments;
   float te_amax = 0.0f;           // what TE's amax kernel would report: +Inf when any Inf is present
   std::vector<QuantStats> quant;  // one per QuantSpec, in order
+  // The TE amax (NaN skipped, Inf kept) of each channel of TensorView::channels; empty for kNone.
+  std::vector<float> channel_amax;
 };
 
 class StatsEngine {

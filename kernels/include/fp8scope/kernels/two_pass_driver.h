@@ -1,5 +1,5 @@
 // The two passes every statistics engine makes, written once for the CPU and the CUDA engine:
-// pass 1 reads the tensor for its moments and the amax of every tabled block; the scales follow
+// pass 1 reads the tensor for its moments, the amax of every tabled block and of every channel; the scales follow
 // from the shared rules (scale_rules.h: per-tensor from the tensor's TE amax, per block from the
 // block's); pass 2 casts the tensor for every spec in one read; the per-spec scale ranges are
 // finished here. A backend supplies the passes over its own memory (CPU row segments, CUDA
@@ -47,6 +47,8 @@ struct AnalysisPlan {
   std::vector<SpecPlan> specs;
   std::size_t table_floats = 0;  // every tabled spec's three arrays
   std::int64_t tallest_block = 1;  // rows of the tallest block (1, 16 or 128)
+  ChannelAxis channels = ChannelAxis::kNone;
+  std::int64_t channel_count = 0;  // columns or rows, as `channels` says; 0 for none
 };
 
 // Which block specs a backend wants tabled besides the 2-D ones (which always are: their amax
@@ -61,8 +63,10 @@ class TwoPassBackend {
   virtual ~TwoPassBackend() = default;
   // Where this backend finds one-row blocks' scales.
   virtual RowBlocks row_blocks() const = 0;
-  // The moments, and the amax of every block of every tabled spec into its table.
-  virtual Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments) = 0;
+  // The moments, the amax of every block of every tabled spec into its table, and the amax of
+  // each of plan.channel_count channels into channel_amax (sized by the driver, zeroed).
+  virtual Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments,
+                            std::span<float> channel_amax) = 0;
   // Every tabled spec's scale and scale_inv from its block amaxes, by spec.rule (block_scale()).
   virtual Status block_scales(const AnalysisPlan& plan) = 0;
   // Every spec's counts and error sums, and the scale range of untabled block specs.

@@ -112,3 +112,39 @@ TEST_CASE("a job's own E4M3 codes are read with their scale: the observed recipe
   CHECK(stat(a.value(), o, "saturation_ratio") == 0.25);  // one code of four at +-max
   CHECK(o.codes_digest.size() == 16);
 }
+
+TEST_CASE("an activation's outlier column and a weight's outlier row are found, persist, and a gradient has none",
+          "[sample_analysis]") {
+  auto engine = make_cpu_engine(1);
+  SampleAnalyzer analyzer(*engine, 16, OutlierChannelOptions{8.0, 2});
+  std::vector<float> values(32, 1.0f);
+  values[5] = -50.0f;  // column 5 of every row of a 4 x 32 X; of W's rows, row 0
+  const SamplingPolicy current = recipes({RecipeKind::kTensorCurrent});
+  const Result<SampleAnalysis> x = analyzer.analyze(f32_sample("l", 1, Operand::kX, values), current);
+  REQUIRE(x.ok());
+  CHECK(x.value().channels.channels == 32);
+  CHECK(x.value().channels.amax_ratio() == 50.0);
+  CHECK(x.value().channels.outliers == std::vector<std::uint32_t>{5});
+  CHECK(x.value().channels.persistent == std::vector<std::uint32_t>{5});
+
+  std::vector<float> w(4 * 32, 1.0f);
+  w[40] = 9.0f;  // row 1
+  const Result<SampleAnalysis> weight = analyzer.analyze(f32_sample("l", 1, Operand::kW, w), current);
+  REQUIRE(weight.ok());
+  CHECK(weight.value().channels.channels == 4);
+  CHECK(weight.value().channels.outliers == std::vector<std::uint32_t>{1});
+
+  const Result<SampleAnalysis> dy = analyzer.analyze(f32_sample("l", 1, Operand::kDy, values), current);
+  REQUIRE(dy.ok());
+  CHECK(dy.value().channels.channels == 0);
+
+  // The same X with column 5 back in line: over the window of two, nothing persists; another
+  // layer's X keeps a history of its own.
+  const Result<SampleAnalysis> calm = analyzer.analyze(f32_sample("l", 2, Operand::kX, {1.0f}), current);
+  REQUIRE(calm.ok());
+  CHECK(calm.value().channels.outliers.empty());
+  CHECK(calm.value().channels.persistent.empty());
+  const Result<SampleAnalysis> other = analyzer.analyze(f32_sample("m", 2, Operand::kX, values), current);
+  REQUIRE(other.ok());
+  CHECK(other.value().channels.persistent == std::vector<std::uint32_t>{5});
+}

@@ -31,7 +31,7 @@ struct Rig {
       std::move(history::HistoryStore::open(dir.file("history"), {"test"})).value();
   TensorTable tensors{100};
   AnalysisPipeline pipeline{PipelineDeps{&queue, &budget, engine.get(), &policy, &series, &health, history.get(),
-                                         journal.get(), &tensors, nullptr, 100,
+                                         journal.get(), &tensors, nullptr, 100, OutlierChannelOptions{},
                                          MetricExport{{RecipeKind::kTensorCurrent}, false}}};
 
   Rig() {

@@ -12,8 +12,10 @@
 #include <tuple>
 #include <vector>
 
+#include "fp8scope/kernels/channel_summary.h"
 #include "fp8scope/kernels/delayed_scaling.h"
 #include "fp8scope/kernels/stats_engine.h"
+#include "fp8scope/analysis/channel_persistence.h"
 #include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/analysis/lru_map.h"
 #include "fp8scope/ingest/sample.h"
@@ -45,12 +47,15 @@ struct SampleAnalysis {
   float te_amax = 0.0f;
   std::vector<RecipeOutcome> recipes;
   PaddingCensus padding;  // statistics and recipes read the valid rows only
+  ChannelSummary channels;  // of an activation's columns or a weight's rows (what-ifs only)
 };
 
 class SampleAnalyzer {
  public:
-  // Delayed-scaling histories are kept for the `max_tensors` most recently sampled (tensor, format)s.
-  SampleAnalyzer(StatsEngine& engine, std::size_t max_tensors) : engine_(engine), delayed_(max_tensors) {}
+  // Delayed-scaling histories and outlier channels are kept for the `max_tensors` most recently
+  // sampled (tensor, format)s and tensors.
+  SampleAnalyzer(StatsEngine& engine, std::size_t max_tensors, OutlierChannelOptions channels = {})
+      : engine_(engine), channel_options_(channels), delayed_(max_tensors), channels_(max_tensors) {}
 
   Result<SampleAnalysis> analyze(const Sample& s, const SamplingPolicy& policy);
 
@@ -58,12 +63,16 @@ class SampleAnalyzer {
   Result<SampleAnalysis> what_ifs(const Sample& s, const SamplingPolicy& policy);
   Result<SampleAnalysis> observed(const Sample& s);
   std::shared_ptr<DelayedScalingState> delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
+  std::vector<std::uint32_t> persistent_channels(const Sample& s, const std::vector<std::uint32_t>& outliers);
 
   StatsEngine& engine_;
+  OutlierChannelOptions channel_options_;
   std::mutex delayed_mu_;
   // By job, run, rank, layer, expert, gemm, operand and format: TE keeps one history per quantized tensor.
   // Shared: an entry forgotten while a sample uses it lives until that sample is done.
   LruMap<std::string, std::shared_ptr<DelayedScalingState>> delayed_;
+  std::mutex channels_mu_;
+  LruMap<std::string, ChannelPersistence> channels_;  // by tensor, as delayed_ less the format
 };
 
 }  // namespace fp8scope::server

@@ -40,6 +40,7 @@ struct PipelineDeps {
   TensorTable* tensors;
   GpuGemmCheck* gemm;  // null: GEMM checks run as the CPU emulation
   std::size_t max_tensors;  // per-tensor state kept (delayed-scaling histories), most recent first
+  OutlierChannelOptions outlier_channels;
   MetricExport exported;    // which figures become series
   TeLogWriter* te_log = nullptr;  // --te-log-dir, or null
 };

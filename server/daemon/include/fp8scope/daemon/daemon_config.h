@@ -36,6 +36,8 @@ struct DaemonConfig {
   std::uint64_t max_inflight_bytes = 64ull << 20;  // per stream, unacknowledged
   std::uint64_t max_series = 150000;          // tensor metric series before new ones are suppressed
   std::uint64_t max_tensors = 20000;          // tensors with live state (delayed scaling, `fp8scope tensors`)
+  double outlier_channel_factor = 8.0;        // an outlier channel's amax over the median channel amax
+  std::uint64_t outlier_channel_window = 8;   // samples an outlier channel must hold in to persist
   // What one tensor costs in series (docs/operations.md "Cardinality"): the recipes exported as
   // metrics (all of them stay in history and `fp8scope tensors`), and the log2 histogram's bins.
   std::string metric_recipes = "tensor_current,tensor_delayed,mxfp8";
