@@ -134,7 +134,9 @@ void engine_agreement(StatsEngine& gpu) {
           const std::vector<QuantSpec>& specs = *set;
           const std::vector<float> v = generate(kind, rows * cols, 7u + static_cast<std::uint32_t>(kind));
           const std::vector<std::uint8_t> bytes = as_dtype(v, d);
-          const TensorView t{bytes.data(), d, rows, cols, 1.0f};
+          // W's channels are its rows, X's its columns: both of the channel amax paths.
+          const TensorView t{bytes.data(), d, rows, cols, 1.0f,
+                             set == &weights ? ChannelAxis::kRows : ChannelAxis::kColumns};
           TensorAnalysis a, b;
           ++cases;
           if (!cpu->analyze(t, specs, &a).ok() || !gpu.analyze(t, specs, &b).ok()) {
@@ -143,7 +145,8 @@ void engine_agreement(StatsEngine& gpu) {
           }
           bool ok = a.moments.numel == b.moments.numel && a.moments.finite == b.moments.finite &&
                     a.moments.nonzero == b.moments.nonzero && a.moments.nan == b.moments.nan &&
-                    a.moments.inf == b.moments.inf && a.moments.amax == b.moments.amax && a.moments.amin == b.moments.amin;
+                    a.moments.inf == b.moments.inf && a.moments.amax == b.moments.amax && a.moments.amin == b.moments.amin &&
+                    a.channel_amax == b.channel_amax;
           double err = relative(a.moments.sum_squares, b.moments.sum_squares, a.moments.sum_squares);
           err = std::max(err, relative(a.moments.m2, b.moments.m2, a.moments.m2 + a.moments.sum_squares));
           err = std::max(err, relative(a.moments.m4, b.moments.m4, a.moments.m4));
@@ -166,7 +169,7 @@ void engine_agreement(StatsEngine& gpu) {
         }
   char result[128];
   std::snprintf(result, sizeof result, "%d of %d cases agree, worst sum error %.1e", cases - failures, cases, worst);
-  report("CUDA engine vs CPU engine (3 dtypes x 6 tensors x 3 shapes, X and W of each recipe)", result, failures == 0);
+  report("CUDA engine vs CPU engine (3 dtypes x 6 tensors x 3 shapes, X and W of each recipe, channel amax)", result, failures == 0);
 }
 
 // A job's own codes on the GPU vs the CPU: every code and a spread of finite scales in each scale
