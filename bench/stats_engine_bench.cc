@@ -106,7 +106,8 @@ void BM_Memcpy(benchmark::State& state) {
   g_memcpy_seconds = 0.0;
 }
 
-void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, Operand operand = Operand::kX) {
+void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, Operand operand = Operand::kX,
+                 ChannelAxis channels = ChannelAxis::kNone) {
   auto engine = make_cpu_engine();
   std::vector<QuantSpec> specs;
   for (RecipeKind k : kinds) {
@@ -114,7 +115,8 @@ void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, 
     const Recipe recipe = default_recipe(k);
     specs.push_back(quant_spec_for(recipe, recipe.format_for(operand), operand, fixed).value());
   }
-  const TensorView t = view();
+  TensorView t = view();
+  t.channels = channels;
   TensorAnalysis a;
   for (auto _ : state) {
     if (!engine->analyze(t, specs, &a).ok()) state.SkipWithError("analyze failed");
@@ -183,7 +185,7 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
   if (g_read_seconds > 0 && !baseline) counters["x_read"] = seconds / g_read_seconds;
   if (g_memcpy_seconds > 0 && !baseline) counters["x_memcpy"] = seconds / g_memcpy_seconds;
   if (g_one_recipe_seconds > 0 && (name.rfind("BM_DefaultRecipes", 0) == 0 || name.rfind("BM_FiveFp8Recipes", 0) == 0 ||
-                                   name.rfind("BM_WeightCodeDigest", 0) == 0)) {
+                                   name.rfind("BM_WeightCodeDigest", 0) == 0 || name.rfind("BM_ChannelAmax", 0) == 0)) {
     counters["x_one_recipe"] = seconds / g_one_recipe_seconds;
   }
 }
@@ -205,6 +207,12 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark((std::string("BM_WeightRecipe/") + recipe_name(k)).c_str(),
                                  [k](benchmark::State& state) { run_recipes(state, {k}, Operand::kW); })
         ->UseRealTime();
+  }
+  // tensor_current with each channel amax (the budget: at most 10% over BM_OneRecipe).
+  for (const auto& [name, operand] : {std::pair{"columns", Operand::kX}, std::pair{"rows", Operand::kW}}) {
+    benchmark::RegisterBenchmark((std::string("BM_ChannelAmax/") + name).c_str(), [operand](benchmark::State& state) {
+      run_recipes(state, {RecipeKind::kTensorCurrent}, operand, channel_axis_for(operand));
+    })->UseRealTime();
   }
   benchmark::RegisterBenchmark("BM_FiveFp8Recipes", BM_FiveFp8Recipes)->UseRealTime();
   benchmark::RegisterBenchmark("BM_DefaultRecipes", BM_DefaultRecipes)->UseRealTime();

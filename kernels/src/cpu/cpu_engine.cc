@@ -149,6 +149,20 @@ class CpuPasses final : public TwoPassBackend {
     row = std::max(row, scratch[0]);
   }
 
+  // A 16-bit float's Inf bits, for rows whose amax is read from the codes (max_magnitude_bits16).
+  static std::optional<std::uint16_t> inf_bits16(DType dtype) {
+    if (dtype == DType::kBF16) return 0x7F80;
+    if (dtype == DType::kF16) return 0x7C00;
+    return std::nullopt;
+  }
+
+  void fold_row_bits(TaskChannels& c, const TensorView& t, const Unit& unit, std::int64_t r, std::uint16_t inf_bits) const {
+    const auto* codes = static_cast<const std::uint16_t*>(t.data) + r * t.cols + unit.col_begin;
+    const std::uint16_t bits = kernels_.max_magnitude_bits16(codes, unit.cols(), inf_bits);
+    float& row = c.amax[static_cast<std::size_t>(r - c.first)];
+    row = std::max(row, small_element_value(t.dtype, bits, 1.0f));
+  }
+
   void hand_over(const TaskChannels& c) {
     if (c.amax.empty()) return;
     std::lock_guard<std::mutex> lock(channel_mu_);
@@ -205,7 +219,10 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = static_cast<int>(std::min<std::int64_t>(
         std::max<std::int64_t>(pool_.workers() + 1, ceil_div(t.numel(), kMaxElementsPerCounter)), grid_.units()));
     std::vector<cpu::CodeHistogram> partial(static_cast<std::size_t>(tasks), cpu::CodeHistogram(t.dtype));
-    const bool as_floats = !tables_.empty() || channel_axis_ != ChannelAxis::kNone;  // block or channel amax
+    // Rows of 16-bit floats find their amax from the codes; other channels need the floats.
+    const std::optional<std::uint16_t> row_bits =
+        channel_axis_ == ChannelAxis::kRows ? inf_bits16(t.dtype) : std::nullopt;
+    const bool as_floats = !tables_.empty() || (channel_axis_ != ChannelAxis::kNone && !row_bits);
     std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
     for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels) {
       auto& xs = x[static_cast<std::size_t>(task)];
@@ -216,10 +233,11 @@ class CpuPasses final : public TwoPassBackend {
       }
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         partial[static_cast<std::size_t>(task)].add(t.data, r * t.cols + unit.col_begin, unit.cols());
+        if (row_bits && !channels.amax.empty()) fold_row_bits(channels, t, unit, r, *row_bits);
         if (!as_floats) continue;
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
         add_block_amax(unit, r, xs.data(), plan, sc.data());
-        fold_channels(channels, unit, r, xs.data(), sc.data());
+        if (!row_bits) fold_channels(channels, unit, r, xs.data(), sc.data());
       }
     });
     cpu::CodeHistogram all(t.dtype);

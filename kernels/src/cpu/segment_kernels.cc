@@ -3,6 +3,7 @@
 // whole vectors; each ends with a scalar tail that runs the same math on single floats.
 #include "segment_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -197,6 +198,16 @@ void fold_amax(const float* __restrict x, int n, float* __restrict acc) {
   }
 }
 
+std::uint16_t max_magnitude_bits16(const std::uint16_t* __restrict codes, int n, std::uint16_t inf_bits) {
+  std::uint16_t m = 0;
+#pragma omp simd reduction(max : m)
+  for (int i = 0; i < n; ++i) {
+    const std::uint16_t k = codes[i] & 0x7FFFu;
+    m = std::max<std::uint16_t>(m, k > inf_bits ? 0 : k);  // NaN skipped
+  }
+  return m;
+}
+
 // ---- Histogram ----------------------------------------------------------------------------------
 
 // Counts bins[0..n) into hist. A segment's values cluster in a few binades, so each bin in the
@@ -371,6 +382,7 @@ void quantize(CastFormat format, const float* x, int n, const float* scale, cons
 }  // namespace
 
 extern const SegmentKernels kKernels;
-const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float, add_moments, block_amax, fold_amax, block_scales, quantize};
+const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments, block_amax, fold_amax,
+                              max_magnitude_bits16, block_scales, quantize};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA
