@@ -214,6 +214,20 @@ layer = dashboard(
               TENSOR, 12, 66, "none",
               "The recording rule behind FP8KurtosisRising, which fires above 2 while the kurtosis is still rising "
               "and above 10. Aggregated over all daemons, so the node variables do not apply."),
+        trend("Largest channel amax / median channel amax", f"fp8scope_channel_amax_ratio{{{T}}}",
+              TENSOR + " {{instance}}", 0, 74, "short",
+              "Of X's columns (input features) and W's rows (output features), log axis. A normal activation's "
+              "channels stand within a few times of each other; SwiGLU outlier channels grow to hundreds late in "
+              "training (arXiv 2409.12517). fp8scope history --csv names them (outlier_channels).", log_axis=True),
+        panel("Persistent outlier channels, and the ratio's growth over its lowest of the last hour", "timeseries",
+              [target(f"fp8scope_persistent_outlier_channels{{{T}}}", "persistent " + TENSOR + " {{instance}}", "A"),
+               target('fp8scope:channel_amax_ratio:growth_1h{job=~"$job", layer=~"$layer", gemm=~"$gemm", '
+                      'operand=~"$operand"}', "growth " + TENSOR, "B")],
+              12, 74, unit="short",
+              description="Channels above --outlier-channel-factor x the median in each of the tensor's last "
+                          "--outlier-channel-window samples, and the recording rule behind FP8OutlierChannelRising, "
+                          "which fires while that growth is above 2 and rising, the ratio above 20 and some channel "
+                          "persists (the growth is over all daemons)."),
     ], TENSOR_VARIABLES)
 
 gemm = dashboard(
@@ -279,7 +293,8 @@ DASHBOARDS = {"fp8scope-overview.json": overview, "fp8scope-layer.json": layer, 
 HISTORY_OUT = os.path.join(HERE, "grafana-postgresql")
 PG = {"type": "grafana-postgresql-datasource", "uid": "fp8scope-history"}
 STATISTICS = ["underflow_ratio", "overflow_ratio", "mse", "cosine", "sqnr_db", "amax", "amin", "dynamic_range_log2",
-              "zero_ratio", "nonfinite_ratio", "saturation_ratio", "kurtosis"]
+              "zero_ratio", "nonfinite_ratio", "saturation_ratio", "kurtosis",
+              "channel_amax_ratio", "persistent_outlier_channels"]
 
 
 def statistic_column():
