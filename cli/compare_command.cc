@@ -32,6 +32,12 @@ nlohmann::json to_json(const insight::Suspect& s) {
           {"score", s.score}};
 }
 
+nlohmann::json to_json(const insight::EarlyWarning& w) {
+  return {{"layer", w.tensor.layer},       {"gemm", w.tensor.gemm},         {"operand", w.tensor.operand},
+          {"signal", w.signal},            {"baseline", w.baseline},        {"before_onset", w.before_onset},
+          {"score", w.score},              {"first_step", w.first_step},    {"steps_ahead", w.steps_ahead}};
+}
+
 nlohmann::json to_json(const insight::RunLoss& r) {
   nlohmann::json spikes = nlohmann::json::array();
   for (const insight::Spike& s : r.spikes) {
@@ -236,7 +242,10 @@ void print_json(const CompareOptions& o, const Comparison& c, std::ostream& out)
     for (const insight::Attribution& a : c.onsets) {
       nlohmann::json suspects = nlohmann::json::array();
       for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) suspects.push_back(to_json(a.suspects[i]));
-      attribution.push_back({{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}});
+      nlohmann::json warnings = nlohmann::json::array();
+      for (const insight::EarlyWarning& w : a.warnings) warnings.push_back(to_json(w));
+      attribution.push_back(
+          {{"onset_step", a.onset_step}, {"cause", a.cause}, {"suspects", suspects}, {"warnings", warnings}});
     }
     j.update({{"run", to_json(c.loss->run)},
               {"baseline", to_json(c.loss->baseline)},
@@ -270,6 +279,16 @@ void print_text(const CompareOptions& o, const Comparison& c, std::ostream& out)
       out << line;
     }
     if (a.suspects.empty()) out << "  no tensor was sampled both before and around this step\n";
+    if (a.warnings.empty()) continue;
+    out << "  early warnings that had risen before it:\n";
+    for (std::size_t i = 0; i < std::min(o.suspects, a.warnings.size()); ++i) {
+      const insight::EarlyWarning& w = a.warnings[i];
+      std::snprintf(line, sizeof line, "  - %-40s %-6s %-3s %-27s %.3g -> %.3g from step %llu (%llu steps ahead)\n",
+                    w.tensor.layer.c_str(), w.tensor.gemm.c_str(), w.tensor.operand.c_str(), w.signal.c_str(),
+                    w.baseline, w.before_onset, static_cast<unsigned long long>(w.first_step),
+                    static_cast<unsigned long long>(w.steps_ahead));
+      out << line;
+    }
   }
   if (c.inference) print_inference(*c.inference, out);
 }

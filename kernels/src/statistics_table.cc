@@ -27,6 +27,9 @@ double sqnr_db(const TensorMoments& m, const QuantStats& q) {
   return 10.0 * std::log10(m.sum_squares / q.squared_error);
 }
 
+// A channel statistic's moments-and-cast form: undefined (the channels are not in the moments).
+double from_channels_only(const TensorMoments&, const QuantStats&) { return kNaN; }
+
 constexpr auto kTensor = StatisticScope::kTensor;
 constexpr auto kWhatIf = StatisticScope::kWhatIf;
 constexpr auto kObserved = StatisticScope::kObserved;
@@ -67,14 +70,14 @@ constexpr Statistic kStatistics[] = {
     {"channel_amax_ratio", nullptr, "1",
      "Largest channel amax over the median channel amax (channels: columns of X, rows of W); outlier channels "
      "that grow late in training warn of an FP8 or FP4 divergence (arXiv 2409.12517, 2602.02047).",
-     kTensor, false, nullptr, [](const ChannelSummary& c) { return c.amax_ratio(); }},
+     kTensor, false, from_channels_only, [](const ChannelSummary& c) { return c.amax_ratio(); }},
     {"outlier_channels", nullptr, "channels", "Channels whose amax exceeds the outlier factor (8 unless --outlier-channel-factor says) times the median "
      "channel amax.", kTensor,
-     false, nullptr,
+     false, from_channels_only,
      [](const ChannelSummary& c) { return c.channels ? static_cast<double>(c.outliers.size()) : kNaN; }},
     {"persistent_outlier_channels", nullptr, "channels",
      "Outlier channels in every one of the tensor's last samples (the daemon's --outlier-channel-window).", kTensor,
-     false, nullptr,
+     false, from_channels_only,
      [](const ChannelSummary& c) { return c.channels ? static_cast<double>(c.persistent.size()) : kNaN; }},
     {"underflow_ratio", nullptr, "ratio", "Nonzero elements the cast flushed to zero, over all elements (TE's ratio).",
      kWhatIf, false, [](const TensorMoments& m, const QuantStats& q) { return ratio(q.underflow, m.numel); }},

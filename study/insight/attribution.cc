@@ -107,6 +107,7 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
     }
   }
   for (auto& [tensor, suspect] : best) a.suspects.push_back(std::move(suspect));
+  a.warnings = early_warnings(run, onset, o.warnings);
   std::stable_sort(a.suspects.begin(), a.suspects.end(),
                    [](const Suspect& x, const Suspect& y) { return x.score > y.score; });
   return a;

@@ -87,16 +87,27 @@ void attribution_section(const insight::RunStudy& s, std::ostringstream& out) {
     out << "<h3>" << html_escape(a.cause) << " at step " << a.onset_step << "</h3>";
     if (a.suspects.empty()) {
       out << "<p class='muted'>No tensor was sampled both before and around this step.</p>";
-      continue;
+    } else {
+      out << "<table><tr><th>#</th><th>layer</th><th>gemm</th><th>operand</th><th>recipe</th><th>signal</th>"
+             "<th>before</th><th>at</th><th>step</th><th>score (robust sigmas)</th></tr>";
+      for (std::size_t i = 0; i < std::min<std::size_t>(8, a.suspects.size()); ++i) {
+        const insight::Suspect& x = a.suspects[i];
+        out << "<tr>" << cell(std::to_string(i + 1), true) << cell(x.tensor.layer) << cell(x.tensor.gemm)
+            << cell(x.tensor.operand) << cell(x.recipe.recipe + " " + x.recipe.format) << cell(x.signal)
+            << cell(number(x.before), true) << cell(number(x.at), true) << cell(std::to_string(x.at_step), true)
+            << cell(number(x.score, "%.1f"), true) << "</tr>";
+      }
+      out << "</table>";
     }
-    out << "<table><tr><th>#</th><th>layer</th><th>gemm</th><th>operand</th><th>recipe</th><th>signal</th>"
-           "<th>before</th><th>at</th><th>step</th><th>score (robust sigmas)</th></tr>";
-    for (std::size_t i = 0; i < std::min<std::size_t>(8, a.suspects.size()); ++i) {
-      const insight::Suspect& x = a.suspects[i];
-      out << "<tr>" << cell(std::to_string(i + 1), true) << cell(x.tensor.layer) << cell(x.tensor.gemm)
-          << cell(x.tensor.operand) << cell(x.recipe.recipe + " " + x.recipe.format) << cell(x.signal)
-          << cell(number(x.before), true) << cell(number(x.at), true) << cell(std::to_string(x.at_step), true)
-          << cell(number(x.score, "%.1f"), true) << "</tr>";
+    if (a.warnings.empty()) continue;
+    out << "<p>Early warnings that had risen before it (kurtosis, outlier channels), longest lead first:</p>"
+           "<table><tr><th>layer</th><th>gemm</th><th>operand</th><th>warning</th><th>baseline</th>"
+           "<th>before the onset</th><th>risen from step</th><th>steps ahead</th></tr>";
+    for (std::size_t i = 0; i < std::min<std::size_t>(8, a.warnings.size()); ++i) {
+      const insight::EarlyWarning& w = a.warnings[i];
+      out << "<tr>" << cell(w.tensor.layer) << cell(w.tensor.gemm) << cell(w.tensor.operand) << cell(w.signal)
+          << cell(number(w.baseline), true) << cell(number(w.before_onset), true)
+          << cell(std::to_string(w.first_step), true) << cell(std::to_string(w.steps_ahead), true) << "</tr>";
     }
     out << "</table>";
   }

@@ -387,7 +387,7 @@ TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's leve
     REQUIRE(engine->analyze(TensorView{data.data(), DType::kF32, 256, 256, 1.0f}, {&spec, 1}, &a).ok());
     RecordPoint p;
     for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
-      p.statistics[i] = find_statistic(kStudiedStatistics[i])->compute(a.moments, a.quant[0]);
+      p.statistics[i] = find_statistic(kStudiedStatistics[i])->value(a.moments, a.quant[0], ChannelSummary{});
     }
     TensorRecords own = with({{{name, recipe.fp4() ? "e2m1" : "e4m3"}, {p}}});
     own.dtype = recipe.fp4() ? "e2m1" : "e4m3";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/insight/early_warnings.h"
 #include "fp8scope/insight/loss_signals.h"
 #include "fp8scope/insight/run_records.h"
 
@@ -17,6 +18,7 @@ struct AttributionOptions {
   std::size_t before_samples = 20;  // sampled steps before the onset the "normal" comes from
   std::uint64_t lead_steps = 2;     // the onset window starts this many steps before the onset...
   std::uint64_t lag_steps = 0;      // ...and ends this many after it (0: one sampling interval)
+  WarningOptions warnings;
 };
 
 struct Suspect {
@@ -33,6 +35,7 @@ struct Attribution {
   std::uint64_t onset_step = 0;
   std::string cause;               // "spike" or "divergence"
   std::vector<Suspect> suspects;   // one per tensor (its strongest signal), highest score first
+  std::vector<EarlyWarning> warnings;  // what had risen before the onset, longest lead first
 };
 
 Attribution attribute(const RunRecords& run, std::uint64_t onset_step, const std::string& cause,

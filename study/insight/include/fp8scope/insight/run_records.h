@@ -32,7 +32,9 @@ struct RecipeKey {
 // a study of 10 million records fits in memory.
 inline constexpr const char* kStudiedStatistics[] = {
     "underflow_ratio", "overflow_ratio", "saturation_ratio",   "mse", "cosine",
-    "sqnr_db",         "amax",           "dynamic_range_log2", "block_scale_floor_ratio"};
+    "sqnr_db",         "amax",           "dynamic_range_log2", "block_scale_floor_ratio",
+    // Early warnings (early_warnings.h).
+    "kurtosis",        "channel_amax_ratio", "persistent_outlier_channels"};
 inline constexpr std::size_t kStudiedStatisticCount = std::size(kStudiedStatistics);
 
 // A studied statistic, named by a string literal that is checked when compiling: a name that is not
