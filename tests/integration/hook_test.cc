@@ -273,6 +273,57 @@ TEST_CASE("advise and report judge an NVFP4 job by the NVFP4 what-ifs of its BF1
   CHECK_THAT(page, !Catch::Contains("overflow ratio, delayed scaling"));  // no per-tensor tensor to draw it for
 }
 
+TEST_CASE("an input channel that grows step by step warns ahead of the planted loss spike, in compare and the report",
+          "[hook][warnings]") {
+  TempDir dir;
+  const std::string data = dir.file("data");
+  DaemonProcess daemon(data);
+  // From step 20 input feature 1 grows 8% a step; at step 45 feature 0 is 30x out: the loss
+  // spikes 8x there and recovers. The baseline is the same job without either.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"base", {"--steps", "60", "--mode", "bf16"}},
+      {"grow",
+       {"--steps", "60", "--mode", "bf16", "--channel-growth-from", "20", "--channel-growth", "1.08", "--outlier-step",
+        "45", "--outlier-scale", "30"}}};
+  for (const auto& [run, args] : runs) {
+    REQUIRE(run_process(under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "warn", "--run", run}, args),
+                        child_env(), 120.0)
+                .exit_code == 0);
+  }
+  REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == 2 * 60 * kSamplesPerStep; }));
+  json compare;
+  REQUIRE(eventually([&] {
+    const ProcessResult c = cli({"compare", "--data-dir", data, "--run", "grow", "--baseline", "base", "--json"});
+    if (c.exit_code != 0) return false;
+    compare = json::parse(c.out);
+    return compare.contains("attribution") && !compare["attribution"].empty();
+  }));
+  INFO(compare.dump());
+  const json* spike = nullptr;
+  for (const json& a : compare["attribution"]) {
+    if (a["onset_step"] == 45) spike = &a;
+  }
+  REQUIRE(spike != nullptr);
+  // The first layer's X (fprop and wgrad read the same batch) holds the growing column: its
+  // channel ratio had risen well ahead of the spike, and stood far above its baseline.
+  const json* lead = nullptr;
+  for (const json& w : (*spike)["warnings"]) {
+    if (w["layer"] == "mlp.0#0" && w["operand"] == "x" && w["signal"] == "channel_amax_ratio" && lead == nullptr) lead = &w;
+  }
+  REQUIRE(lead != nullptr);
+  CHECK((*lead)["steps_ahead"].get<int>() >= 10);
+  CHECK((*lead)["first_step"].get<int>() > 20);
+  CHECK((*lead)["before_onset"].get<double>() > 3 * (*lead)["baseline"].get<double>());
+  const ProcessResult table = cli({"compare", "--data-dir", data, "--run", "grow", "--baseline", "base"});
+  CHECK_THAT(table.out, Catch::Contains("early warnings that had risen before it:\n  - mlp.0#0"));
+  const std::string html = dir.file("report.html");
+  REQUIRE(cli({"report", "--data-dir", data, "--run", "grow", "--baseline", "base", "-o", html}).exit_code == 0);
+  std::ifstream in(html);
+  const std::string page{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  CHECK_THAT(page, Catch::Contains("Early warnings that had risen before it"));
+  CHECK_THAT(page, Catch::Contains("channel_amax_ratio"));
+}
+
 TEST_CASE("every layer, GEMM and operand reaches the daemon with the statistics analyze gives", "[hook]") {
   TempDir dir;
   std::vector<std::string> daemon_args;

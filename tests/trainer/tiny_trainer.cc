@@ -51,6 +51,8 @@ struct Options {
   int fork_at_step = -1;
   int outlier_step = -1;
   float outlier_scale = 64.0f;
+  int channel_growth_from = -1;
+  float channel_growth = 1.25f;
   std::string save_weights, serve_weights;
   bool capture_probe = false;
   bool no_step_api = false;
@@ -395,6 +397,11 @@ double Trainer::step(int step) {
   if (step == o_.outlier_step) {
     for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols] *= o_.outlier_scale;
   }
+  // An outlier channel that grows step by step, as SwiGLU's do late in training: input feature 1.
+  if (o_.channel_growth_from >= 0 && step >= o_.channel_growth_from) {
+    const float scale = std::pow(o_.channel_growth, static_cast<float>(step - o_.channel_growth_from + 1));
+    for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols + 1] *= scale;
+  }
   const Matrix target = teacher(x, t1_, t2_);
   Matrix a = x;
   for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
@@ -515,6 +522,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--step-sleep-ms", o.step_sleep_ms, "Sleep this long after each step");
   app.add_option("--outlier-step", o.outlier_step, "At this step scale input feature 0 of the batch by --outlier-scale");
   app.add_option("--outlier-scale", o.outlier_scale, "How far out the planted outlier is")->check(CLI::Range(1.0f, 1e6f));
+  app.add_option("--channel-growth-from", o.channel_growth_from,
+                 "From this step scale input feature 1 by --channel-growth more each step (an outlier channel)");
+  app.add_option("--channel-growth", o.channel_growth, "The outlier channel's growth per step")
+      ->check(CLI::Range(1.0f, 4.0f));
   app.add_option("--save-weights", o.save_weights,
                  "After training, run one evaluation pass (step --steps) and write the weights here");
   app.add_option("--serve", o.serve_weights,
