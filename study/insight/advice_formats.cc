@@ -110,6 +110,15 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
   if (!any) out << "\nevery tensor is kept as it is.\n";
   if (!a.experts.empty()) out << "\nexperts that depart from their layer's others:\n";
   for (const ExpertOutlier& e : a.experts) out << "  " << e.sentence << "\n";
+  if (a.ladder.gemms.empty()) return;
+  out << "\nthe recipe each GEMM can take (the first of nvfp4, mxfp8, tensor_current that holds every operand):\n";
+  for (const GemmRecipe& g : a.ladder.gemms) {
+    std::snprintf(line, sizeof line, "  %-40s %-6s %-15s ", g.layer.c_str(), g.gemm.c_str(), g.recipe.c_str());
+    out << line << g.evidence << "\n";
+  }
+  std::snprintf(line, sizeof line, "%zu of %zu GEMMs (%.0f%%) are ready for FP4", a.ladder.fp4_ready,
+                a.ladder.gemms.size(), 100.0 * a.ladder.fp4_share());
+  out << line << "; the NVFP4 training papers keep about 15% of layers in higher precision.\n";
 }
 
 void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOptions& options) {
@@ -271,7 +280,28 @@ std::string advice_json(const RunAdvice& a) {
                        {"experts_in_layer", e.experts_in_layer},
                        {"sentence", e.sentence}});
   }
-  return nlohmann::json{{"run", a.run}, {"tensors", tensors}, {"experts", experts}}.dump();
+  nlohmann::json gemms = nlohmann::json::array();
+  for (const GemmRecipe& g : a.ladder.gemms) {
+    nlohmann::json operands = nlohmann::json::array();
+    for (const OperandRungs& o : g.operands) {
+      nlohmann::json rungs = nlohmann::json::array();
+      for (const RungEvidence& r : o.rungs) {
+        rungs.push_back({{"recipe", r.recipe},
+                         {"holds", r.holds},
+                         {"underflow", finite(r.underflow)},
+                         {"sqnr_db", finite(r.sqnr_db)},
+                         {"one_minus_cosine", finite(r.one_minus_cosine)},
+                         {"failed_on", r.failed_on}});
+      }
+      operands.push_back({{"operand", o.operand}, {"rungs", rungs}});
+    }
+    gemms.push_back({{"layer", g.layer}, {"gemm", g.gemm}, {"recipe", g.recipe}, {"evidence", g.evidence},
+                     {"operands", operands}});
+  }
+  const nlohmann::json ladder = {{"gemms", gemms},
+                                 {"fp4_ready", a.ladder.fp4_ready},
+                                 {"fp4_share", a.ladder.fp4_share()}};
+  return nlohmann::json{{"run", a.run}, {"tensors", tensors}, {"experts", experts}, {"recipe_ladder", ladder}}.dump();
 }
 
 }  // namespace fp8scope::insight

@@ -262,6 +262,21 @@ TEST_CASE("advise and report judge an NVFP4 job by the NVFP4 what-ifs of its BF1
     CHECK(t["lagging_share"].is_null());  // block scales do not lag
     CHECK_FALSE(t.contains("replay"));
   }
+  // The recipe each of the 9 GEMMs can take, judged on the baseline's BF16 what-ifs.
+  const json& ladder = advice["recipe_ladder"];
+  REQUIRE(ladder["gemms"].size() == 9);
+  std::size_t fp4 = 0;
+  for (const json& g : ladder["gemms"]) {
+    INFO(g.dump());
+    CHECK(std::set<std::string>{"nvfp4", "mxfp8", "tensor_current", "bf16"}.count(g["recipe"]) == 1);
+    CHECK(g["operands"].size() == 2);
+    CHECK_FALSE(g["evidence"].get<std::string>().empty());
+    fp4 += g["recipe"] == "nvfp4";
+  }
+  CHECK(ladder["fp4_ready"] == fp4);
+  CHECK(ladder["fp4_share"].get<double>() == Approx(static_cast<double>(fp4) / 9.0));
+  const ProcessResult table = cli({"advise", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16"});
+  CHECK_THAT(table.out, Catch::Contains(std::to_string(fp4) + " of 9 GEMMs"));
   const std::string html = dir.file("report.html");
   REQUIRE(cli({"report", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16", "-o", html}).exit_code == 0);
   std::ifstream in(html);

@@ -33,7 +33,7 @@ TEST_CASE("one channel 40x the others is the one outlier, and the ratio is 40", 
   CHECK(table_value("persistent_outlier_channels", c) == 1.0);
 }
 
-TEST_CASE("an even count takes the upper median; the factor is strict", "[channel_summary]") {
+TEST_CASE("an even count takes the upper median, and the factor is strict", "[channel_summary]") {
   const ChannelSummary c = summarize_channels(std::vector<float>{100, 2, 3, 1});
   CHECK(c.median == 3.0);
   CHECK(c.amax_ratio() == Approx(100.0 / 3.0));

@@ -11,6 +11,7 @@
 #include "fp8scope/insight/amax_replay.h"
 #include "fp8scope/insight/attribution.h"
 #include "fp8scope/insight/expert_summary.h"
+#include "fp8scope/insight/recipe_ladder.h"
 #include "fp8scope/insight/run_records.h"
 
 namespace fp8scope::insight {
@@ -81,6 +82,7 @@ struct RunAdvice {
   std::uint64_t sampling_interval = 1;  // the run's, for AutoswitchGemm's freq
   std::vector<TensorAdvice> tensors;    // highest risk first
   std::vector<ExpertOutlier> experts;   // MoE experts that depart from their layer's others
+  RecipeLadder ladder;                  // the recipe each GEMM can take, and the share ready for FP4
 };
 
 // An FP8 run captures its tensors already cast (its own scale and codes, recipe "observed"), so
