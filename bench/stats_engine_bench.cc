@@ -8,7 +8,10 @@
 // "x_one_recipe" (several recipes against tensor_current alone) and "x_mxfp8" (the FP4 recipes
 // against mxfp8). BM_OneRecipe/<name> runs each recipe of the vocabulary alone. BM_WeightRecipe/<name>
 // runs the recipes whose weights take 2-D blocks (nvfp4's 16x16, mxfp8_2d's 32x32) on the tensor as
-// a weight; "x_nvfp4_weight" is mxfp8_2d's time over nvfp4's (target <= 1.5x). BM_WeightCodeDigest is the extra
+// a weight; "x_nvfp4_weight" is mxfp8_2d's time over nvfp4's (target <= 1.5x); "x_nvfp4" is
+// nvfp4_rht's (the transform and its BF16 copy included) over nvfp4's (target <= 1.5x).
+// BM_ChannelAmax/<axis> is tensor_current with the channel amaxes ("x_one_recipe": target <= 1.1x).
+// BM_WeightCodeDigest is the extra
 // pass the daemon makes over each sampled weight for the inference check (one thread, no target;
 // "x_one_recipe" puts it beside tensor_current's statistics). BM_Observed* decode a job's own codes
 // with their block scales (MXFP8: E4M3 with E8M0 1x32 scales; NVFP4: E2M1 with UE4M3 1x16 scales)
@@ -29,6 +32,7 @@
 #include "fp8scope/kernels/code_digest.h"
 #include "fp8scope/kernels/cpu_engine.h"
 #include "fp8scope/kernels/observed_analysis.h"
+#include "fp8scope/kernels/recipe_analysis.h"
 #include "median_reporter.h"
 
 using namespace fp8scope;
@@ -40,6 +44,7 @@ double g_read_seconds = 0.0;
 double g_memcpy_seconds = 0.0;
 double g_one_recipe_seconds = 0.0;
 double g_mxfp8_seconds = 0.0;
+double g_nvfp4_seconds = 0.0;
 double g_nvfp4_weight_seconds = 0.0;
 
 // An LLM-activation-like BF16 tensor: unit normal values with a few outlier channels, from a fast
@@ -109,18 +114,21 @@ void BM_Memcpy(benchmark::State& state) {
 void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, Operand operand = Operand::kX,
                  ChannelAxis channels = ChannelAxis::kNone) {
   auto engine = make_cpu_engine();
-  std::vector<QuantSpec> specs;
+  std::vector<RecipePlan> plans;
   for (RecipeKind k : kinds) {
-    const std::optional<float> fixed = k == RecipeKind::kTensorDelayed ? std::optional<float>(100.0f) : std::nullopt;
-    const Recipe recipe = default_recipe(k);
-    specs.push_back(quant_spec_for(recipe, recipe.format_for(operand), operand, fixed).value());
+    RecipePlan p;
+    p.recipe = default_recipe(k);
+    p.format = p.recipe.format_for(operand);
+    p.operand = operand;
+    if (k == RecipeKind::kTensorDelayed) p.scale = 100.0f;
+    plans.push_back(p);
   }
   TensorView t = view();
   t.channels = channels;
-  TensorAnalysis a;
   for (auto _ : state) {
-    if (!engine->analyze(t, specs, &a).ok()) state.SkipWithError("analyze failed");
-    benchmark::DoNotOptimize(a.quant.data());
+    Result<TensorReport> r = analyze_recipes(*engine, t, plans);
+    if (!r.ok()) state.SkipWithError("analyze failed");
+    benchmark::DoNotOptimize(r);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.numel() * 2));
 }
@@ -172,6 +180,11 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
   const std::string one = "BM_OneRecipe/";
   if (name.rfind(one + recipe_name(RecipeKind::kTensorCurrent), 0) == 0) g_one_recipe_seconds = seconds;
   if (name.rfind(one + recipe_name(RecipeKind::kMxfp8), 0) == 0) g_mxfp8_seconds = seconds;
+  if (name.rfind(one + recipe_name(RecipeKind::kNvfp4) + "/", 0) == 0) g_nvfp4_seconds = seconds;
+  // Each NVFP4 variant against nvfp4 on the same tensor (target <= 1.5x).
+  if (g_nvfp4_seconds > 0 && name.rfind(one + recipe_name(RecipeKind::kNvfp4Rht) + "/", 0) == 0) {
+    counters["x_nvfp4"] = seconds / g_nvfp4_seconds;
+  }
   for (RecipeKind k : kAllRecipeKinds) {
     if (g_mxfp8_seconds > 0 && default_recipe(k).fp4() && name.rfind(one + recipe_name(k), 0) == 0) {
       counters["x_mxfp8"] = seconds / g_mxfp8_seconds;

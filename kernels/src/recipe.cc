@@ -54,13 +54,24 @@ Recipe default_recipe(RecipeKind kind) {
       break;
     // NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True): 1x16 blocks, 16x16 for
     // weights (transformer_engine/common/recipe/__init__.py:600, fp4_quant_fwd_weight's
-    // fp4_2d_quantization). TE's random Hadamard transform of wgrad inputs and stochastic rounding
-    // of gradients are not modeled (README, Numerics).
+    // fp4_2d_quantization). The random Hadamard transform is nvfp4_rht's; stochastic rounding of
+    // gradients is not modeled (README, Numerics).
     case RecipeKind::kNvfp4:
       r.forward_format = r.backward_format = CastFormat::kE2M1;
       r.block_rows = 1;
       r.block_cols = 16;
       r.weight_block_rows = 16;
+      break;
+    // NVFP4BlockScaling(disable_stochastic_rounding=True), its default random Hadamard transform
+    // kept (TE d0067d0, transformer_engine/common/recipe/__init__.py:593-609): X's and Dy's
+    // column-wise copies are transformed (hadamard_transform.h) and cast in 1x16 blocks along the
+    // tokens; weights are cast as nvfp4's, 16x16.
+    case RecipeKind::kNvfp4Rht:
+      r.forward_format = r.backward_format = CastFormat::kE2M1;
+      r.block_rows = 1;
+      r.block_cols = 16;
+      r.weight_block_rows = 16;
+      r.hadamard = true;
       break;
     case RecipeKind::kMxfp4:  // OCP MX E2M1 with an E8M0 scale per 1x32 block, rounded up as TE's MX casts
       r.forward_format = r.backward_format = CastFormat::kE2M1;
@@ -106,7 +117,8 @@ Status validate(const Recipe& r) {
     return Status::error(name + ": expected block rows 1, 16, 32 or 128, got " + std::to_string(r.block_rows) +
                          (r.weight_block_rows ? " (weights " + std::to_string(r.weight_block_rows) + ")" : ""));
   }
-  const bool fp4_recipe = r.kind == RecipeKind::kNvfp4 || r.kind == RecipeKind::kMxfp4;
+  const bool fp4_recipe = r.kind == RecipeKind::kNvfp4 || r.kind == RecipeKind::kNvfp4Rht || r.kind == RecipeKind::kMxfp4;
+  if (r.hadamard && r.kind != RecipeKind::kNvfp4Rht) return Status::error(name + ": only nvfp4_rht transforms");
   const int fp4_formats = (r.forward_format == CastFormat::kE2M1) + (r.backward_format == CastFormat::kE2M1);
   if (fp4_recipe && fp4_formats != 2) return Status::error(name + ": expected e2m1 elements forward and backward");
   if (!fp4_recipe && fp4_formats != 0) return Status::error(name + ": expected FP8 formats, got e2m1");

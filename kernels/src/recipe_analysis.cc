@@ -1,8 +1,34 @@
 #include "fp8scope/kernels/recipe_analysis.h"
 
+#include <algorithm>
 #include <chrono>
 
+#include "fp8scope/kernels/hadamard_transform.h"
+
 namespace fp8scope {
+namespace {
+
+// The specs at `indices` on one tensor, kMaxSpecsPerCall a read; their results go to quant.
+// The first read's moments, amax and channels go to *first (when given).
+Status analyze_specs(StatsEngine& engine, const TensorView& tensor, const std::vector<QuantSpec>& specs,
+                     const std::vector<std::size_t>& indices, std::vector<QuantStats>& quant, TensorAnalysis* first) {
+  std::size_t done = 0;
+  do {
+    const std::size_t n = std::min<std::size_t>(kMaxSpecsPerCall, indices.size() - done);
+    std::vector<QuantSpec> chunk;
+    for (std::size_t k = 0; k < n; ++k) chunk.push_back(specs[indices[done + k]]);
+    TensorAnalysis analysis;
+    TensorView view = tensor;
+    if (done > 0 || first == nullptr) view.channels = ChannelAxis::kNone;
+    if (Status s = engine.analyze(view, chunk, &analysis); !s.ok()) return s;
+    for (std::size_t k = 0; k < n; ++k) quant[indices[done + k]] = analysis.quant[k];
+    if (done == 0 && first != nullptr) *first = std::move(analysis);
+    done += n;
+  } while (done < indices.size());
+  return Status();
+}
+
+}  // namespace
 
 std::optional<float> RecipeResult::tensor_scale() const {
   if (!plan.recipe.per_tensor()) return std::nullopt;
@@ -12,20 +38,28 @@ std::optional<float> RecipeResult::tensor_scale() const {
 Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tensor, std::span<const RecipePlan> plans,
                                      double outlier_factor) {
   std::vector<QuantSpec> specs;
+  std::vector<std::size_t> direct, transformed;  // which plans read the tensor, which its Hadamard transform
   for (const RecipePlan& p : plans) {
     Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.operand, p.scale);
     if (!spec.ok()) return spec.status();
+    (p.recipe.transforms(p.operand) ? transformed : direct).push_back(specs.size());
     specs.push_back(spec.value());
   }
+  std::vector<QuantStats> quant(specs.size());
   TensorAnalysis analysis;
   const auto start = std::chrono::steady_clock::now();
-  if (Status s = engine.analyze(tensor, specs, &analysis); !s.ok()) return s;
+  // The tensor is read even without a direct spec: its moments and channels are the report's.
+  if (Status s = analyze_specs(engine, tensor, specs, direct, quant, &analysis); !s.ok()) return s;
+  if (!transformed.empty()) {
+    const HadamardTransformed t = hadamard_columns(tensor);
+    if (Status s = analyze_specs(engine, t.view(), specs, transformed, quant, nullptr); !s.ok()) return s;
+  }
   TensorReport report;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.moments = analysis.moments;
   report.te_amax = analysis.te_amax;
   if (tensor.channels != ChannelAxis::kNone) report.channels = summarize_channels(analysis.channel_amax, outlier_factor);
-  for (std::size_t k = 0; k < plans.size(); ++k) report.recipes.push_back({plans[k], specs[k], analysis.quant[k]});
+  for (std::size_t k = 0; k < plans.size(); ++k) report.recipes.push_back({plans[k], specs[k], quant[k]});
   return report;
 }
 

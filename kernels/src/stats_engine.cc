@@ -40,7 +40,8 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
     case RecipeKind::kMxfp4: spec.rule = ScaleRule::kBlockE8M0; break;
     case RecipeKind::kBlock1x128:
     case RecipeKind::kBlock128x128: spec.rule = ScaleRule::kBlockCurrent; break;
-    case RecipeKind::kNvfp4: spec.rule = ScaleRule::kBlockNvfp4; break;
+    case RecipeKind::kNvfp4:
+    case RecipeKind::kNvfp4Rht: spec.rule = ScaleRule::kBlockNvfp4; break;
   }
   return spec;
 }

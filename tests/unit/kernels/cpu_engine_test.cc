@@ -27,6 +27,8 @@ std::vector<QuantSpec> all_specs(CastFormat format) {
   std::vector<QuantSpec> specs;
   const Operand operand = format == CastFormat::kE4M3 ? Operand::kW : Operand::kDy;
   for (RecipeKind kind : kAllRecipeKinds) {
+    // nvfp4_rht's spec is nvfp4's; its transform happens before the engine (nvfp4_rht_test).
+    if (default_recipe(kind).hadamard) continue;
     const std::optional<float> fixed =
         kind == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;  // a stale delayed scale
     const Recipe recipe = default_recipe(kind);

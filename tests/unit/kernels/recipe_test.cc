@@ -52,9 +52,24 @@ TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
   CHECK(!mx2.fp4());
 }
 
-TEST_CASE("an empty policy runs every recipe but mxfp8_2d, which TE leaves off by default", "[recipe]") {
-  CHECK(std::size(kDefaultRecipeKinds) + 1 == std::size(kAllRecipeKinds));
-  for (RecipeKind kind : kDefaultRecipeKinds) CHECK(kind != RecipeKind::kMxfp8_2d);
+TEST_CASE("an empty policy runs every recipe but mxfp8_2d, which TE leaves off by default, and nvfp4_rht", "[recipe]") {
+  CHECK(std::size(kDefaultRecipeKinds) + 2 == std::size(kAllRecipeKinds));
+  for (RecipeKind kind : kDefaultRecipeKinds) CHECK((kind != RecipeKind::kMxfp8_2d && kind != RecipeKind::kNvfp4Rht));
+}
+
+TEST_CASE("nvfp4_rht is nvfp4 with TE's Hadamard transform of X and Dy, never of W", "[recipe]") {
+  const Recipe rht = default_recipe(RecipeKind::kNvfp4Rht), plain = default_recipe(RecipeKind::kNvfp4);
+  CHECK(rht.fp4());
+  CHECK(rht.block_cols == plain.block_cols);
+  CHECK(rht.weight_block_rows == plain.weight_block_rows);
+  CHECK(rht.transforms(Operand::kX));
+  CHECK(rht.transforms(Operand::kDy));
+  CHECK_FALSE(rht.transforms(Operand::kW));
+  CHECK_FALSE(plain.transforms(Operand::kX));
+  CHECK(validate(rht).ok());
+  Recipe wrong = plain;
+  wrong.hadamard = true;
+  CHECK(validate(wrong).message() == "nvfp4: only nvfp4_rht transforms");
 }
 
 TEST_CASE("validation errors say what was expected and what came", "[recipe]") {

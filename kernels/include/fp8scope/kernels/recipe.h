@@ -34,10 +34,14 @@ struct Recipe {
   int block_rows = 0;
   int block_cols = 0;
   int weight_block_rows = 0;
+  // NVFP4's random Hadamard transform of the column-wise copies of X and Dy (hadamard_transform.h);
+  // weights are cast as they are.
+  bool hadamard = false;
 
   CastFormat format_for(Operand op) const { return op == Operand::kDy ? backward_format : forward_format; }
   int block_rows_for(Operand op) const { return op == Operand::kW && weight_block_rows != 0 ? weight_block_rows : block_rows; }
   bool per_tensor() const { return block_rows == 0; }
+  bool transforms(Operand op) const { return hadamard && op != Operand::kW; }
   // FP4 recipes cast to E2M1 whatever the FP8 format asked for.
   bool fp4() const { return forward_format == CastFormat::kE2M1; }
 };

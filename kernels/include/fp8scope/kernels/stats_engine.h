@@ -73,8 +73,8 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
 // engines apply to every block amax (scale_rules.h).
 BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax);
 
+// analyze_recipes splits longer lists into calls of at most this many (each a read of the tensor).
 inline constexpr int kMaxSpecsPerCall = 8;
-static_assert(std::size(kAllRecipeKinds) <= kMaxSpecsPerCall, "a policy of every recipe is one engine call");
 
 struct TensorAnalysis {
   TensorMoments moments;

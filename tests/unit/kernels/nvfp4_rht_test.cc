@@ -1,0 +1,216 @@
+// nvfp4_rht against an oracle written from Transformer Engine's source (d0067d0), in fp64:
+// - the transform is diag(signs) @ H16 / 4 with TE's fixed signs (pytorch/tensor/nvfp4_tensor.py:
+//   55-57, 62-103) and Sylvester's H16, entry (r, c) = (-1)^popcount(r & c)
+//   (common/hadamard_transform/hadamard_transform_utils.cuh:21, 148), applied to x.t() in groups
+//   of 16 consecutive elements, i.e. 16 rows of x (pytorch/custom_recipes/reference_nvfp4.py:443-446);
+// - only the column-wise copies of activations and gradients are transformed, weights never
+//   (common/recipe/__init__.py:593-609), and the NVFP4 amax is the transformed tensor's
+//   (pytorch/quantization.py:1734-1735);
+// - the transformed tensor is BF16, each element the fp32 sum rounded to nearest even.
+// The NVFP4 cast of the transformed copy is then the nvfp4 1x16 rule the other tests pin.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <random>
+
+#include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/kernels/hadamard_transform.h"
+#include "fp8scope/kernels/recipe_analysis.h"
+#include "reference_analysis.h"
+
+using namespace fp8scope;
+
+namespace {
+
+// TE's matrix, entry (i, j): signs[i] * (-1)^popcount(i & j) / 4.
+double te_rht(int i, int j) {
+  const int signs[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
+  return signs[i] * (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) / 4.0;
+}
+
+// fp64 transform of x (rows x cols, row-major) into cols x ceil16(rows), BF16 values as floats.
+std::vector<float> oracle_transform(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+                                    std::int64_t* padded) {
+  *padded = (rows + 15) / 16 * 16;
+  std::vector<float> t(static_cast<std::size_t>(cols * *padded));
+  for (std::int64_t k = 0; k < cols; ++k)
+    for (std::int64_t g = 0; g < *padded; g += 16)
+      for (int j = 0; j < 16; ++j) {
+        double y = 0;
+        for (int i = 0; i < 16; ++i) {
+          if (g + i < rows) y += te_rht(i, j) * x[static_cast<std::size_t>((g + i) * cols + k)];
+        }
+        t[static_cast<std::size_t>(k * *padded + g + j)] = bf16_to_float(float_to_bf16(static_cast<float>(y)));
+      }
+  return t;
+}
+
+std::vector<std::uint16_t> bf16_of(const std::vector<float>& x) {
+  std::vector<std::uint16_t> b;
+  for (float v : x) b.push_back(float_to_bf16(v));
+  return b;
+}
+
+RecipePlan plan(RecipeKind kind, Operand operand) {
+  RecipePlan p;
+  p.recipe = default_recipe(kind);
+  p.format = CastFormat::kE2M1;
+  p.operand = operand;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("the transform of a unit impulse is TE's matrix row, signs and orientation included", "[nvfp4_rht]") {
+  // x = I (16 x 16): column k of x is e_k, so row k of the transform is row k of diag(s) H / 4.
+  std::vector<float> eye(256, 0.0f);
+  for (int i = 0; i < 16; ++i) eye[static_cast<std::size_t>(i * 16 + i)] = 1.0f;
+  const std::vector<std::uint16_t> bits = bf16_of(eye);
+  const HadamardTransformed t = hadamard_columns(TensorView{bits.data(), DType::kBF16, 16, 16, 1.0f});
+  REQUIRE(t.rows == 16);
+  REQUIRE(t.cols == 16);
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < 16; ++j) {
+      INFO(k << "," << j);
+      CHECK(bf16_to_float(t.bf16[static_cast<std::size_t>(k * 16 + j)]) == te_rht(k, j));
+    }
+  // Orthonormal: (diag(s) H / 4) (diag(s) H / 4)^T = I.
+  for (int a = 0; a < 16; ++a)
+    for (int b = 0; b < 16; ++b) {
+      double dot = 0;
+      for (int j = 0; j < 16; ++j) dot += te_rht(a, j) * te_rht(b, j);
+      CHECK(dot == (a == b ? 1.0 : 0.0));
+    }
+}
+
+TEST_CASE("random BF16 and F32 tensors of 37 rows (zeros pad the last group) transform as the fp64 oracle does",
+          "[nvfp4_rht]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const std::int64_t rows = 37, cols = 70;
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  for (float& v : x) v = bf16_to_float(float_to_bf16(normal(rng)));
+  std::int64_t padded = 0;
+  const std::vector<float> want = oracle_transform(x, rows, cols, &padded);
+  const std::vector<std::uint16_t> bits = bf16_of(x);
+  for (const TensorView& view : {TensorView{bits.data(), DType::kBF16, rows, cols, 1.0f},
+                                 TensorView{x.data(), DType::kF32, rows, cols, 1.0f}}) {
+    const HadamardTransformed t = hadamard_columns(view);
+    REQUIRE(t.rows == cols);
+    REQUIRE(t.cols == padded);
+    REQUIRE(padded == 48);
+    std::size_t exact = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const float got = bf16_to_float(t.bf16[i]);
+      // An fp32 sum in another order may round differently: at most one BF16 step, and rarely.
+      CHECK(std::fabs(got - want[i]) <= std::fabs(want[i]) * 0x1p-7f);
+      exact += got == want[i];
+    }
+    CHECK(exact >= want.size() * 999 / 1000);
+  }
+}
+
+TEST_CASE("nvfp4_rht casts X's and Dy's transform as nvfp4 1x16 and a weight as nvfp4 16x16", "[nvfp4_rht]") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const std::int64_t rows = 64, cols = 48;
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  for (float& v : x) v = normal(rng);
+  // Sparse outliers, an all-zero group of rows and a NaN, which spreads over its group. (An Inf
+  // would make TE's amax, and so every NVFP4 sum, non-finite.)
+  for (std::size_t i = 0; i < x.size(); i += 97) x[i] *= 50.0f;
+  for (std::int64_t r = 16; r < 32; ++r) x[static_cast<std::size_t>(r * cols + 5)] = 0.0f;
+  x[static_cast<std::size_t>(40 * cols + 7)] = NAN;
+  const std::vector<std::uint16_t> bits = bf16_of(x);
+  for (float& v : x) v = bf16_to_float(float_to_bf16(v));
+  const TensorView view{bits.data(), DType::kBF16, rows, cols, 1.0f};
+  auto engine = make_cpu_engine(2);
+  for (Operand operand : {Operand::kX, Operand::kDy}) {
+    const std::vector<RecipePlan> plans = {plan(RecipeKind::kNvfp4Rht, operand)};
+    const TensorReport r = analyze_recipes(*engine, view, plans).value();
+    std::int64_t padded = 0;
+    const std::vector<float> t = oracle_transform(x, rows, cols, &padded);
+    float amax = 0;
+    for (float v : t) amax = std::isnan(v) ? amax : std::max(amax, std::fabs(v));
+    const reference::Quant want =
+        reference::quantize(t, cols, padded, r.recipes[0].spec, amax);
+    const QuantStats& got = r.recipes[0].stats;
+    CHECK(r.recipes[0].spec.block_rows == 1);
+    CHECK(r.recipes[0].spec.block_cols == 16);
+    CHECK(got.underflow == want.underflow);
+    CHECK(got.overflow == want.overflow);
+    CHECK(got.saturated == want.saturated);
+    CHECK(got.scale_min == want.scale_min);
+    CHECK(got.scale_max == want.scale_max);
+    CHECK(static_cast<long double>(got.squared_error) == Approx(static_cast<double>(want.squared_error)).epsilon(1e-12));
+    CHECK(static_cast<long double>(got.dot) == Approx(static_cast<double>(want.dot)).epsilon(1e-12));
+    // The report's moments stay the original tensor's.
+    CHECK(r.moments.nan == 1);
+    CHECK(got.underflow > 0);
+  }
+  // Weights are never transformed: nvfp4_rht is nvfp4's 16x16 cast.
+  const std::vector<RecipePlan> weights = {plan(RecipeKind::kNvfp4Rht, Operand::kW), plan(RecipeKind::kNvfp4, Operand::kW)};
+  const TensorReport w = analyze_recipes(*engine, view, weights).value();
+  CHECK(w.recipes[0].spec.block_rows == 16);
+  CHECK(w.recipes[0].stats.squared_error == w.recipes[1].stats.squared_error);
+  CHECK(w.recipes[0].stats.underflow == w.recipes[1].stats.underflow);
+}
+
+TEST_CASE("what RHT buys: an iid Gaussian nothing, sparse outliers fewer flushed elements at a higher MSE",
+          "[nvfp4_rht]") {
+  // The transform of iid Gaussian data is iid Gaussian: the cast does as well, no better. Sparse
+  // outliers (one element in 61, 8x) spread over their group: far fewer elements flush to zero,
+  // but the spread outlier takes the block's range, so the squared error grows (measured: SQNR
+  // 20.7 -> 20.1 dB, underflow 6727 -> 3948 elements).
+  // Which wins is the tensor's: that is why it is a what-if.
+  auto sqnr_and_underflow = [](float outlier) {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(256 * 256);
+    for (float& v : x) v = normal(rng);
+    for (std::size_t i = 0; i < x.size(); i += 61) x[i] *= outlier;
+    const std::vector<std::uint16_t> bits = bf16_of(x);
+    auto engine = make_cpu_engine(2);
+    const std::vector<RecipePlan> plans = {plan(RecipeKind::kNvfp4, Operand::kX), plan(RecipeKind::kNvfp4Rht, Operand::kX)};
+    const TensorReport r = analyze_recipes(*engine, TensorView{bits.data(), DType::kBF16, 256, 256, 1.0f}, plans).value();
+    std::array<double, 4> out{};
+    for (int k = 0; k < 2; ++k) {
+      out[k] = 10 * std::log10(r.moments.sum_squares / r.recipes[k].stats.squared_error);
+      out[2 + k] = static_cast<double>(r.recipes[k].stats.underflow);
+    }
+    return out;
+  };
+  const auto gaussian = sqnr_and_underflow(1.0f);
+  INFO("Gaussian: SQNR " << gaussian[0] << " / " << gaussian[1] << " dB, underflow " << gaussian[2] << " / " << gaussian[3]);
+  CHECK(std::fabs(gaussian[0] - gaussian[1]) < 0.3);
+  const auto outliers = sqnr_and_underflow(8.0f);
+  INFO("outliers: SQNR " << outliers[0] << " / " << outliers[1] << " dB, underflow " << outliers[2] << " / " << outliers[3]);
+  CHECK(outliers[3] < 0.7 * outliers[2]);
+  CHECK(outliers[1] < outliers[0]);
+}
+
+TEST_CASE("more recipes than one engine call holds are split over calls, with the same results", "[nvfp4_rht]") {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(64 * 64);
+  for (float& v : x) v = normal(rng);
+  auto engine = make_cpu_engine(1);
+  std::vector<RecipePlan> all;
+  for (RecipeKind kind : kAllRecipeKinds) {
+    RecipePlan p = plan(kind, Operand::kW);
+    p.recipe = default_recipe(kind);
+    p.format = p.recipe.format_for(Operand::kW);
+    all.push_back(p);
+  }
+  REQUIRE(all.size() > static_cast<std::size_t>(kMaxSpecsPerCall));
+  const TensorView view{x.data(), DType::kF32, 64, 64, 1.0f};
+  const TensorReport together = analyze_recipes(*engine, view, all).value();
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    const TensorReport alone = analyze_recipes(*engine, view, std::span(&all[k], 1)).value();
+    INFO(recipe_name(all[k].recipe.kind));
+    CHECK(together.recipes[k].stats.squared_error == alone.recipes[0].stats.squared_error);
+    CHECK(together.recipes[k].stats.underflow == alone.recipes[0].stats.underflow);
+  }
+}
