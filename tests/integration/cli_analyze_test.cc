@@ -146,6 +146,31 @@ TEST_CASE("mxfp8_2d gives a weight one scale per 32x32 block and an activation M
   CHECK(underflow["x"]["mxfp8_2d"] == underflow["x"]["mxfp8"]);
 }
 
+TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise copy but casts a weight as nvfp4",
+          "[cli][analyze]") {
+  TempDir dir;
+  // One 16-token group of column 0 holds a 64x outlier: the transform spreads it over the group.
+  std::vector<float> x(32 * 48);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
+  x[3 * 48] = 64.0f;
+  const std::string path = dir.write("x.npy", npy_file("<f4", false, "(32, 48)", floats(x)));
+  std::map<std::string, std::map<std::string, json>> rows;  // operand -> recipe -> line
+  for (const char* operand : {"x", "dy", "w"}) {
+    const ProcessResult r = analyze({path, "--json", "--operand", operand, "--recipe", "nvfp4", "--recipe", "nvfp4_rht"});
+    REQUIRE(r.exit_code == 0);
+    for (const json& line : lines(r.out)) rows[operand][line["recipe"]] = line;
+  }
+  for (const char* operand : {"x", "dy"}) {
+    INFO(operand);
+    CHECK(rows[operand]["nvfp4_rht"]["mse"] != rows[operand]["nvfp4"]["mse"]);
+    CHECK(rows[operand]["nvfp4_rht"]["format"] == "e2m1");
+    CHECK(rows[operand]["nvfp4_rht"]["amax"] == rows[operand]["nvfp4"]["amax"]);  // the tensor's own statistics
+  }
+  CHECK(rows["x"]["nvfp4_rht"]["mse"] == rows["dy"]["nvfp4_rht"]["mse"]);
+  CHECK(rows["w"]["nvfp4_rht"]["mse"] == rows["w"]["nvfp4"]["mse"]);
+  CHECK(rows["w"]["nvfp4_rht"]["underflow_ratio"] == rows["w"]["nvfp4"]["underflow_ratio"]);
+}
+
 TEST_CASE("every real file from the reference writers is analyzed or listed as skipped", "[cli][analyze]") {
   const std::string dir = fp8scope::testing::shared_testdata();
   INFO("the reference writers' files: " << dir << " (../shared/testdata/real beside the checkout)");
