@@ -123,8 +123,7 @@ Sources choose_sources(const TensorKey& key, const TensorRecords& own, const Run
   src.block = own.block_scaled();
   a.observed_layout = own.scale_layout;
   a.what_if_recipe = own.matching_recipe();
-  const std::optional<RecipeKind> kind = recipe_kind_from_name(a.what_if_recipe);
-  src.fp4 = kind && default_recipe(*kind).fp4();
+  src.fp4 = fp4_recipe(a.what_if_recipe);
   const TensorRecords* what_if = &own;
   a.what_if_source = run.run;
   if (own.find(a.what_if_recipe) == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "fp8scope/kernels/recipe.h"
+
 namespace fp8scope::insight {
 
 double median_of(std::vector<double> v) {
@@ -31,6 +33,25 @@ std::vector<double> series(const std::vector<RecordPoint>* points, StudiedStatis
   return out;
 }
 
+std::vector<const RecordPoint*> points_with_onsets(const TensorRecords& records, const RecipeKey& recipe,
+                                                   const std::vector<RecordPoint>& sample) {
+  std::vector<const RecordPoint*> points;
+  for (const RecordPoint& p : sample) points.push_back(&p);
+  if (auto kept = records.onset_points.find(recipe); kept != records.onset_points.end()) {
+    for (const RecordPoint& p : kept->second) points.push_back(&p);
+    std::sort(points.begin(), points.end(), [](const RecordPoint* a, const RecordPoint* b) { return a->step < b->step; });
+  }
+  return points;
+}
+
+RobustBaseline robust_baseline(const std::vector<double>& values, double floor) {
+  constexpr double kMadToSigma = 1.4826;
+  const double center = median_of(values);
+  std::vector<double> deviations;
+  for (double v : values) deviations.push_back(std::fabs(v - center));
+  return {center, std::max(kMadToSigma * median_of(deviations), floor)};
+}
+
 // Every signal the advice reads has a row (advice_test checks kAdviceSignals against the table);
 // one without would raise no concern.
 const Levels& levels(const char* signal, bool fp4) {
@@ -46,6 +67,11 @@ double level(const Levels& t, double v) {
   const double to_concern = (v - t.fine) / (t.concern - t.fine);
   if (to_concern <= 1.0) return std::max(0.0, 0.5 * to_concern);
   return std::min(1.0, 0.5 + 0.5 * (v - t.concern) / (t.severe - t.concern));
+}
+
+bool fp4_recipe(const std::string& name) {
+  const std::optional<RecipeKind> kind = recipe_kind_from_name(name);
+  return kind && default_recipe(*kind).fp4();
 }
 
 bool at_least(const char* signal, double v, bool severe, bool fp4) {

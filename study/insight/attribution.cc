@@ -5,10 +5,10 @@
 #include <functional>
 #include <map>
 
+#include "advice_signals.h"
+
 namespace fp8scope::insight {
 namespace {
-
-constexpr double kMadToSigma = 1.4826;
 
 // A signal, read on a scale where "worse" is up and changes are comparable: ratios as they are,
 // errors in log10, the scale lag in binades. The floor is the smallest spread taken as noise, so
@@ -40,12 +40,6 @@ const std::vector<Signal>& signals() {
   return table;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The displayed value of a signal: the ratio itself, or back from its log scale.
 double shown(const Signal& s, double v) {
   const std::string name = s.name;
@@ -69,14 +63,8 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
     for (const auto& [recipe, sample] : records.recipes) {
       // Split the series: the samples before the window, and those inside it. A thinned series
       // adds the points it kept whole around the onsets.
-      std::vector<const RecordPoint*> points;
-      for (const RecordPoint& p : sample) points.push_back(&p);
-      if (auto kept = records.onset_points.find(recipe); kept != records.onset_points.end()) {
-        for (const RecordPoint& p : kept->second) points.push_back(&p);
-        std::sort(points.begin(), points.end(), [](const RecordPoint* a, const RecordPoint* b) { return a->step < b->step; });
-      }
       std::vector<const RecordPoint*> past, window;
-      for (const RecordPoint* p : points) {
+      for (const RecordPoint* p : points_with_onsets(records, recipe, sample)) {
         if (p->step < window_begin) past.push_back(p);
         else if (p->step <= window_end) window.push_back(p);
       }
@@ -90,10 +78,7 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
           if (const double v = s.read(*p); std::isfinite(v)) before.push_back(v);
         }
         if (before.empty()) continue;
-        const double center = median(before);
-        std::vector<double> deviations;
-        for (double v : before) deviations.push_back(std::fabs(v - center));
-        const double sigma = std::max(kMadToSigma * median(deviations), s.floor);
+        const auto [center, sigma] = robust_baseline(before, s.floor);
         for (const RecordPoint* p : window) {
           const double v = s.read(*p);
           if (!std::isfinite(v)) continue;

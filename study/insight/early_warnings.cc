@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "advice_signals.h"
+
 namespace fp8scope::insight {
 namespace {
-
-constexpr double kMadToSigma = 1.4826;
 
 // A warning read on a scale where a rise is up and comparable: the kurtosis and the channel ratio
 // in log10 (they grow by factors), the count of persistent channels as it is. The floor is the
@@ -23,12 +23,6 @@ constexpr WarningSignal kSignals[] = {
     {"persistent_outlier_channels", false, 0.5},
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double on_scale(const WarningSignal& s, double v) {
   if (!s.log_scale) return v;
   return v > 0 ? std::log10(v) : std::nan("");
@@ -40,14 +34,8 @@ std::vector<const RecordPoint*> series_before(const TensorRecords& records, cons
   std::vector<const RecordPoint*> best;
   for (const auto& [recipe, sample] : records.recipes) {
     std::vector<const RecordPoint*> points;
-    for (const RecordPoint& p : sample) {
-      if (p.step < onset && std::isfinite(on_scale(s, statistic(p, s.statistic)))) points.push_back(&p);
-    }
-    if (auto kept = records.onset_points.find(recipe); kept != records.onset_points.end()) {
-      for (const RecordPoint& p : kept->second) {
-        if (p.step < onset && std::isfinite(on_scale(s, statistic(p, s.statistic)))) points.push_back(&p);
-      }
-      std::sort(points.begin(), points.end(), [](const RecordPoint* a, const RecordPoint* b) { return a->step < b->step; });
+    for (const RecordPoint* p : points_with_onsets(records, recipe, sample)) {
+      if (p->step < onset && std::isfinite(on_scale(s, statistic(*p, s.statistic)))) points.push_back(p);
     }
     if (points.size() > best.size()) best = std::move(points);
   }
@@ -67,10 +55,7 @@ std::vector<EarlyWarning> early_warnings(const RunRecords& run, std::uint64_t on
       if (points.size() < o.baseline_samples + o.min_run) continue;
       std::vector<double> base;
       for (std::size_t k = 0; k < o.baseline_samples; ++k) base.push_back(on_scale(s, statistic(*points[k], s.statistic)));
-      const double center = median(base);
-      std::vector<double> deviations;
-      for (double v : base) deviations.push_back(std::fabs(v - center));
-      const double sigma = std::max(kMadToSigma * median(deviations), s.floor);
+      const auto [center, sigma] = robust_baseline(base, s.floor);
       auto score = [&](const RecordPoint* p) { return (on_scale(s, statistic(*p, s.statistic)) - center) / sigma; };
       // The run of risen samples that ends at the last one before the onset.
       std::size_t first = points.size();

@@ -6,15 +6,9 @@
 #include <utility>
 
 #include "advice_signals.h"
-#include "fp8scope/kernels/recipe.h"
 
 namespace fp8scope::insight {
 namespace {
-
-bool fp4_recipe(const std::string& recipe) {
-  const std::optional<RecipeKind> kind = recipe_kind_from_name(recipe);
-  return kind && default_recipe(*kind).fp4();
-}
 
 RungEvidence rung(const std::string& recipe, const std::vector<RecordPoint>& points) {
   RungEvidence r;
