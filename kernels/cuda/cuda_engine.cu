@@ -69,9 +69,12 @@ class CudaPasses final : public TwoPassBackend {
     const std::size_t partial_bytes = std::max(
         sizeof(TensorMoments) * grid_, sizeof(QuantStats) * grid_ * std::max<std::size_t>(plan.specs.size(), 1));
     if (Status s = input_.reserve(bytes, budget_left_); !s.ok()) return s;
-    // The channel amaxes follow the block tables.
+    // The channel amaxes follow the block tables, then the row amaxes of row-scaled specs.
     const std::size_t channels = static_cast<std::size_t>(plan.channel_count);
-    if (Status s = tables_.reserve(std::max<std::size_t>(plan.table_floats + channels, 1) * sizeof(float), budget_left_);
+    row_amax_at_ = plan.row_amax ? plan.table_floats + channels : 0;
+    const std::size_t rows = plan.row_amax ? static_cast<std::size_t>(t.rows) : 0;
+    if (Status s = tables_.reserve(std::max<std::size_t>(plan.table_floats + channels + rows, 1) * sizeof(float),
+                                   budget_left_);
         !s.ok()) {
       return s;
     }
@@ -101,6 +104,12 @@ class CudaPasses final : public TwoPassBackend {
                                         cudaMemcpyDeviceToHost, stream_),
                         "copy channel amax");
     }
+    if (rows > 0) {  // each row a block of one row by every column
+      cuda::block_amax_kernel<<<static_cast<unsigned>(rows), cuda::kThreads, 0, stream_>>>(
+          input_.as<void>(), t.dtype, t.scale_inv, t.rows, t.cols, 1, static_cast<int>(t.cols), 1,
+          tables_.as<float>() + row_amax_at_);
+    }
+    tensor_ = t;
     FP8SCOPE_CUDA_TRY(cudaStreamSynchronize(stream_), "pass 1");
     for (const TensorMoments& m : partial) merge(*moments, m);
     return Status();
@@ -110,9 +119,16 @@ class CudaPasses final : public TwoPassBackend {
     for (const SpecPlan& p : plan.specs) {
       if (!p.tabled) continue;
       float* table = tables_.as<float>();
-      cuda::block_scales_kernel<<<static_cast<unsigned>(ceil_div(p.block_count, cuda::kThreads)), cuda::kThreads, 0,
-                                  stream_>>>(p.rule, table + p.amax_at(), p.block_count, table + p.scale_at(),
-                                             table + p.scale_inv_at());
+      const auto grid = static_cast<unsigned>(ceil_div(p.block_count, cuda::kThreads));
+      if (p.rule.kind == BlockRule::kNvfp4FourOverSix) {
+        cuda::four_over_six_kernel<<<grid, cuda::kThreads, 0, stream_>>>(
+            input_.as<void>(), tensor_.dtype, tensor_.scale_inv, tensor_.rows, tensor_.cols, p.spec.block_rows,
+            p.spec.block_cols, p.blocks_per_row, p.rule, table + p.amax_at(), table + p.scale_at(), table + p.scale_inv_at());
+        continue;
+      }
+      cuda::block_scales_kernel<<<grid, cuda::kThreads, 0, stream_>>>(
+          p.rule, table + p.amax_at(), p.block_count, table + p.scale_at(), table + p.scale_inv_at(),
+          p.spec.row_scaled ? table + row_amax_at_ : nullptr, p.blocks_per_row);
     }
     return Status();
   }
@@ -166,6 +182,8 @@ class CudaPasses final : public TwoPassBackend {
   DeviceBuffer &input_, &tables_, &partial_;
   std::uint64_t* budget_left_;
   std::vector<float> host_tables_;
+  TensorView tensor_;             // the sample pass 1 copied to the device (its shape and dtype)
+  std::size_t row_amax_at_ = 0;   // where the row amaxes start in tables_, in floats
 };
 
 class CudaEngine final : public StatsEngine {

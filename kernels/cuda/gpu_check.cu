@@ -110,9 +110,11 @@ double relative(double a, double b, double magnitude) {
   return std::fabs(a - b) / (magnitude > 0 ? magnitude : 1.0);
 }
 
-// GPU engine vs CPU engine: counts exactly, sums within 1e-6 of their magnitude. Two calls a
-// tensor, each within kMaxSpecsPerCall: every recipe's weight quantization (the 2-D blocks), and
-// the default recipes' activation quantization with an E5M2 gradient's.
+// GPU engine vs CPU engine: counts exactly (expected counts of stochastic rounding within 1e-9),
+// sums within 1e-6 of their magnitude. Three calls a tensor, each within kMaxSpecsPerCall: the
+// default recipes' and mxfp8_2d's weight quantization (the 2-D blocks), the default recipes'
+// activation quantization with an E5M2 gradient's, and NVFP4's options on the operands they change
+// (4over6's X and W, stochastic rounding's Dy, row scaling's X).
 void engine_agreement(StatsEngine& gpu) {
   auto cpu = make_cpu_engine();
   const auto spec = [](RecipeKind k, Operand operand) {
@@ -121,15 +123,17 @@ void engine_agreement(StatsEngine& gpu) {
     return quant_spec_for(recipe, recipe.format_for(operand), operand, fixed).value();
   };
   std::vector<QuantSpec> weights, activations;
-  for (RecipeKind k : kAllRecipeKinds) {
-    if (!default_recipe(k).hadamard) weights.push_back(spec(k, Operand::kW));  // nvfp4_rht's weights are nvfp4's
-  }
+  for (RecipeKind k : kDefaultRecipeKinds) weights.push_back(spec(k, Operand::kW));
+  weights.push_back(spec(RecipeKind::kMxfp8_2d, Operand::kW));
   for (RecipeKind k : kDefaultRecipeKinds) activations.push_back(spec(k, Operand::kX));
   activations.push_back(quant_spec_for(default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE5M2, Operand::kDy, std::nullopt).value());
+  std::vector<QuantSpec> options = {spec(RecipeKind::kNvfp4FourOverSix, Operand::kX),
+                                          spec(RecipeKind::kNvfp4FourOverSix, Operand::kW),
+                                          spec(RecipeKind::kNvfp4Sr, Operand::kDy), spec(RecipeKind::kNvfp4Row, Operand::kX)};
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 16}, {217, 256}, {1024, 4096}};
   int cases = 0, failures = 0;
   double worst = 0;
-  for (const std::vector<QuantSpec>* set : {&weights, &activations})
+  for (const std::vector<QuantSpec>* set : {&weights, &activations, &options})
     for (DType d : {DType::kBF16, DType::kF32, DType::kE4M3})
       for (int kind = 0; kind < 6; ++kind)
         for (auto [rows, cols] : shapes) {
@@ -154,8 +158,11 @@ void engine_agreement(StatsEngine& gpu) {
           err = std::max(err, relative(a.moments.m4, b.moments.m4, a.moments.m4));
           for (std::size_t k = 0; k < specs.size(); ++k) {
             const QuantStats &p = a.quant[k], &q = b.quant[k];
-            ok = ok && p.underflow == q.underflow && p.overflow == q.overflow && p.saturated == q.saturated &&
-                 p.scale_min == q.scale_min && p.scale_max == q.scale_max &&
+            const auto counts_agree = [&](double x, double y) {
+              return specs[k].stochastic ? relative(x, y, std::max(1.0, x)) <= 1e-9 : x == y;
+            };
+            ok = ok && counts_agree(p.underflow, q.underflow) && counts_agree(p.overflow, q.overflow) &&
+                 counts_agree(p.saturated, q.saturated) && p.scale_min == q.scale_min && p.scale_max == q.scale_max &&
                  std::equal(std::begin(p.histogram), std::end(p.histogram), std::begin(q.histogram));
             err = std::max(err, relative(p.squared_error, q.squared_error, p.squared_error));
             err = std::max(err, relative(p.dequant_squares, q.dequant_squares, p.dequant_squares));
@@ -165,13 +172,13 @@ void engine_agreement(StatsEngine& gpu) {
           if (!ok || err > 1e-6) {
             ++failures;
             std::printf("  mismatch: %s specs, dtype %s kind %d shape %lldx%lld (counts %s, worst sum error %.2e)\n",
-                        set == &weights ? "W" : "X", dtype_name(d), kind, static_cast<long long>(rows),
+                        set == &weights ? "W" : (set == &options ? "NVFP4 option" : "X"), dtype_name(d), kind, static_cast<long long>(rows),
                         static_cast<long long>(cols), ok ? "equal" : "DIFFER", err);
           }
         }
   char result[128];
   std::snprintf(result, sizeof result, "%d of %d cases agree, worst sum error %.1e", cases - failures, cases, worst);
-  report("CUDA engine vs CPU engine (3 dtypes x 6 tensors x 3 shapes, X and W of each recipe, channel amax)", result, failures == 0);
+  report("CUDA engine vs CPU engine (3 dtypes x 6 tensors x 3 shapes, X and W of each recipe, NVFP4's options, channel amax)", result, failures == 0);
 }
 
 // A job's own codes on the GPU vs the CPU: every code and a spread of finite scales in each scale

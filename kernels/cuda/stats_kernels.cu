@@ -128,26 +128,59 @@ __global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv
 }
 
 __global__ void block_scales_kernel(BlockRule rule, const float* amax, std::int64_t blocks, float* scale,
-                                    float* scale_inv) {
+                                    float* scale_inv, const float* row_amax, std::int64_t blocks_per_row) {
   const std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (b >= blocks) return;
-  const ScalePair p = block_scale(rule, amax[b]);
+  const ScalePair p = block_scale(row_amax != nullptr ? nvfp4_rule(row_amax[b / blocks_per_row]) : rule, amax[b]);
   scale[b] = p.scale;
   scale_inv[b] = p.scale_inv;
 }
 
+__global__ void four_over_six_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
+                                     int rows_per_block, int cols_per_block, std::int64_t blocks_per_row, BlockRule rule,
+                                     const float* amax, float* scale, float* block_scale_inv) {
+  const std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= blocks_per_row * ((rows + rows_per_block - 1) / rows_per_block)) return;
+  const FourOverSixCandidates c = four_over_six_candidates(rule, amax[b]);
+  const std::int64_t r0 = (b / blocks_per_row) * rows_per_block, c0 = (b % blocks_per_row) * cols_per_block;
+  float row4[16] = {}, row6[16] = {};  // rows_per_block is 1 or 16
+  for (int i = 0; i < rows_per_block && r0 + i < rows; ++i) {
+    for (std::int64_t col = c0; col < min(cols, c0 + cols_per_block); ++col) {
+      const float x = load_element(data, static_cast<std::size_t>((r0 + i) * cols + col), dtype, scale_inv);
+      row4[i] = add_rn(row4[i], four_over_six_error(x, c.map4.scale, c.code4, rule.tensor_amax));
+      row6[i] = add_rn(row6[i], four_over_six_error(x, c.map6.scale, c.code6, rule.tensor_amax));
+    }
+  }
+  const float e4 = rows_per_block == 1 ? row4[0] : tree_sum16(row4);
+  const float e6 = rows_per_block == 1 ? row6[0] : tree_sum16(row6);
+  const ScalePair p = four_over_six_pick(c, e4, e6);
+  scale[b] = p.scale;
+  block_scale_inv[b] = p.scale_inv;
+}
+
 namespace {
 
+// QuantStats' counts are fp64 (expected counts under stochastic rounding): whole numbers here
+// otherwise, exact below 2^53.
 struct Accumulators {
-  unsigned long long underflow = 0, overflow = 0, saturated = 0;
+  double underflow = 0, overflow = 0, saturated = 0;
   double squared_error = 0, dot = 0, dequant_squares = 0;
 };
 
 template <const FloatFormat& F>
-__device__ __forceinline__ void accumulate(Accumulators& a, unsigned int* histogram, float x, float s, float si) {
-  const QuantizedElement<float> e = quantize_element<F>(x, s, si);
-  add_element(a, x, e);
-  if (x != 0.0f) atomicAdd(&histogram[log2_bin(e.abs_scaled)], 1u);
+__device__ __forceinline__ void accumulate(Accumulators& a, unsigned int* histogram, float x, float s, float si,
+                                           bool stochastic) {
+  float abs_scaled;
+  if (stochastic) {
+    const ExpectedElement<float> e = stochastic_element<F>(x, s, si);
+    add_expected_element(a, x, e);
+    abs_scaled = e.abs_scaled;
+  } else {
+    const QuantizedElement<float> e = quantize_element<F>(x, s, si);
+    add_element(a, x, e);
+    abs_scaled = e.abs_scaled;
+  }
+  if (x != 0.0f) atomicAdd(&histogram[log2_bin(abs_scaled)], 1u);
 }
 
 }  // namespace
@@ -175,10 +208,11 @@ __global__ void quantize_kernel(const void* data, DType dtype, float scale_inv, 
         s = sp.scale[b];
         si = sp.scale_inv[b];
       }
+      const bool sr = sp.spec.stochastic;
       switch (sp.spec.format) {
-        case CastFormat::kE4M3: accumulate<kE4M3>(acc[k], histogram[k], x, s, si); break;
-        case CastFormat::kE5M2: accumulate<kE5M2>(acc[k], histogram[k], x, s, si); break;
-        case CastFormat::kE2M1: accumulate<kE2M1>(acc[k], histogram[k], x, s, si); break;
+        case CastFormat::kE4M3: accumulate<kE4M3>(acc[k], histogram[k], x, s, si, sr); break;
+        case CastFormat::kE5M2: accumulate<kE5M2>(acc[k], histogram[k], x, s, si, sr); break;
+        case CastFormat::kE2M1: accumulate<kE2M1>(acc[k], histogram[k], x, s, si, sr); break;
       }
     }
   }

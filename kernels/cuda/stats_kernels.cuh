@@ -49,9 +49,17 @@ __global__ void observed_kernel(const void* codes, DType dtype, std::int64_t row
 __global__ void block_amax_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
                                   int rows_per_block, int cols_per_block, std::int64_t blocks_per_row, float* amax);
 
-// Block scales from block amaxes, by the spec's rule (scale_rules.h, the CPU engine's too).
+// Block scales from block amaxes, by the spec's rule (scale_rules.h, the CPU engine's too). With
+// row_amax (row-scaled NVFP4, one-row blocks), block b's rule is nvfp4_rule of its row's amax.
 __global__ void block_scales_kernel(BlockRule rule, const float* amax, std::int64_t blocks, float* scale,
-                                    float* scale_inv);
+                                    float* scale_inv, const float* row_amax, std::int64_t blocks_per_row);
+
+// NVFP4 4over6: each block's candidate with the smaller error (four_over_six_pick), from its
+// elements, one thread per block: a row's 16 errors in element order, and a 16-row block's rows by
+// TE's tree (tree_sum16), as the CPU engine sums them.
+__global__ void four_over_six_kernel(const void* data, DType dtype, float scale_inv, std::int64_t rows, std::int64_t cols,
+                                     int rows_per_block, int cols_per_block, std::int64_t blocks_per_row, BlockRule rule,
+                                     const float* amax, float* scale, float* block_scale_inv);
 
 // Pass 2: every spec's cast of every element, one read of the tensor; partial QuantStats per spec
 // per CUDA block (partial[block * count + spec]).

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 namespace fp8scope {
 namespace {
@@ -52,26 +53,38 @@ Recipe default_recipe(RecipeKind kind) {
       r.block_rows = 128;
       r.block_cols = 128;
       break;
-    // NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True): 1x16 blocks, 16x16 for
-    // weights (transformer_engine/common/recipe/__init__.py:600, fp4_quant_fwd_weight's
-    // fp4_2d_quantization). The random Hadamard transform is nvfp4_rht's; stochastic rounding of
-    // gradients is not modeled (README, Numerics).
+    // The NVFP4 family: E2M1 in 1x16 blocks, 16x16 for weights, each recipe one of TE's options
+    // (TE d0067d0, transformer_engine/common/recipe/__init__.py; pytorch/quantization.py).
+    // nvfp4: NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True), the 2-D weight
+    // blocks of fp4_quant_fwd_weight's fp4_2d_quantization (recipe/__init__.py:600).
     case RecipeKind::kNvfp4:
-      r.forward_format = r.backward_format = CastFormat::kE2M1;
-      r.block_rows = 1;
-      r.block_cols = 16;
-      r.weight_block_rows = 16;
-      break;
-    // NVFP4BlockScaling(disable_stochastic_rounding=True), its default random Hadamard transform
-    // kept (TE d0067d0, transformer_engine/common/recipe/__init__.py:593-609): X's and Dy's
-    // column-wise copies are transformed (hadamard_transform.h) and cast in 1x16 blocks along the
-    // tokens; weights are cast as nvfp4's, 16x16.
+    // nvfp4_rht: NVFP4BlockScaling(disable_stochastic_rounding=True), its default random Hadamard
+    // transform kept (recipe/__init__.py:593-609): X's and Dy's column-wise copies are transformed
+    // (hadamard_transform.h) and cast in 1x16 blocks along the tokens; weights are nvfp4's.
     case RecipeKind::kNvfp4Rht:
+    // nvfp4_4over6: NVFP4BlockScaling(nvfp4_4over6="all", disable_rht=True,
+    // disable_stochastic_rounding=True), PR #2972: every forward tensor, X and W, never a gradient
+    // (quantization.py:1702-1709), picks per block between mapping its amax to 4 and to 6, under a
+    // per-tensor scale from E4M3_MAX 256 (nvfp4_4over6_e4m3_use_256="all", recipe/__init__.py:
+    // 564-566; quantization.py:1720-1729) by the default MAE criterion (scale_rules.h). 4over6 refuses
+    // RHT (quantization.py:1714-1719), so X is cast as it is.
+    case RecipeKind::kNvfp4FourOverSix:
+    // nvfp4_sr: NVFP4BlockScaling(disable_rht=True): stochastic rounding, on by default, rounds the
+    // gradients only (recipe/__init__.py:559-561, 597-607), both their copies.
+    case RecipeKind::kNvfp4Sr:
+    // nvfp4_row: NVFP4BlockScaling(row_scaled_activation=True, disable_rht=True,
+    // disable_stochastic_rounding=True), PR #2931: the forward input X takes one amax per row (token)
+    // for its fp32 scale (recipe/__init__.py:563, quantization.py:1738-1742, tensor/nvfp4_tensor.py:
+    // 395); this models X's row-wise copy, the one fprop reads.
+    case RecipeKind::kNvfp4Row:
       r.forward_format = r.backward_format = CastFormat::kE2M1;
       r.block_rows = 1;
       r.block_cols = 16;
       r.weight_block_rows = 16;
-      r.hadamard = true;
+      r.hadamard = kind == RecipeKind::kNvfp4Rht;
+      r.four_over_six = kind == RecipeKind::kNvfp4FourOverSix;
+      r.stochastic_rounding = kind == RecipeKind::kNvfp4Sr;
+      r.row_scaled = kind == RecipeKind::kNvfp4Row;
       break;
     case RecipeKind::kMxfp4:  // OCP MX E2M1 with an E8M0 scale per 1x32 block, rounded up as TE's MX casts
       r.forward_format = r.backward_format = CastFormat::kE2M1;
@@ -117,8 +130,18 @@ Status validate(const Recipe& r) {
     return Status::error(name + ": expected block rows 1, 16, 32 or 128, got " + std::to_string(r.block_rows) +
                          (r.weight_block_rows ? " (weights " + std::to_string(r.weight_block_rows) + ")" : ""));
   }
-  const bool fp4_recipe = r.kind == RecipeKind::kNvfp4 || r.kind == RecipeKind::kNvfp4Rht || r.kind == RecipeKind::kMxfp4;
-  if (r.hadamard && r.kind != RecipeKind::kNvfp4Rht) return Status::error(name + ": only nvfp4_rht transforms");
+  // The NVFP4 options name the recipe: each is its kind's, never added to another.
+  const Recipe base = default_recipe(r.kind);
+  const bool fp4_recipe = base.fp4();
+  const std::pair<bool Recipe::*, const char*> options[] = {{&Recipe::hadamard, "the Hadamard transform"},
+                                                            {&Recipe::four_over_six, "4over6"},
+                                                            {&Recipe::stochastic_rounding, "stochastic rounding"},
+                                                            {&Recipe::row_scaled, "row scaling"}};
+  for (const auto& [option, what] : options) {
+    if (r.*option != base.*option) {
+      return Status::error(name + ": expected " + what + " " + (base.*option ? "on" : "off") + ", as the recipe defines it");
+    }
+  }
   const int fp4_formats = (r.forward_format == CastFormat::kE2M1) + (r.backward_format == CastFormat::kE2M1);
   if (fp4_recipe && fp4_formats != 2) return Status::error(name + ": expected e2m1 elements forward and backward");
   if (!fp4_recipe && fp4_formats != 0) return Status::error(name + ": expected FP8 formats, got e2m1");

@@ -9,9 +9,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double ratio(std::uint64_t part, std::uint64_t whole) {
-  return whole == 0 ? kNaN : static_cast<double>(part) / static_cast<double>(whole);
-}
+double ratio(double part, std::uint64_t whole) { return whole == 0 ? kNaN : part / static_cast<double>(whole); }
 
 // Both compare the finite elements only: with none (an all-NaN/Inf tensor) they are undefined.
 double cosine(const TensorMoments& m, const QuantStats& q) {

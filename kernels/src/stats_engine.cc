@@ -20,6 +20,8 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
   spec.epsilon = recipe.amax_epsilon;
   spec.block_rows = recipe.block_rows_for(operand);
   spec.block_cols = recipe.block_cols;
+  spec.row_scaled = recipe.row_scaled_for(operand);
+  spec.stochastic = recipe.stochastic_for(operand);
   if (fixed_scale && recipe.per_tensor()) {
     if (!std::isfinite(*fixed_scale) || *fixed_scale <= 0.0f) {
       return Status::error(std::string(recipe_name(recipe.kind)) + ": expected a finite scale > 0, got " +
@@ -41,7 +43,12 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
     case RecipeKind::kBlock1x128:
     case RecipeKind::kBlock128x128: spec.rule = ScaleRule::kBlockCurrent; break;
     case RecipeKind::kNvfp4:
-    case RecipeKind::kNvfp4Rht: spec.rule = ScaleRule::kBlockNvfp4; break;
+    case RecipeKind::kNvfp4Rht:
+    case RecipeKind::kNvfp4Sr:
+    case RecipeKind::kNvfp4Row: spec.rule = ScaleRule::kBlockNvfp4; break;
+    case RecipeKind::kNvfp4FourOverSix:
+      spec.rule = recipe.four_over_six_for(operand) ? ScaleRule::kBlockNvfp4FourOverSix : ScaleRule::kBlockNvfp4;
+      break;
   }
   return spec;
 }
@@ -54,13 +61,8 @@ BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax) {
       r.kind = BlockRule::kE8M0;
       r.fmax_reciprocal = 1.0f / fmax;  // TE's Quantized_Limits::max_norm_rcp
       break;
-    case ScaleRule::kBlockNvfp4:
-      r.kind = BlockRule::kNvfp4;
-      r.global_encode = nvfp4_global_encode_scale(tensor_te_amax);
-      // TE computes S_dec = 1.0 / S_enc in double (quantize_transpose_nvfp4.cuh:430).
-      r.global_decode = static_cast<float>(1.0 / static_cast<double>(r.global_encode));
-      r.tensor_amax = tensor_te_amax;
-      break;
+    case ScaleRule::kBlockNvfp4: r = nvfp4_rule(tensor_te_amax); break;
+    case ScaleRule::kBlockNvfp4FourOverSix: r = nvfp4_four_over_six_rule(tensor_te_amax); break;
     case ScaleRule::kTensorFixed:
     case ScaleRule::kTensorCurrent:
     case ScaleRule::kBlockCurrent:
@@ -112,6 +114,15 @@ Status check_analysis_request(const TensorView& t, std::span<const QuantSpec> sp
         (!valid_block_rows(s.block_rows) || s.block_cols < 16 || s.block_cols > 4096 || (s.block_cols & (s.block_cols - 1)) != 0)) {
       return Status::error("expected a block of 1, 16, 32 or 128 rows by a power of two of 16..4096 columns, got " +
                            std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols));
+    }
+    if (s.rule == ScaleRule::kBlockNvfp4FourOverSix &&
+        !(s.format == CastFormat::kE2M1 && s.block_cols == 16 && (s.block_rows == 1 || s.block_rows == 16))) {
+      return Status::error("expected 4over6 in E2M1 blocks of 1x16 or 16x16, got " + std::string(format_name(s.format)) +
+                           " in " + std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols));
+    }
+    if (s.row_scaled && !(s.rule == ScaleRule::kBlockNvfp4 && s.block_rows == 1)) {
+      return Status::error("expected row scaling only for NVFP4 in one-row blocks, got " +
+                           std::to_string(s.block_rows) + "-row blocks of rule " + std::to_string(static_cast<int>(s.rule)));
     }
     if (!std::isfinite(s.margin) || s.margin < 0.0f) {
       return Status::error("expected a finite margin >= 0, got " + std::to_string(s.margin));

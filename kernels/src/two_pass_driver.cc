@@ -16,6 +16,7 @@ AnalysisPlan plan_analysis(const TensorView& t, std::span<const QuantSpec> specs
       p.block_count = ceil_div(t.rows, spec.block_rows) * p.blocks_per_row;
       p.tabled = spec.block_rows > 1 || row_blocks == RowBlocks::kTabled;
       plan.tallest_block = std::max<std::int64_t>(plan.tallest_block, spec.block_rows);
+      plan.row_amax = plan.row_amax || spec.row_scaled;
     }
     if (p.tabled) {
       p.table_offset = plan.table_floats;

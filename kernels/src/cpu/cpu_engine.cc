@@ -65,6 +65,7 @@ class CpuPasses final : public TwoPassBackend {
     tables_.assign(plan.table_floats, 0.0f);
     channel_axis_ = plan.channels;
     channel_amax_ = channel_amax;
+    row_amax_.assign(plan.row_amax ? static_cast<std::size_t>(t.rows) : 0, 0.0f);
     if (by_value_) {
       values_ = count_values(t, plan);
       *moments = values_->moments(t.scale_inv);
@@ -87,7 +88,7 @@ class CpuPasses final : public TwoPassBackend {
     std::vector<std::size_t> cast;
     for (std::size_t k = 0; k < plan.specs.size(); ++k) {
       const SpecPlan& p = plan.specs[k];
-      if (by_value_ && !p.per_block()) {
+      if (by_value_ && !p.per_block() && !p.spec.stochastic) {
         (*quant)[k] = values_->quantize(p.spec.format, p.tensor_scale.scale, p.tensor_scale.scale_inv, t.scale_inv);
       } else {
         cast.push_back(k);
@@ -117,20 +118,23 @@ class CpuPasses final : public TwoPassBackend {
     });
   }
 
-  // Pass 1's channel amaxes: a task folds its rows into an array of its own over the channels it
-  // touches (every column, or its contiguous run of rows) and merges it into channel_amax_ once
-  // done. Max is exact and order-free, so the result does not depend on scheduling.
+  // Pass 1's channel amaxes (and the row amaxes of row-scaled specs, channels along rows): a task
+  // folds its rows into an array of its own over the channels it touches (every column, or its
+  // contiguous run of rows) and merges it into the whole once done. Max is exact and order-free,
+  // so the result does not depend on scheduling.
   struct TaskChannels {
+    ChannelAxis axis = ChannelAxis::kNone;
     std::int64_t first = 0;
     std::vector<float> amax;
   };
 
-  TaskChannels task_channels(int task, int tasks) const {
+  TaskChannels task_channels(int task, int tasks, ChannelAxis axis) const {
     TaskChannels c;
+    c.axis = axis;
     const std::int64_t first = first_unit(task, tasks), last = first_unit(task + 1, tasks);
-    if (channel_axis_ == ChannelAxis::kNone || first == last) return c;
+    if (axis == ChannelAxis::kNone || first == last) return c;
     std::int64_t count = grid_.cols;
-    if (channel_axis_ == ChannelAxis::kRows) {
+    if (axis == ChannelAxis::kRows) {
       c.first = unit_at(grid_, first).row_begin;
       count = unit_at(grid_, last - 1).row_end - c.first;
     }
@@ -140,7 +144,7 @@ class CpuPasses final : public TwoPassBackend {
 
   void fold_channels(TaskChannels& c, const Unit& unit, std::int64_t r, const float* x, float* scratch) const {
     if (c.amax.empty()) return;
-    if (channel_axis_ == ChannelAxis::kColumns) {
+    if (c.axis == ChannelAxis::kColumns) {
       kernels_.fold_amax(x, unit.cols(), c.amax.data() + unit.col_begin);
       return;
     }
@@ -163,22 +167,25 @@ class CpuPasses final : public TwoPassBackend {
     row = std::max(row, small_element_value(t.dtype, bits, 1.0f));
   }
 
-  void hand_over(const TaskChannels& c) {
+  void hand_over(const TaskChannels& c, std::span<float> whole) {
     if (c.amax.empty()) return;
     std::lock_guard<std::mutex> lock(channel_mu_);
-    float* all = channel_amax_.data() + c.first;
+    float* all = whole.data() + c.first;
     for (std::size_t i = 0; i < c.amax.size(); ++i) all[i] = std::max(all[i], c.amax[i]);
   }
 
-  // Runs f(task, unit, channels) over every unit, each task with its own channel array.
+  // Runs f(task, unit, channels, rows) over every unit, each task with its own arrays of channel
+  // and row amaxes.
   template <class F>
   void for_units_with_channels(int tasks, F f) {
     pool_.run(tasks, [&](int task) {
-      TaskChannels channels = task_channels(task, tasks);
+      TaskChannels channels = task_channels(task, tasks, channel_axis_);
+      TaskChannels rows = task_channels(task, tasks, row_amax_.empty() ? ChannelAxis::kNone : ChannelAxis::kRows);
       for (std::int64_t u = first_unit(task, tasks); u < first_unit(task + 1, tasks); ++u) {
-        f(task, unit_at(grid_, u), channels);
+        f(task, unit_at(grid_, u), channels, rows);
       }
-      hand_over(channels);
+      hand_over(channels, channel_amax_);
+      hand_over(rows, row_amax_);
     });
   }
 
@@ -197,7 +204,7 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = task_count(t);
     std::vector<TensorMoments> partial(static_cast<std::size_t>(tasks));
     std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
-    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels) {
+    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels, TaskChannels& rows) {
       auto& xs = x[static_cast<std::size_t>(task)];
       auto& sc = scratch[static_cast<std::size_t>(task)];
       xs.resize(kSegmentCols);
@@ -207,6 +214,7 @@ class CpuPasses final : public TwoPassBackend {
         kernels_.add_moments(xs.data(), unit.cols(), &partial[static_cast<std::size_t>(task)]);
         add_block_amax(unit, r, xs.data(), plan, sc.data());
         fold_channels(channels, unit, r, xs.data(), sc.data());
+        fold_channels(rows, unit, r, xs.data(), sc.data());
       }
     });
     TensorMoments m;
@@ -220,11 +228,12 @@ class CpuPasses final : public TwoPassBackend {
         std::max<std::int64_t>(pool_.workers() + 1, ceil_div(t.numel(), kMaxElementsPerCounter)), grid_.units()));
     std::vector<cpu::CodeHistogram> partial(static_cast<std::size_t>(tasks), cpu::CodeHistogram(t.dtype));
     // Rows of 16-bit floats find their amax from the codes; other channels need the floats.
-    const std::optional<std::uint16_t> row_bits =
-        channel_axis_ == ChannelAxis::kRows ? inf_bits16(t.dtype) : std::nullopt;
-    const bool as_floats = !tables_.empty() || (channel_axis_ != ChannelAxis::kNone && !row_bits);
+    const std::optional<std::uint16_t> row_bits = inf_bits16(t.dtype);
+    const bool channel_bits = row_bits && channel_axis_ == ChannelAxis::kRows;
+    const bool as_floats = !tables_.empty() || (channel_axis_ != ChannelAxis::kNone && !channel_bits) ||
+                           (!row_amax_.empty() && !row_bits);
     std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
-    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels) {
+    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels, TaskChannels& rows) {
       auto& xs = x[static_cast<std::size_t>(task)];
       auto& sc = scratch[static_cast<std::size_t>(task)];
       if (as_floats) {
@@ -233,16 +242,74 @@ class CpuPasses final : public TwoPassBackend {
       }
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         partial[static_cast<std::size_t>(task)].add(t.data, r * t.cols + unit.col_begin, unit.cols());
-        if (row_bits && !channels.amax.empty()) fold_row_bits(channels, t, unit, r, *row_bits);
+        if (row_bits) {
+          if (channel_bits && !channels.amax.empty()) fold_row_bits(channels, t, unit, r, *row_bits);
+          if (!rows.amax.empty()) fold_row_bits(rows, t, unit, r, *row_bits);
+        }
         if (!as_floats) continue;
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
         add_block_amax(unit, r, xs.data(), plan, sc.data());
-        if (!row_bits) fold_channels(channels, unit, r, xs.data(), sc.data());
+        if (!channel_bits) fold_channels(channels, unit, r, xs.data(), sc.data());
+        if (!row_bits) fold_channels(rows, unit, r, xs.data(), sc.data());
       }
     });
     cpu::CodeHistogram all(t.dtype);
     for (const auto& p : partial) all.merge(p);
     return all;
+  }
+
+  // A pass 2 task's buffers, one segment each.
+  struct Buffers {
+    std::vector<float> x, amax, scale, scale_inv, error4, error6;
+    std::vector<FourOverSixCandidates> candidates;
+    void reserve() {
+      if (!x.empty()) return;
+      for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6}) v->resize(kSegmentCols);
+      candidates.resize(kSegmentCols);
+    }
+  };
+
+  // 4over6 in one-row blocks: each block of the segment (its amaxes in b.amax) takes the candidate
+  // with the smaller error, into b.scale and b.scale_inv.
+  void pick_four_over_six_row(const BlockRule& rule, const float* x, int n, int bc, Buffers& b) const {
+    const int nb = static_cast<int>(ceil_div(n, bc));
+    for (int blk = 0; blk < nb; ++blk) b.candidates[blk] = four_over_six_candidates(rule, b.amax[blk]);
+    kernels_.four_over_six_errors(x, n, bc, b.candidates.data(), rule.tensor_amax, b.error4.data(), b.error6.data());
+    for (int blk = 0; blk < nb; ++blk) {
+      const ScalePair s = four_over_six_pick(b.candidates[blk], b.error4[blk], b.error6[blk]);
+      b.scale[blk] = s.scale;
+      b.scale_inv[blk] = s.scale_inv;
+    }
+  }
+
+  // 4over6 in 16x16 blocks, for the unit's blocks of a tabled spec before its cast: each row's
+  // errors, then TE's tree over the block's 16 rows (tree_sum16), the pick into the table. Blocks
+  // never straddle units, so no other task writes these.
+  void pick_four_over_six_2d(const TensorView& t, const SpecPlan& p, const Unit& unit, Buffers& b) {
+    const int n = unit.cols(), bc = p.spec.block_cols, nb = static_cast<int>(ceil_div(n, bc));
+    float* table = tables_.data();
+    std::vector<float> rows4(static_cast<std::size_t>(16 * nb)), rows6(rows4.size());
+    for (std::int64_t r0 = unit.row_begin; r0 < unit.row_end; r0 += p.spec.block_rows) {
+      const std::size_t first = p.block_at(r0, unit.col_begin);
+      for (int blk = 0; blk < nb; ++blk) b.candidates[blk] = four_over_six_candidates(p.rule, table[p.amax_at() + first + blk]);
+      std::fill(rows4.begin(), rows4.end(), 0.0f);
+      std::fill(rows6.begin(), rows6.end(), 0.0f);
+      for (std::int64_t r = r0; r < std::min(unit.row_end, r0 + p.spec.block_rows); ++r) {
+        kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, n, b.x.data());
+        kernels_.four_over_six_errors(b.x.data(), n, bc, b.candidates.data(), p.rule.tensor_amax, b.error4.data(),
+                                      b.error6.data());
+        for (int blk = 0; blk < nb; ++blk) {
+          rows4[static_cast<std::size_t>(blk * 16 + (r - r0))] = b.error4[blk];
+          rows6[static_cast<std::size_t>(blk * 16 + (r - r0))] = b.error6[blk];
+        }
+      }
+      for (int blk = 0; blk < nb; ++blk) {
+        const float e4 = tree_sum16(rows4.data() + blk * 16), e6 = tree_sum16(rows6.data() + blk * 16);
+        const ScalePair s = four_over_six_pick(b.candidates[blk], e4, e6);
+        table[p.scale_at() + first + blk] = s.scale;
+        table[p.scale_inv_at() + first + blk] = s.scale_inv;
+      }
+    }
   }
 
   // Pass 2 for the specs listed in `cast`, element by element.
@@ -251,17 +318,17 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = task_count(t);
     std::vector<std::vector<QuantStats>> partial(static_cast<std::size_t>(tasks),
                                                  std::vector<QuantStats>(plan.specs.size()));
-    struct Buffers {
-      std::vector<float> x, amax, scale, scale_inv;
-    };
     std::vector<Buffers> buffers(static_cast<std::size_t>(tasks));
     for_units(tasks, [&](int task, const Unit& unit) {
       Buffers& b = buffers[static_cast<std::size_t>(task)];
-      if (b.x.empty()) {
-        for (auto* v : {&b.x, &b.amax, &b.scale, &b.scale_inv}) v->resize(kSegmentCols);
-      }
+      b.reserve();
       std::vector<QuantStats>& acc = partial[static_cast<std::size_t>(task)];
       const int n = unit.cols();
+      for (std::size_t k : cast) {
+        if (plan.specs[k].tabled && plan.specs[k].rule.kind == BlockRule::kNvfp4FourOverSix) {
+          pick_four_over_six_2d(t, plan.specs[k], unit, b);
+        }
+      }
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, n, b.x.data());
         for (std::size_t k : cast) {
@@ -281,13 +348,19 @@ class CpuPasses final : public TwoPassBackend {
           } else {
             const int nb = static_cast<int>(ceil_div(n, bc));
             kernels_.block_amax(b.x.data(), n, bc, b.amax.data());
-            kernels_.block_scales(p.rule, b.amax.data(), nb, b.scale.data(), b.scale_inv.data());
+            const BlockRule rule = p.spec.row_scaled ? nvfp4_rule(row_amax_[static_cast<std::size_t>(r)]) : p.rule;
+            if (rule.kind == BlockRule::kNvfp4FourOverSix) {
+              pick_four_over_six_row(rule, b.x.data(), n, bc, b);
+            } else {
+              kernels_.block_scales(rule, b.amax.data(), nb, b.scale.data(), b.scale_inv.data());
+            }
             for (int blk = 0; blk < nb; ++blk) {
               acc[k].scale_min = std::min(acc[k].scale_min, scale[blk]);
               acc[k].scale_max = std::max(acc[k].scale_max, scale[blk]);
             }
           }
-          kernels_.quantize(p.spec.format, b.x.data(), n, scale, scale_inv, bc, &acc[k]);
+          const auto cast_segment = p.spec.stochastic ? kernels_.quantize_expected : kernels_.quantize;
+          cast_segment(p.spec.format, b.x.data(), n, scale, scale_inv, bc, &acc[k]);
         }
       }
     });
@@ -304,6 +377,7 @@ class CpuPasses final : public TwoPassBackend {
   std::optional<cpu::CodeHistogram> values_;
   ChannelAxis channel_axis_ = ChannelAxis::kNone;
   std::span<float> channel_amax_;
+  std::vector<float> row_amax_;  // each row's TE amax, for row-scaled specs
   std::mutex channel_mu_;
 };
 

@@ -370,19 +370,138 @@ void quantize_as(const float* x, int n, const float* scale, const float* scale_i
                  : quantize_loop<F, false>(x, n, scale, scale_inv, block_cols, into);
 }
 
+// Stochastic rounding's expectation: fp64 weights in every lane, NaN and Inf always masked (it
+// serves gradients only, so it keeps one plain loop).
+struct ExpectedLanes {
+  F64V underflow[2] = {}, overflow[2] = {}, saturated[2] = {};
+  F64V squared_error[2] = {}, dot[2] = {}, dequant_squares[2] = {};
+};
+
+template <const FloatFormat& F>
+inline void expected_lanes(ExpectedLanes& acc, F32V x, F32V scale, F32V scale_inv, std::uint8_t* bins) {
+  const ExpectedElement<F32V> e = stochastic_element<F>(x, scale, scale_inv);
+  const I32V finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;
+  const F32V one = splat<F32V>(1.0f), zero{};
+  const F32V xv = finite ? x : zero, lo = finite ? e.low : zero, hi = finite ? e.high : zero;
+  const F32V p = finite ? e.p_high : zero;
+  const F32V flushes = (finite & e.low_zero & (x != 0.0f)) ? one : zero;
+  const F32V clipped = (finite & e.overflow) ? one : zero;
+  const F32V at_max = (finite & e.high_max) ? (e.low == e.high ? one : p) : zero;
+  const F64V halves[][6] = {
+      {widen_low(xv), widen_low(lo), widen_low(hi), widen_low(p), widen_low(flushes), widen_low(clipped)},
+      {widen_high(xv), widen_high(lo), widen_high(hi), widen_high(p), widen_high(flushes), widen_high(clipped)}};
+  const F64V saturated[2] = {widen_low(at_max), widen_high(at_max)};
+  for (int h = 0; h < 2; ++h) {
+    const F64V xd = halves[h][0], l = halves[h][1], u = halves[h][2], ph = halves[h][3];
+    const F64V q = 1.0 - ph, dl = xd - l, du = xd - u;
+    acc.underflow[h] += halves[h][4] * q;
+    acc.overflow[h] += halves[h][5];
+    acc.saturated[h] += saturated[h];
+    acc.squared_error[h] += q * dl * dl + ph * du * du;
+    acc.dot[h] += xd * (q * l + ph * u);
+    acc.dequant_squares[h] += q * l * l + ph * u * u;
+  }
+  const U32V bin = (finite & (x != 0.0f)) ? log2_bin(e.abs_scaled) : splat<U32V>(kNoBin);
+  store(bins, __builtin_convertvector(bin, U8W));
+}
+
+template <const FloatFormat& F>
+void quantize_expected_as(const float* __restrict x, int n, const float* __restrict scale,
+                          const float* __restrict scale_inv, int block_cols, QuantStats* into) {
+  alignas(64) std::uint8_t bins[kSegmentCols];
+  ExpectedLanes acc;
+  auto block_of = [&](int at) { return block_cols > 0 ? at / block_cols : 0; };
+  int i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    expected_lanes<F>(acc, load<F32V>(x + i), splat<F32V>(scale[block_of(i)]), splat<F32V>(scale_inv[block_of(i)]),
+                      bins + i);
+  }
+  QuantStats q;
+  q.underflow = add_lanes(acc.underflow[0]) + add_lanes(acc.underflow[1]);
+  q.overflow = add_lanes(acc.overflow[0]) + add_lanes(acc.overflow[1]);
+  q.saturated = add_lanes(acc.saturated[0]) + add_lanes(acc.saturated[1]);
+  q.squared_error = add_lanes(acc.squared_error[0]) + add_lanes(acc.squared_error[1]);
+  q.dot = add_lanes(acc.dot[0]) + add_lanes(acc.dot[1]);
+  q.dequant_squares = add_lanes(acc.dequant_squares[0]) + add_lanes(acc.dequant_squares[1]);
+  for (; i < n; ++i) {
+    const float xi = x[i];
+    bins[i] = kNoBin;
+    if (!(std::fabs(xi) < __builtin_inff())) continue;
+    const ExpectedElement<float> e = stochastic_element<F>(xi, scale[block_of(i)], scale_inv[block_of(i)]);
+    add_expected_element(q, xi, e);
+    if (xi != 0.0f) bins[i] = static_cast<std::uint8_t>(log2_bin(e.abs_scaled));
+  }
+  add_histogram(bins, n, q.histogram);
+  q.scale_min = into->scale_min;
+  q.scale_max = into->scale_max;
+  merge(*into, q);
+}
+
+// One switch from a format to its template, for both casts.
+template <template <const FloatFormat&> class Cast>
+void by_format(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv, int block_cols,
+               QuantStats* into) {
+  switch (format) {
+    case CastFormat::kE4M3: Cast<kE4M3>::run(x, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE5M2: Cast<kE5M2>::run(x, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE2M1: Cast<kE2M1>::run(x, n, scale, scale_inv, block_cols, into); return;
+  }
+}
+
+template <const FloatFormat& F>
+struct NearestCast {
+  static void run(const float* x, int n, const float* s, const float* si, int bc, QuantStats* q) { quantize_as<F>(x, n, s, si, bc, q); }
+};
+template <const FloatFormat& F>
+struct StochasticCast {
+  static void run(const float* x, int n, const float* s, const float* si, int bc, QuantStats* q) {
+    quantize_expected_as<F>(x, n, s, si, bc, q);
+  }
+};
+
 void quantize(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv, int block_cols,
               QuantStats* into) {
-  switch (format) {
-    case CastFormat::kE4M3: quantize_as<kE4M3>(x, n, scale, scale_inv, block_cols, into); return;
-    case CastFormat::kE5M2: quantize_as<kE5M2>(x, n, scale, scale_inv, block_cols, into); return;
-    case CastFormat::kE2M1: quantize_as<kE2M1>(x, n, scale, scale_inv, block_cols, into); return;
+  by_format<NearestCast>(format, x, n, scale, scale_inv, block_cols, into);
+}
+
+void quantize_expected(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
+                       int block_cols, QuantStats* into) {
+  by_format<StochasticCast>(format, x, n, scale, scale_inv, block_cols, into);
+}
+
+// Every element's error under both candidates on whole vectors (a vector never straddles two
+// blocks: the block is a multiple of 16 floats, the widest vector), then each block's sums in
+// element order, as TE adds them.
+void four_over_six_errors(const float* __restrict x, int n, int block, const FourOverSixCandidates* candidates,
+                          float tensor_amax, float* error4, float* error6) {
+  alignas(64) float e4[kSegmentCols], e6[kSegmentCols];
+  int i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    const FourOverSixCandidates& c = candidates[i / block];
+    const F32V v = load<F32V>(x + i);
+    store(e4 + i, four_over_six_error(v, splat<F32V>(c.map4.scale), splat<F32V>(c.code4), tensor_amax));
+    store(e6 + i, four_over_six_error(v, splat<F32V>(c.map6.scale), splat<F32V>(c.code6), tensor_amax));
+  }
+  for (; i < n; ++i) {
+    const FourOverSixCandidates& c = candidates[i / block];
+    e4[i] = four_over_six_error(x[i], c.map4.scale, c.code4, tensor_amax);
+    e6[i] = four_over_six_error(x[i], c.map6.scale, c.code6, tensor_amax);
+  }
+  for (int b = 0, first = 0; first < n; ++b, first += block) {
+    float s4 = 0.0f, s6 = 0.0f;
+    for (int k = first; k < std::min(n, first + block); ++k) {
+      s4 += e4[k];
+      s6 += e6[k];
+    }
+    error4[b] = s4;
+    error6[b] = s6;
   }
 }
 
 }  // namespace
 
 extern const SegmentKernels kKernels;
-const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments, block_amax, fold_amax,
-                              max_magnitude_bits16, block_scales, quantize};
+const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float,     add_moments, block_amax,        fold_amax,
+                              max_magnitude_bits16, block_scales, quantize,  quantize_expected, four_over_six_errors};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

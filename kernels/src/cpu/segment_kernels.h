@@ -9,6 +9,7 @@
 
 #include "fp8scope/kernels/dtype.h"
 #include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/kernels/scale_rules.h"
 #include "fp8scope/kernels/stats.h"
 #include "fp8scope/kernels/stats_engine.h"
 
@@ -35,6 +36,13 @@ struct SegmentKernels {
   // outcome to *into; block_cols is a multiple of 16, so a vector never straddles two blocks.
   void (*quantize)(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
                    int block_cols, QuantStats* into);
+  // The same under stochastic rounding: the expectation of every count and sum (stochastic_element).
+  void (*quantize_expected)(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
+                            int block_cols, QuantStats* into);
+  // NVFP4 4over6: the error of each block of `block` elements (a multiple of 16) under its two
+  // candidates, TE's sum in element order (four_over_six_error); candidates[b] is block b's.
+  void (*four_over_six_errors)(const float* x, int n, int block, const FourOverSixCandidates* candidates,
+                               float tensor_amax, float* error4, float* error6);
 };
 
 // The compiled copies this CPU can run, best first.

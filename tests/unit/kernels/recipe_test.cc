@@ -1,7 +1,10 @@
 // Recipes are data with TE's defaults; validation names the field and what it expected.
 #include "fp8scope/kernels/recipe.h"
+#include "fp8scope/kernels/stats_engine.h"
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 
 using namespace fp8scope;
 
@@ -52,9 +55,51 @@ TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
   CHECK(!mx2.fp4());
 }
 
-TEST_CASE("an empty policy runs every recipe but mxfp8_2d, which TE leaves off by default, and nvfp4_rht", "[recipe]") {
-  CHECK(std::size(kDefaultRecipeKinds) + 2 == std::size(kAllRecipeKinds));
-  for (RecipeKind kind : kDefaultRecipeKinds) CHECK((kind != RecipeKind::kMxfp8_2d && kind != RecipeKind::kNvfp4Rht));
+TEST_CASE("an empty policy runs every recipe but mxfp8_2d, which TE leaves off by default, and NVFP4's options",
+          "[recipe]") {
+  const RecipeKind off[] = {RecipeKind::kMxfp8_2d, RecipeKind::kNvfp4Rht, RecipeKind::kNvfp4FourOverSix,
+                            RecipeKind::kNvfp4Sr, RecipeKind::kNvfp4Row};
+  CHECK(std::size(kDefaultRecipeKinds) + std::size(off) == std::size(kAllRecipeKinds));
+  for (RecipeKind kind : kDefaultRecipeKinds) CHECK(std::find(std::begin(off), std::end(off), kind) == std::end(off));
+  CHECK(off_by_default_recipe_list() == "mxfp8_2d, nvfp4_rht, nvfp4_4over6, nvfp4_sr, nvfp4_row");
+}
+
+// Each option of TE's NVFP4BlockScaling (TE d0067d0, common/recipe/__init__.py:559-566; pytorch/
+// quantization.py:1692-1742) is one recipe that changes one thing of nvfp4's, for the operands TE
+// applies it to.
+TEST_CASE("NVFP4's options: 4over6 for X and W, stochastic rounding for Dy, row scaling for X", "[recipe]") {
+  const Recipe plain = default_recipe(RecipeKind::kNvfp4);
+  const Recipe four = default_recipe(RecipeKind::kNvfp4FourOverSix), sr = default_recipe(RecipeKind::kNvfp4Sr),
+               row = default_recipe(RecipeKind::kNvfp4Row);
+  for (const Recipe& r : {four, sr, row}) {
+    CHECK(r.fp4());
+    CHECK(r.block_cols == plain.block_cols);
+    CHECK(r.weight_block_rows == plain.weight_block_rows);
+    CHECK_FALSE(r.hadamard);
+    CHECK(validate(r).ok());
+  }
+  CHECK(four.four_over_six_for(Operand::kX));
+  CHECK(four.four_over_six_for(Operand::kW));
+  CHECK_FALSE(four.four_over_six_for(Operand::kDy));  // quantization.py:1702-1709: forward tensors only
+  CHECK(sr.stochastic_for(Operand::kDy));
+  CHECK_FALSE(sr.stochastic_for(Operand::kX));  // recipe/__init__.py:597-607: gradients only
+  CHECK_FALSE(sr.stochastic_for(Operand::kW));
+  CHECK(row.row_scaled_for(Operand::kX));  // quantization.py:1738-1742: the forward input only
+  CHECK_FALSE(row.row_scaled_for(Operand::kW));
+  CHECK_FALSE(row.row_scaled_for(Operand::kDy));
+  // The specs: 4over6's rule on X's 1x16 and W's 16x16 blocks, nvfp4's on Dy.
+  CHECK(quant_spec_for(four, CastFormat::kE2M1, Operand::kW, std::nullopt).value().rule == ScaleRule::kBlockNvfp4FourOverSix);
+  CHECK(quant_spec_for(four, CastFormat::kE2M1, Operand::kDy, std::nullopt).value().rule == ScaleRule::kBlockNvfp4);
+  CHECK(quant_spec_for(sr, CastFormat::kE2M1, Operand::kDy, std::nullopt).value().stochastic);
+  CHECK(quant_spec_for(row, CastFormat::kE2M1, Operand::kX, std::nullopt).value().row_scaled);
+  CHECK_FALSE(quant_spec_for(row, CastFormat::kE2M1, Operand::kW, std::nullopt).value().row_scaled);
+  // An option belongs to its recipe only.
+  Recipe wrong = plain;
+  wrong.four_over_six = true;
+  CHECK(validate(wrong).message() == "nvfp4: expected 4over6 off, as the recipe defines it");
+  wrong = sr;
+  wrong.stochastic_rounding = false;
+  CHECK(validate(wrong).message() == "nvfp4_sr: expected stochastic rounding on, as the recipe defines it");
 }
 
 TEST_CASE("nvfp4_rht is nvfp4 with TE's Hadamard transform of X and Dy, never of W", "[recipe]") {
@@ -69,7 +114,7 @@ TEST_CASE("nvfp4_rht is nvfp4 with TE's Hadamard transform of X and Dy, never of
   CHECK(validate(rht).ok());
   Recipe wrong = plain;
   wrong.hadamard = true;
-  CHECK(validate(wrong).message() == "nvfp4: only nvfp4_rht transforms");
+  CHECK(validate(wrong).message() == "nvfp4: expected the Hadamard transform off, as the recipe defines it");
 }
 
 TEST_CASE("validation errors say what was expected and what came", "[recipe]") {

@@ -74,19 +74,6 @@ TEST_CASE("MXFP8 edges follow TE after PR #2647: exponent 0 quantizes with 2^127
   }
 }
 
-namespace {
-
-BlockRule nvfp4_rule(float tensor_amax) {
-  BlockRule r;
-  r.kind = BlockRule::kNvfp4;
-  r.global_encode = nvfp4_global_encode_scale(tensor_amax);
-  r.global_decode = static_cast<float>(1.0 / static_cast<double>(r.global_encode));
-  r.tensor_amax = tensor_amax;
-  return r;
-}
-
-}  // namespace
-
 TEST_CASE("NVFP4's per-tensor encode scale: 448 * 6 / amax, FLT_MAX at most, 1 for 0 and Inf", "[scale_rules][nvfp4]") {
   // cast/nvfp4/core_nvfp4.cuh:82 compute_global_encode_scaling_factor_FP4.
   CHECK(nvfp4_global_encode_scale(2688.0f) == 1.0f);

@@ -40,6 +40,54 @@ FP8SCOPE_HD QuantizedElement<V> quantize_element(V x, V scale, V scale_inv) {
   return {mul_rn(signed_q, scale_inv), abs_y, Mask((q == 0.0f) & (x != 0.0f)), overflow, Mask(rounded >= C::kMax)};
 }
 
+// Stochastic rounding (TE's NVFP4 gradients, cvt.rs.satfinite): |y| = |fp32(x*s)| between grid
+// points lo <= |y| <= hi rounds to hi with probability p = (|y| - lo) / (hi - lo), else to lo; past
+// max it is clipped to max. Reported by expectation, with no random draw: E[x̂] = x̂_lo + p (x̂_hi -
+// x̂_lo) and E[(x - x̂)^2] = (1-p)(x - x̂_lo)^2 + p (x - x̂_hi)^2 (in the scaled domain the latter is
+// (|y| - lo)(hi - |y|)); underflow is the chance of rounding to 0. TE draws 8 random bits an element
+// (util/ptx.cuh:532-547), so its p is this one rounded to 1/256. Same contract as quantize_element.
+template <class V>
+struct ExpectedElement {
+  using Mask = typename Lanes<V>::Mask;
+  V low, high;     // x̂ if rounded down or up: fp32(±lo * scale_inv), fp32(±hi * scale_inv)
+  V p_high;        // the chance of rounding up; 0 on the grid and past max
+  V abs_scaled;    // |fp32(x*s)|, what the histogram bins
+  Mask low_zero;   // lo == 0: rounding down flushes x (an underflow when x != 0)
+  Mask high_max;   // hi == max: rounding up saturates
+  Mask overflow;   // |y| > max: clipped to max whichever way it rounds
+};
+
+template <const FloatFormat& F, class V>
+FP8SCOPE_HD ExpectedElement<V> stochastic_element(V x, V scale, V scale_inv) {
+  using C = FormatConstants<F>;
+  using L = Lanes<V>;
+  using Bits = typename L::Bits;
+  const V y = mul_rn(x, scale);
+  const auto y_bits = L::to_bits(y);
+  const V abs_y = L::from_bits(y_bits & 0x7FFFFFFFu);
+  // The grid's spacing at |y| (subnormals share the smallest normal binade's), a power of two, so
+  // lo, hi and p are exact.
+  constexpr std::uint32_t kLow = 127 + C::kMinExponent;
+  constexpr std::uint32_t kHigh = 128 + C::kMaxExponent;
+  Bits e = L::to_bits(abs_y) >> 23;
+  e = e < kLow ? splat<Bits>(kLow) : (e > kHigh ? splat<Bits>(kHigh) : e);
+  const V step = L::from_bits((e - C::kMantissaBits) << 23);
+  const V nearest = round_to_grid<F>(abs_y);
+  const auto beyond = abs_y >= C::kMax;
+  V lo = nearest > abs_y ? add_rn(nearest, -step) : nearest;
+  lo = beyond ? splat<V>(C::kMax) : lo;
+  const V hi = beyond ? lo : add_rn(lo, step);
+  const V p = beyond ? V{} : add_rn(abs_y, -lo) / step;
+  const auto sign = y_bits & 0x80000000u;
+  return {mul_rn(L::from_bits(L::to_bits(lo) | sign), scale_inv),
+          mul_rn(L::from_bits(L::to_bits(hi) | sign), scale_inv),
+          p,
+          abs_y,
+          typename L::Mask(lo == 0.0f),
+          typename L::Mask(hi >= C::kMax),
+          typename L::Mask(abs_y > C::kMax)};
+}
+
 // What one finite element x adds to a recipe's sums (QuantStats, or a CUDA kernel's accumulators
 // with the same fields): the flags, and the error terms in fp64. The CPU engine's scalar tail and
 // the CUDA kernel both call this.
@@ -52,6 +100,19 @@ FP8SCOPE_HD void add_element(Sums& s, float x, const QuantizedElement<float>& e)
   s.squared_error += d * d;
   s.dot += static_cast<double>(x) * e.dequantized;
   s.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
+}
+
+// The expectation of the same, under stochastic rounding.
+template <class Sums>
+FP8SCOPE_HD void add_expected_element(Sums& s, float x, const ExpectedElement<float>& e) {
+  const double p = e.p_high, q = 1.0 - p, xd = x;
+  const double lo = e.low, hi = e.high;
+  s.underflow += (e.low_zero && x != 0.0f) ? q : 0.0;
+  s.overflow += e.overflow ? 1.0 : 0.0;
+  s.saturated += e.high_max ? (e.low == e.high ? 1.0 : p) : 0.0;
+  s.squared_error += q * (xd - lo) * (xd - lo) + p * (xd - hi) * (xd - hi);
+  s.dot += xd * (q * lo + p * hi);
+  s.dequant_squares += q * lo * lo + p * hi * hi;
 }
 
 // Histogram bin of a finite nonzero |x*s|: floor(log2 v) from the exponent bits, clamped to the

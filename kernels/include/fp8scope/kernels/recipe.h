@@ -34,14 +34,25 @@ struct Recipe {
   int block_rows = 0;
   int block_cols = 0;
   int weight_block_rows = 0;
-  // NVFP4's random Hadamard transform of the column-wise copies of X and Dy (hadamard_transform.h);
+  // NVFP4's options (TE NVFP4BlockScaling), each the what-if of a recipe of its own:
+  // the random Hadamard transform of the column-wise copies of X and Dy (hadamard_transform.h);
   // weights are cast as they are.
   bool hadamard = false;
+  // 4over6 (TE PR #2972): X's and W's blocks map their amax to 4 or to 6, whichever errs less, under
+  // a per-tensor scale from 256 instead of 448 (scale_rules.h).
+  bool four_over_six = false;
+  // Stochastic rounding of Dy (TE's default for gradients), reported by its expectation.
+  bool stochastic_rounding = false;
+  // Row-scaled activations (TE PR #2931): each row (token) of X has its own amax for the fp32 scale.
+  bool row_scaled = false;
 
   CastFormat format_for(Operand op) const { return op == Operand::kDy ? backward_format : forward_format; }
   int block_rows_for(Operand op) const { return op == Operand::kW && weight_block_rows != 0 ? weight_block_rows : block_rows; }
   bool per_tensor() const { return block_rows == 0; }
   bool transforms(Operand op) const { return hadamard && op != Operand::kW; }
+  bool four_over_six_for(Operand op) const { return four_over_six && op != Operand::kDy; }
+  bool stochastic_for(Operand op) const { return stochastic_rounding && op == Operand::kDy; }
+  bool row_scaled_for(Operand op) const { return row_scaled && op == Operand::kX; }
   // FP4 recipes cast to E2M1 whatever the FP8 format asked for.
   bool fp4() const { return forward_format == CastFormat::kE2M1; }
 };

@@ -40,11 +40,14 @@ struct TensorMoments {
   double m4 = 0.0;                         // Σ(x - mean)⁴, ...and his eq. 2.3: kurtosis without a second pass
 };
 
-// What one recipe's quantization did to the tensor. x̂ = fp32(Q(fp32(x*s))) * fp32(1/s).
+// What one recipe's quantization did to the tensor. x̂ = fp32(Q(fp32(x*s))) * fp32(1/s). Under
+// stochastic rounding every count and sum is its expectation over the rounding (a count is then a
+// fraction); otherwise counts are whole numbers, exact in fp64 below 2^53 elements.
 struct QuantStats {
-  std::uint64_t underflow = 0;   // finite nonzero x with Q == 0 (nnz(x) - nnz(Q))
-  std::uint64_t overflow = 0;    // finite x whose nearest-even cast lies beyond ±max (clipped)
-  std::uint64_t saturated = 0;   // finite x with Q == ±max
+  double underflow = 0;          // finite nonzero x with Q == 0 (nnz(x) - nnz(Q))
+  double overflow = 0;           // finite x whose cast lies beyond ±max (clipped): nearest-even
+                                 // beyond it, or stochastic rounding of a |x*s| above it
+  double saturated = 0;          // finite x with Q == ±max
   double squared_error = 0.0;    // Σ(x - x̂)²
   double dot = 0.0;              // Σx·x̂
   double dequant_squares = 0.0;  // Σx̂²

@@ -46,6 +46,7 @@ enum class ScaleRule : std::uint8_t {
   kBlockE8M0,      // MX (MXFP8, MXFP4): E8M0 scale per block from the block amax
   kBlockCurrent,   // current scaling per block (1x128, 128x128)
   kBlockNvfp4,     // NVFP4: a UE4M3 scale per block under an fp32 scale from the tensor's amax
+  kBlockNvfp4FourOverSix,  // NVFP4 4over6: per block, the amax mapped to 4 or to 6, whichever errs less
 };
 
 struct QuantSpec {
@@ -57,6 +58,8 @@ struct QuantSpec {
   float epsilon = 0.0f;
   float margin = 0.0f;       // current rules: scale = fmax * 2^-margin / amax
   float fixed_scale = 1.0f;  // kTensorFixed only
+  bool row_scaled = false;   // kBlockNvfp4 in one-row blocks: each row's amax makes its fp32 scale
+  bool stochastic = false;   // stochastic rounding: the counts and sums are their expectation
 
   bool per_block() const { return rule != ScaleRule::kTensorFixed && rule != ScaleRule::kTensorCurrent; }
 };

@@ -49,6 +49,7 @@ struct AnalysisPlan {
   std::int64_t tallest_block = 1;  // rows of the tallest block (1, 16 or 128)
   ChannelAxis channels = ChannelAxis::kNone;
   std::int64_t channel_count = 0;  // columns or rows, as `channels` says; 0 for none
+  bool row_amax = false;           // a row-scaled spec needs each row's TE amax from pass 1
 };
 
 // Which block specs a backend wants tabled besides the 2-D ones (which always are: their amax
@@ -63,11 +64,14 @@ class TwoPassBackend {
   virtual ~TwoPassBackend() = default;
   // Where this backend finds one-row blocks' scales.
   virtual RowBlocks row_blocks() const = 0;
-  // The moments, the amax of every block of every tabled spec into its table, and the amax of
-  // each of plan.channel_count channels into channel_amax (sized by the driver, zeroed).
+  // The moments, the amax of every block of every tabled spec into its table, the amax of each of
+  // plan.channel_count channels into channel_amax (sized by the driver, zeroed), and with
+  // plan.row_amax each row's TE amax, kept by the backend for its row-scaled specs.
   virtual Status first_pass(const TensorView& t, const AnalysisPlan& plan, TensorMoments* moments,
                             std::span<float> channel_amax) = 0;
-  // Every tabled spec's scale and scale_inv from its block amaxes, by spec.rule (block_scale()).
+  // Every tabled spec's scale and scale_inv from its block amaxes, by spec.rule (block_scale()): a
+  // row-scaled spec's rule under its row's amax (nvfp4_rule), a 4over6 spec's candidate picked
+  // from the block's elements (four_over_six_pick) here or in pass 2, before its cast.
   virtual Status block_scales(const AnalysisPlan& plan) = 0;
   // Every spec's counts and error sums, and the scale range of untabled block specs.
   virtual Status second_pass(const TensorView& t, const AnalysisPlan& plan, std::vector<QuantStats>* quant) = 0;
