@@ -8,8 +8,9 @@
 // "x_one_recipe" (several recipes against tensor_current alone) and "x_mxfp8" (the FP4 recipes
 // against mxfp8). BM_OneRecipe/<name> runs each recipe of the vocabulary alone. BM_WeightRecipe/<name>
 // runs the recipes whose weights take 2-D blocks (nvfp4's 16x16, mxfp8_2d's 32x32) on the tensor as
-// a weight; "x_nvfp4_weight" is mxfp8_2d's time over nvfp4's (target <= 1.5x); "x_nvfp4" is
-// nvfp4_rht's (the transform and its BF16 copy included) over nvfp4's (target <= 1.5x).
+// a weight; "x_nvfp4_weight" is their time over nvfp4's (target <= 1.5x). "x_nvfp4" is each of
+// NVFP4's options over nvfp4 on the operand it changes (target <= 1.5x): nvfp4_rht (the transform
+// and its BF16 copy included), nvfp4_4over6 and nvfp4_row on X, nvfp4_sr on Dy.
 // BM_ChannelAmax/<axis> is tensor_current with the channel amaxes ("x_one_recipe": target <= 1.1x).
 // BM_WeightCodeDigest is the extra
 // pass the daemon makes over each sampled weight for the inference check (one thread, no target;
@@ -181,18 +182,18 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
   if (name.rfind(one + recipe_name(RecipeKind::kTensorCurrent), 0) == 0) g_one_recipe_seconds = seconds;
   if (name.rfind(one + recipe_name(RecipeKind::kMxfp8), 0) == 0) g_mxfp8_seconds = seconds;
   if (name.rfind(one + recipe_name(RecipeKind::kNvfp4) + "/", 0) == 0) g_nvfp4_seconds = seconds;
-  // Each NVFP4 variant against nvfp4 on the same tensor (target <= 1.5x).
-  if (g_nvfp4_seconds > 0 && name.rfind(one + recipe_name(RecipeKind::kNvfp4Rht) + "/", 0) == 0) {
-    counters["x_nvfp4"] = seconds / g_nvfp4_seconds;
-  }
   for (RecipeKind k : kAllRecipeKinds) {
+    // Each of NVFP4's options against nvfp4 on the same tensor (target <= 1.5x).
+    if (g_nvfp4_seconds > 0 && default_recipe(k).nvfp4_option() && name.rfind(one + recipe_name(k) + "/", 0) == 0) {
+      counters["x_nvfp4"] = seconds / g_nvfp4_seconds;
+    }
     if (g_mxfp8_seconds > 0 && default_recipe(k).fp4() && name.rfind(one + recipe_name(k), 0) == 0) {
       counters["x_mxfp8"] = seconds / g_mxfp8_seconds;
     }
   }
   // Recipes whose weights take 2-D blocks, on the tensor as a weight, against NVFP4's 16x16.
   const std::string weight = "BM_WeightRecipe/";
-  if (name.rfind(weight + recipe_name(RecipeKind::kNvfp4), 0) == 0) g_nvfp4_weight_seconds = seconds;
+  if (name.rfind(weight + recipe_name(RecipeKind::kNvfp4) + "/", 0) == 0) g_nvfp4_weight_seconds = seconds;
   else if (g_nvfp4_weight_seconds > 0 && name.rfind(weight, 0) == 0) counters["x_nvfp4_weight"] = seconds / g_nvfp4_weight_seconds;
   const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
   if (g_read_seconds > 0 && !baseline) counters["x_read"] = seconds / g_read_seconds;
@@ -211,8 +212,10 @@ void register_benchmarks() {
   benchmark::RegisterBenchmark("BM_ReadReduce", BM_ReadReduce)->UseRealTime();
   benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy)->UseRealTime();
   for (RecipeKind k : kAllRecipeKinds) {
+    // Stochastic rounding changes gradients only: nvfp4_sr runs on the tensor as Dy.
+    const Operand operand = default_recipe(k).stochastic_rounding ? Operand::kDy : Operand::kX;
     benchmark::RegisterBenchmark((std::string("BM_OneRecipe/") + recipe_name(k)).c_str(),
-                                 [k](benchmark::State& state) { run_recipes(state, {k}); })
+                                 [k, operand](benchmark::State& state) { run_recipes(state, {k}, operand); })
         ->UseRealTime();
   }
   for (RecipeKind k : kAllRecipeKinds) {

@@ -28,71 +28,63 @@ constexpr int kChunk = 64;  // columns of x transformed together: 16 x 64 floats
   }
 }
 
-constexpr int kTile = 4 * kHadamardSize;
-
-// Tiles of kTile rows by kChunk columns of x, rows [r_begin, r_end) of the padded tensor: each of a
-// tile's rows is read 128 bytes at a time, left to right, and each of its kChunk output rows
-// written 128 bytes at a time.
+// Groups [g_begin, g_end) of 16 rows: each group's rows are read kChunk columns at a time, and
+// the chunk's transformed values written in one stream (kChunk x 16 BF16s).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // One copy per x86-64 level, chosen at load time, as the segment kernels are (AVX2 packs the BF16
 // conversions, AVX-512 twice as wide).
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-void transform_rows(const TensorView& x, HadamardTransformed& t, std::int64_t r_begin, std::int64_t r_end) {
+void transform_groups(const TensorView& x, HadamardTransformed& t, std::int64_t g_begin, std::int64_t g_end) {
   float v[kHadamardSize][kChunk];
-  float out[kChunk][kTile];
-  for (std::int64_t r0 = r_begin; r0 < r_end; r0 += kTile) {
-    const int groups = static_cast<int>(std::min<std::int64_t>(kTile, r_end - r0)) / kHadamardSize;
+  for (std::int64_t g = g_begin; g < g_end; ++g) {
     for (std::int64_t k0 = 0; k0 < x.cols; k0 += kChunk) {
       const int n = static_cast<int>(std::min<std::int64_t>(kChunk, x.cols - k0));
-      for (int gi = 0; gi < groups; ++gi) {
-        const std::int64_t g = r0 + gi * kHadamardSize;
+      for (int i = 0; i < kHadamardSize; ++i) {
+        load_row(x, g * kHadamardSize + i, k0, n, v[i]);
+        const float sign = static_cast<float>(kHadamardSigns[i]);
+        for (int k = 0; k < n; ++k) v[i][k] *= sign;
+      }
+      // Sylvester's butterfly: after the four stages v[j] = sum_i (-1)^popcount(i & j) v[i].
+      for (int half = 1; half < kHadamardSize; half *= 2) {
         for (int i = 0; i < kHadamardSize; ++i) {
-          load_row(x, g + i, k0, n, v[i]);
-          const float sign = static_cast<float>(kHadamardSigns[i]);
-          for (int k = 0; k < n; ++k) v[i][k] *= sign;
-        }
-        // Sylvester's butterfly: after the four stages v[j] = sum_i (-1)^popcount(i & j) v[i].
-        for (int half = 1; half < kHadamardSize; half *= 2) {
-          for (int i = 0; i < kHadamardSize; ++i) {
-            if (i & half) continue;
-            for (int k = 0; k < n; ++k) {
-              const float a = v[i][k], b = v[i + half][k];
-              v[i][k] = a + b;
-              v[i + half][k] = a - b;
-            }
+          if (i & half) continue;
+          for (int k = 0; k < n; ++k) {
+            const float a = v[i][k], b = v[i + half][k];
+            v[i][k] = a + b;
+            v[i + half][k] = a - b;
           }
         }
-        for (int k = 0; k < n; ++k)
-          for (int j = 0; j < kHadamardSize; ++j) out[k][gi * kHadamardSize + j] = v[j][k] * 0.25f;
       }
-      const int width = groups * kHadamardSize;
-      for (int k = 0; k < n; ++k) {
-        std::uint16_t* row = t.bf16.data() + static_cast<std::size_t>((k0 + k) * t.cols + r0);
-        for (int j = 0; j < width; ++j) row[j] = float_to_bf16(out[k][j]);
-      }
+      std::uint16_t* out = t.bf16.data() + t.index(k0, g * kHadamardSize);
+      for (int k = 0; k < n; ++k)
+        for (int j = 0; j < kHadamardSize; ++j) out[k * kHadamardSize + j] = float_to_bf16(v[j][k] * 0.25f);
     }
   }
 }
 
 }  // namespace
 
-// Every hardware thread takes a contiguous run of tiles; they write disjoint columns of t.
+// Every hardware thread takes a contiguous run of groups; they write disjoint stretches of t.
 HadamardTransformed hadamard_columns(const TensorView& x) {
   HadamardTransformed t;
-  t.rows = x.cols;
-  t.cols = (x.rows + kHadamardSize - 1) / kHadamardSize * kHadamardSize;
-  t.bf16.resize(static_cast<std::size_t>(t.rows * t.cols));
-  const std::int64_t tiles = (t.cols + kTile - 1) / kTile;
-  const std::int64_t threads =
-      std::min<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<std::int64_t>(1, t.numel() >> 16));
+  hadamard_columns(x, t);
+  return t;
+}
+
+void hadamard_columns(const TensorView& x, HadamardTransformed& t) {
+  t.columns = x.cols;
+  t.padded_rows = (x.rows + kHadamardSize - 1) / kHadamardSize * kHadamardSize;
+  t.bf16.resize(static_cast<std::size_t>(t.numel()));  // every element is written below
+  const std::int64_t groups = t.padded_rows / kHadamardSize;
+  const std::int64_t threads = std::min<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                                      std::min(groups, std::max<std::int64_t>(1, t.numel() >> 16)));
   std::vector<std::thread> pool;
   for (std::int64_t k = 1; k < threads; ++k) {
-    pool.emplace_back([&, k] { transform_rows(x, t, tiles * k / threads * kTile, std::min(t.cols, tiles * (k + 1) / threads * kTile)); });
+    pool.emplace_back([&, k] { transform_groups(x, t, groups * k / threads, groups * (k + 1) / threads); });
   }
-  transform_rows(x, t, 0, std::min(t.cols, tiles / threads * kTile));
+  transform_groups(x, t, 0, groups / threads);
   for (std::thread& th : pool) th.join();
-  return t;
 }
 
 }  // namespace fp8scope

@@ -51,7 +51,9 @@ Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tens
   // The tensor is read even without a direct spec: its moments and channels are the report's.
   if (Status s = analyze_specs(engine, tensor, specs, direct, quant, &analysis); !s.ok()) return s;
   if (!transformed.empty()) {
-    const HadamardTransformed t = hadamard_columns(tensor);
+    // Each analyzing thread keeps its largest transformed copy (docs/operations.md counts it).
+    thread_local HadamardTransformed t;
+    hadamard_columns(tensor, t);
     if (Status s = analyze_specs(engine, t.view(), specs, transformed, quant, nullptr); !s.ok()) return s;
   }
   TensorReport report;

@@ -260,27 +260,16 @@ class CpuPasses final : public TwoPassBackend {
 
   // A pass 2 task's buffers, one segment each.
   struct Buffers {
-    std::vector<float> x, amax, scale, scale_inv, error4, error6;
+    std::vector<float> x, amax, scale, scale_inv, error4, error6, scale4, code4, scale6, code6;
     std::vector<FourOverSixCandidates> candidates;
     void reserve() {
       if (!x.empty()) return;
-      for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6}) v->resize(kSegmentCols);
+      for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6, &scale4, &code4, &scale6, &code6}) {
+        v->resize(kSegmentCols);
+      }
       candidates.resize(kSegmentCols);
     }
   };
-
-  // 4over6 in one-row blocks: each block of the segment (its amaxes in b.amax) takes the candidate
-  // with the smaller error, into b.scale and b.scale_inv.
-  void pick_four_over_six_row(const BlockRule& rule, const float* x, int n, int bc, Buffers& b) const {
-    const int nb = static_cast<int>(ceil_div(n, bc));
-    for (int blk = 0; blk < nb; ++blk) b.candidates[blk] = four_over_six_candidates(rule, b.amax[blk]);
-    kernels_.four_over_six_errors(x, n, bc, b.candidates.data(), rule.tensor_amax, b.error4.data(), b.error6.data());
-    for (int blk = 0; blk < nb; ++blk) {
-      const ScalePair s = four_over_six_pick(b.candidates[blk], b.error4[blk], b.error6[blk]);
-      b.scale[blk] = s.scale;
-      b.scale_inv[blk] = s.scale_inv;
-    }
-  }
 
   // 4over6 in 16x16 blocks, for the unit's blocks of a tabled spec before its cast: each row's
   // errors, then TE's tree over the block's 16 rows (tree_sum16), the pick into the table. Blocks
@@ -291,13 +280,20 @@ class CpuPasses final : public TwoPassBackend {
     std::vector<float> rows4(static_cast<std::size_t>(16 * nb)), rows6(rows4.size());
     for (std::int64_t r0 = unit.row_begin; r0 < unit.row_end; r0 += p.spec.block_rows) {
       const std::size_t first = p.block_at(r0, unit.col_begin);
-      for (int blk = 0; blk < nb; ++blk) b.candidates[blk] = four_over_six_candidates(p.rule, table[p.amax_at() + first + blk]);
+      for (int blk = 0; blk < nb; ++blk) {
+        const FourOverSixCandidates& c = b.candidates[blk] = four_over_six_candidates(p.rule, table[p.amax_at() + first + blk]);
+        b.scale4[blk] = c.map4.scale;
+        b.code4[blk] = c.code4;
+        b.scale6[blk] = c.map6.scale;
+        b.code6[blk] = c.code6;
+      }
       std::fill(rows4.begin(), rows4.end(), 0.0f);
       std::fill(rows6.begin(), rows6.end(), 0.0f);
       for (std::int64_t r = r0; r < std::min(unit.row_end, r0 + p.spec.block_rows); ++r) {
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, n, b.x.data());
-        kernels_.four_over_six_errors(b.x.data(), n, bc, b.candidates.data(), p.rule.tensor_amax, b.error4.data(),
-                                      b.error6.data());
+        kernels_.four_over_six_errors(b.x.data(), n, bc,
+                                      cpu::CandidateColumns{b.scale4.data(), b.code4.data(), b.scale6.data(), b.code6.data()},
+                                      p.rule.tensor_amax, b.error4.data(), b.error6.data());
         for (int blk = 0; blk < nb; ++blk) {
           rows4[static_cast<std::size_t>(blk * 16 + (r - r0))] = b.error4[blk];
           rows6[static_cast<std::size_t>(blk * 16 + (r - r0))] = b.error6[blk];
@@ -350,7 +346,7 @@ class CpuPasses final : public TwoPassBackend {
             kernels_.block_amax(b.x.data(), n, bc, b.amax.data());
             const BlockRule rule = p.spec.row_scaled ? nvfp4_rule(row_amax_[static_cast<std::size_t>(r)]) : p.rule;
             if (rule.kind == BlockRule::kNvfp4FourOverSix) {
-              pick_four_over_six_row(rule, b.x.data(), n, bc, b);
+              kernels_.four_over_six_scales(rule, b.x.data(), n, bc, b.amax.data(), b.scale.data(), b.scale_inv.data());
             } else {
               kernels_.block_scales(rule, b.amax.data(), nb, b.scale.data(), b.scale_inv.data());
             }

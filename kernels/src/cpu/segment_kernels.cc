@@ -312,6 +312,8 @@ void block_scales(const BlockRule& rule, const float* __restrict amax, int nb, f
     // Lambdas, not function pointers: each loop gets its rule inlined.
     case BlockRule::kE8M0: each([](const BlockRule& r, float a) { return mx_block_scale(r, a); }); return;
     case BlockRule::kNvfp4: each([](const BlockRule& r, float a) { return nvfp4_block_scale(r, a); }); return;
+    // Its map-to-6 candidate: the pick, which needs the elements, follows (four_over_six_scales).
+    case BlockRule::kNvfp4FourOverSix: each([](const BlockRule& r, float a) { return block_scale(r, a); }); return;
     case BlockRule::kCurrent: each([](const BlockRule& r, float a) { return current_block_scale(r, a); }); return;
   }
 }
@@ -370,37 +372,44 @@ void quantize_as(const float* x, int n, const float* scale, const float* scale_i
                  : quantize_loop<F, false>(x, n, scale, scale_inv, block_cols, into);
 }
 
-// Stochastic rounding's expectation: fp64 weights in every lane, NaN and Inf always masked (it
-// serves gradients only, so it keeps one plain loop).
+// Stochastic rounding's expectation: fp64 weights in every lane; as quantize_lanes, a segment of
+// finite values skips the masks NaN and Inf need.
 struct ExpectedLanes {
-  F64V underflow[2] = {}, overflow[2] = {}, saturated[2] = {};
+  I32V overflow{};  // negative counts: clipping happens whichever way the element rounds
+  F64V underflow[2] = {}, saturated[2] = {};
   F64V squared_error[2] = {}, dot[2] = {}, dequant_squares[2] = {};
 };
 
-template <const FloatFormat& F>
+// add_expected_element's sums, on half a vector widened to fp64.
+inline void add_expected_half(ExpectedLanes& acc, int h, F64V x, F64V lo, F64V hi, F64V p, F64V flushes, F64V at_max) {
+  const F64V pd = p * (hi - lo), sum = lo + hi, dl = x - lo;
+  acc.underflow[h] += flushes - flushes * p;
+  acc.saturated[h] += at_max;
+  acc.squared_error[h] += dl * dl - pd * (x + x - sum);
+  acc.dot[h] += x * (lo + pd);
+  acc.dequant_squares[h] += lo * lo + pd * sum;
+}
+
+template <const FloatFormat& F, bool kMaybeNonFinite>
 inline void expected_lanes(ExpectedLanes& acc, F32V x, F32V scale, F32V scale_inv, std::uint8_t* bins) {
   const ExpectedElement<F32V> e = stochastic_element<F>(x, scale, scale_inv);
-  const I32V finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;
   const F32V one = splat<F32V>(1.0f), zero{};
-  const F32V xv = finite ? x : zero, lo = finite ? e.low : zero, hi = finite ? e.high : zero;
-  const F32V p = finite ? e.p_high : zero;
-  const F32V flushes = (finite & e.low_zero & (x != 0.0f)) ? one : zero;
-  const F32V clipped = (finite & e.overflow) ? one : zero;
-  const F32V at_max = (finite & e.high_max) ? (e.low == e.high ? one : p) : zero;
-  const F64V halves[][6] = {
-      {widen_low(xv), widen_low(lo), widen_low(hi), widen_low(p), widen_low(flushes), widen_low(clipped)},
-      {widen_high(xv), widen_high(lo), widen_high(hi), widen_high(p), widen_high(flushes), widen_high(clipped)}};
-  const F64V saturated[2] = {widen_low(at_max), widen_high(at_max)};
-  for (int h = 0; h < 2; ++h) {
-    const F64V xd = halves[h][0], l = halves[h][1], u = halves[h][2], ph = halves[h][3];
-    const F64V q = 1.0 - ph, dl = xd - l, du = xd - u;
-    acc.underflow[h] += halves[h][4] * q;
-    acc.overflow[h] += halves[h][5];
-    acc.saturated[h] += saturated[h];
-    acc.squared_error[h] += q * dl * dl + ph * du * du;
-    acc.dot[h] += xd * (q * l + ph * u);
-    acc.dequant_squares[h] += q * l * l + ph * u * u;
+  I32V finite = x == x;  // all lanes set
+  F32V xv = x, lo = e.low, hi = e.high, p = e.p_high;
+  if constexpr (kMaybeNonFinite) {
+    finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;
+    xv = finite ? x : zero;
+    lo = finite ? lo : zero;
+    hi = finite ? hi : zero;
+    p = finite ? p : zero;
   }
+  const F32V flushes = (finite & e.low_zero & (x != 0.0f)) ? one : zero;
+  const F32V at_max = (finite & e.high_max) ? (e.low == e.high ? one : p) : zero;
+  acc.overflow += finite & e.overflow;
+  add_expected_half(acc, 0, widen_low(xv), widen_low(lo), widen_low(hi), widen_low(p), widen_low(flushes),
+                    widen_low(at_max));
+  add_expected_half(acc, 1, widen_high(xv), widen_high(lo), widen_high(hi), widen_high(p), widen_high(flushes),
+                    widen_high(at_max));
   const U32V bin = (finite & (x != 0.0f)) ? log2_bin(e.abs_scaled) : splat<U32V>(kNoBin);
   store(bins, __builtin_convertvector(bin, U8W));
 }
@@ -412,13 +421,20 @@ void quantize_expected_as(const float* __restrict x, int n, const float* __restr
   ExpectedLanes acc;
   auto block_of = [&](int at) { return block_cols > 0 ? at / block_cols : 0; };
   int i = 0;
-  for (; i + kWidth <= n; i += kWidth) {
-    expected_lanes<F>(acc, load<F32V>(x + i), splat<F32V>(scale[block_of(i)]), splat<F32V>(scale_inv[block_of(i)]),
-                      bins + i);
+  auto run = [&](auto maybe_non_finite) {
+    for (; i + kWidth <= n; i += kWidth) {
+      expected_lanes<F, decltype(maybe_non_finite)::value>(acc, load<F32V>(x + i), splat<F32V>(scale[block_of(i)]),
+                                                           splat<F32V>(scale_inv[block_of(i)]), bins + i);
+    }
+  };
+  if (all_finite(x, n)) {
+    run(std::false_type{});
+  } else {
+    run(std::true_type{});
   }
   QuantStats q;
   q.underflow = add_lanes(acc.underflow[0]) + add_lanes(acc.underflow[1]);
-  q.overflow = add_lanes(acc.overflow[0]) + add_lanes(acc.overflow[1]);
+  q.overflow = static_cast<double>(count_lanes(acc.overflow));
   q.saturated = add_lanes(acc.saturated[0]) + add_lanes(acc.saturated[1]);
   q.squared_error = add_lanes(acc.squared_error[0]) + add_lanes(acc.squared_error[1]);
   q.dot = add_lanes(acc.dot[0]) + add_lanes(acc.dot[1]);
@@ -472,22 +488,37 @@ void quantize_expected(CastFormat format, const float* x, int n, const float* sc
 // Every element's error under both candidates on whole vectors (a vector never straddles two
 // blocks: the block is a multiple of 16 floats, the widest vector), then each block's sums in
 // element order, as TE adds them.
-void four_over_six_errors(const float* __restrict x, int n, int block, const FourOverSixCandidates* candidates,
-                          float tensor_amax, float* error4, float* error6) {
+void four_over_six_errors(const float* __restrict x, int n, int block, const CandidateColumns& c, float tensor_amax,
+                          float* __restrict error4, float* __restrict error6) {
   alignas(64) float e4[kSegmentCols], e6[kSegmentCols];
   int i = 0;
   for (; i + kWidth <= n; i += kWidth) {
-    const FourOverSixCandidates& c = candidates[i / block];
+    const int b = i / block;
     const F32V v = load<F32V>(x + i);
-    store(e4 + i, four_over_six_error(v, splat<F32V>(c.map4.scale), splat<F32V>(c.code4), tensor_amax));
-    store(e6 + i, four_over_six_error(v, splat<F32V>(c.map6.scale), splat<F32V>(c.code6), tensor_amax));
+    store(e4 + i, four_over_six_error(v, splat<F32V>(c.scale4[b]), splat<F32V>(c.code4[b]), tensor_amax));
+    store(e6 + i, four_over_six_error(v, splat<F32V>(c.scale6[b]), splat<F32V>(c.code6[b]), tensor_amax));
   }
   for (; i < n; ++i) {
-    const FourOverSixCandidates& c = candidates[i / block];
-    e4[i] = four_over_six_error(x[i], c.map4.scale, c.code4, tensor_amax);
-    e6[i] = four_over_six_error(x[i], c.map6.scale, c.code6, tensor_amax);
+    const int b = i / block;
+    e4[i] = four_over_six_error(x[i], c.scale4[b], c.code4[b], tensor_amax);
+    e6[i] = four_over_six_error(x[i], c.scale6[b], c.code6[b], tensor_amax);
   }
-  for (int b = 0, first = 0; first < n; ++b, first += block) {
+  // Each block's sums in element order; four blocks at a time, so the additions overlap.
+  const int whole = n / block;
+  int b = 0;
+  for (; b + 4 <= whole; b += 4) {
+    float s4[4] = {}, s6[4] = {};
+    for (int k = 0; k < block; ++k)
+      for (int l = 0; l < 4; ++l) {
+        s4[l] += e4[(b + l) * block + k];
+        s6[l] += e6[(b + l) * block + k];
+      }
+    for (int l = 0; l < 4; ++l) {
+      error4[b + l] = s4[l];
+      error6[b + l] = s6[l];
+    }
+  }
+  for (int first = b * block; first < n; ++b, first += block) {
     float s4 = 0.0f, s6 = 0.0f;
     for (int k = first; k < std::min(n, first + block); ++k) {
       s4 += e4[k];
@@ -498,10 +529,36 @@ void four_over_six_errors(const float* __restrict x, int n, int block, const Fou
   }
 }
 
+void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int n, int block,
+                          const float* __restrict amax, float* __restrict scale, float* __restrict scale_inv) {
+  constexpr int kMaxBlocks = kSegmentCols / 16;
+  alignas(64) float scale4[kMaxBlocks], code4[kMaxBlocks], inv4[kMaxBlocks];
+  alignas(64) float scale6[kMaxBlocks], code6[kMaxBlocks], inv6[kMaxBlocks];
+  alignas(64) float error4[kMaxBlocks], error6[kMaxBlocks];
+  const int nb = (n + block - 1) / block;
+  for (int b = 0; b < nb; ++b) {
+    const FourOverSixCandidates c = four_over_six_candidates(rule, amax[b]);
+    scale4[b] = c.map4.scale;
+    inv4[b] = c.map4.scale_inv;
+    code4[b] = c.code4;
+    scale6[b] = c.map6.scale;
+    inv6[b] = c.map6.scale_inv;
+    code6[b] = c.code6;
+  }
+  four_over_six_errors(x, n, block, CandidateColumns{scale4, code4, scale6, code6}, rule.tensor_amax, error4, error6);
+  for (int b = 0; b < nb; ++b) {  // four_over_six_pick, a column at a time
+    const bool map4 = error4[b] < error6[b];
+    scale[b] = map4 ? scale4[b] : scale6[b];
+    scale_inv[b] = map4 ? inv4[b] : inv6[b];
+  }
+}
+
 }  // namespace
 
 extern const SegmentKernels kKernels;
-const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL, to_float,     add_moments, block_amax,        fold_amax,
-                              max_magnitude_bits16, block_scales, quantize,  quantize_expected, four_over_six_errors};
+const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments,          block_amax,
+                              fold_amax,            max_magnitude_bits16, block_scales,
+                              quantize,             quantize_expected,    four_over_six_errors,
+                              four_over_six_scales};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

@@ -17,6 +17,12 @@ namespace fp8scope::cpu {
 
 inline constexpr int kSegmentCols = 4096;
 
+// 4over6's candidates of a segment's blocks, a column per field so the loops over them vectorize:
+// the cast multiplier and the UE4M3 code's value of the map-to-4 and map-to-6 candidates.
+struct CandidateColumns {
+  const float *scale4, *code4, *scale6, *code6;
+};
+
 struct SegmentKernels {
   const char* isa;  // a short name: "x86-64-v4", "x86-64-v3", "baseline"
   // out[i] = fp32(element first + i), i < n.
@@ -40,9 +46,13 @@ struct SegmentKernels {
   void (*quantize_expected)(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
                             int block_cols, QuantStats* into);
   // NVFP4 4over6: the error of each block of `block` elements (a multiple of 16) under its two
-  // candidates, TE's sum in element order (four_over_six_error); candidates[b] is block b's.
-  void (*four_over_six_errors)(const float* x, int n, int block, const FourOverSixCandidates* candidates,
+  // candidates, TE's sum in element order (four_over_six_error); entry b of each array is block b's.
+  void (*four_over_six_errors)(const float* x, int n, int block, const CandidateColumns& candidates,
                                float tensor_amax, float* error4, float* error6);
+  // 4over6 in one-row blocks: scale[b], scale_inv[b] of the candidate with the smaller error, from
+  // the blocks' amax[b] and elements.
+  void (*four_over_six_scales)(const BlockRule& rule, const float* x, int n, int block, const float* amax, float* scale,
+                               float* scale_inv);
 };
 
 // The compiled copies this CPU can run, best first.

@@ -29,8 +29,7 @@ std::vector<QuantSpec> all_specs(CastFormat format) {
   for (RecipeKind kind : kAllRecipeKinds) {
     // NVFP4's options have oracles of their own (nvfp4_rht_test, nvfp4_options_test); nvfp4_rht's
     // spec is nvfp4's, its transform happening before the engine.
-    const Recipe r = default_recipe(kind);
-    if (r.hadamard || r.four_over_six || r.stochastic_rounding || r.row_scaled) continue;
+    if (default_recipe(kind).nvfp4_option()) continue;
     const std::optional<float> fixed =
         kind == RecipeKind::kTensorDelayed ? std::optional<float>(3.5f) : std::nullopt;  // a stale delayed scale
     const Recipe recipe = default_recipe(kind);

@@ -69,12 +69,12 @@ TEST_CASE("the transform of a unit impulse is TE's matrix row, signs and orienta
   for (int i = 0; i < 16; ++i) eye[static_cast<std::size_t>(i * 16 + i)] = 1.0f;
   const std::vector<std::uint16_t> bits = bf16_of(eye);
   const HadamardTransformed t = hadamard_columns(TensorView{bits.data(), DType::kBF16, 16, 16, 1.0f});
-  REQUIRE(t.rows == 16);
-  REQUIRE(t.cols == 16);
+  REQUIRE(t.columns == 16);
+  REQUIRE(t.padded_rows == 16);
   for (int k = 0; k < 16; ++k)
     for (int j = 0; j < 16; ++j) {
       INFO(k << "," << j);
-      CHECK(bf16_to_float(t.bf16[static_cast<std::size_t>(k * 16 + j)]) == te_rht(k, j));
+      CHECK(bf16_to_float(t.bf16[t.index(k, j)]) == te_rht(k, j));
     }
   // Orthonormal: (diag(s) H / 4) (diag(s) H / 4)^T = I.
   for (int a = 0; a < 16; ++a)
@@ -98,12 +98,13 @@ TEST_CASE("random BF16 and F32 tensors of 37 rows (zeros pad the last group) tra
   for (const TensorView& view : {TensorView{bits.data(), DType::kBF16, rows, cols, 1.0f},
                                  TensorView{x.data(), DType::kF32, rows, cols, 1.0f}}) {
     const HadamardTransformed t = hadamard_columns(view);
-    REQUIRE(t.rows == cols);
-    REQUIRE(t.cols == padded);
+    REQUIRE(t.columns == cols);
+    REQUIRE(t.padded_rows == padded);
     REQUIRE(padded == 48);
     std::size_t exact = 0;
     for (std::size_t i = 0; i < want.size(); ++i) {
-      const float got = bf16_to_float(t.bf16[i]);
+      const auto k = static_cast<std::int64_t>(i) / padded, r = static_cast<std::int64_t>(i) % padded;
+      const float got = bf16_to_float(t.bf16[t.index(k, r)]);
       // An fp32 sum in another order may round differently: at most one BF16 step, and rarely.
       CHECK(std::fabs(got - want[i]) <= std::fabs(want[i]) * 0x1p-7f);
       exact += got == want[i];

@@ -23,18 +23,29 @@ inline constexpr int kHadamardSize = 16;
 // TE's fixed sign vector (nvfp4_tensor.py:55-57); there is no seed.
 inline constexpr int kHadamardSigns[kHadamardSize] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
 
-// The transform of x's column-wise copy: a BF16 tensor of x.cols rows by x.rows rounded up to 16
-// columns (rows past x's are zeros), row k holding x's column k transformed 16 elements at a time
-// and rounded to nearest even. Elements are read as TE reads its BF16 input: NaN and Inf spread
-// over their group.
+// The transform of x's column-wise copy: x's column k, x.rows rounded up to 16 elements (rows past
+// x's are zeros), transformed 16 elements at a time and rounded to nearest even, in BF16. Laid out
+// group by group, not as the copy's rows: row g of view() holds, for x's rows 16g..16g+15, each
+// column's 16 transformed values in turn. A 1x16 block of view() is then one block of the copy
+// (16 consecutive tokens of a column), and no statistic of a cast in 1x16 blocks depends on where
+// a block sits; the transform writes it in one stream instead of across every row of the copy.
+// Elements are read as TE reads its BF16 input: NaN and Inf spread over their group.
 struct HadamardTransformed {
   std::vector<std::uint16_t> bf16;
-  TensorView view() const { return {bf16.data(), DType::kBF16, rows, cols, 1.0f}; }
-  std::int64_t numel() const { return rows * cols; }
-  std::int64_t rows = 0, cols = 0;
+  std::int64_t columns = 0;      // x's columns: the copy's rows
+  std::int64_t padded_rows = 0;  // x's rows rounded up to 16: the copy's columns
+  // Where column k's transformed element at (padded) row r of x is.
+  std::size_t index(std::int64_t k, std::int64_t r) const {
+    return static_cast<std::size_t>((r / kHadamardSize) * columns * kHadamardSize + k * kHadamardSize + r % kHadamardSize);
+  }
+  TensorView view() const { return {bf16.data(), DType::kBF16, padded_rows / kHadamardSize, columns * kHadamardSize, 1.0f}; }
+  std::int64_t numel() const { return columns * padded_rows; }
 };
 
 HadamardTransformed hadamard_columns(const TensorView& x);
+// The same into `into`, whose buffer is kept between calls: a fresh 64 MiB copy costs more in
+// zeroing and page faults than the transform itself.
+void hadamard_columns(const TensorView& x, HadamardTransformed& into);
 
 // fp32 -> BF16 bits, round to nearest even (NaN stays NaN); branch-free, so it vectorizes.
 inline std::uint16_t float_to_bf16(float f) {

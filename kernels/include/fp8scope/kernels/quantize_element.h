@@ -72,12 +72,13 @@ FP8SCOPE_HD ExpectedElement<V> stochastic_element(V x, V scale, V scale_inv) {
   Bits e = L::to_bits(abs_y) >> 23;
   e = e < kLow ? splat<Bits>(kLow) : (e > kHigh ? splat<Bits>(kHigh) : e);
   const V step = L::from_bits((e - C::kMantissaBits) << 23);
+  const V inv_step = L::from_bits((254u - (e - C::kMantissaBits)) << 23);  // 1 / step, exactly
   const V nearest = round_to_grid<F>(abs_y);
   const auto beyond = abs_y >= C::kMax;
   V lo = nearest > abs_y ? add_rn(nearest, -step) : nearest;
   lo = beyond ? splat<V>(C::kMax) : lo;
   const V hi = beyond ? lo : add_rn(lo, step);
-  const V p = beyond ? V{} : add_rn(abs_y, -lo) / step;
+  const V p = beyond ? V{} : mul_rn(add_rn(abs_y, -lo), inv_step);
   const auto sign = y_bits & 0x80000000u;
   return {mul_rn(L::from_bits(L::to_bits(lo) | sign), scale_inv),
           mul_rn(L::from_bits(L::to_bits(hi) | sign), scale_inv),
@@ -102,17 +103,19 @@ FP8SCOPE_HD void add_element(Sums& s, float x, const QuantizedElement<float>& e)
   s.dequant_squares += static_cast<double>(e.dequantized) * e.dequantized;
 }
 
-// The expectation of the same, under stochastic rounding.
+// The expectation of the same, under stochastic rounding. With d = x̂_hi - x̂_lo and m = E[x̂] =
+// x̂_lo + p d: E[(x - x̂)^2] = (x - x̂_lo)^2 - p d (2x - x̂_lo - x̂_hi), E[x̂^2] = x̂_lo^2 + p d (x̂_lo +
+// x̂_hi) (the CPU engine's vector loop adds the same forms).
 template <class Sums>
 FP8SCOPE_HD void add_expected_element(Sums& s, float x, const ExpectedElement<float>& e) {
-  const double p = e.p_high, q = 1.0 - p, xd = x;
-  const double lo = e.low, hi = e.high;
-  s.underflow += (e.low_zero && x != 0.0f) ? q : 0.0;
+  const double p = e.p_high, xd = x, lo = e.low, hi = e.high;
+  const double pd = p * (hi - lo), sum = lo + hi, dl = xd - lo;
+  s.underflow += (e.low_zero && x != 0.0f) ? 1.0 - p : 0.0;
   s.overflow += e.overflow ? 1.0 : 0.0;
   s.saturated += e.high_max ? (e.low == e.high ? 1.0 : p) : 0.0;
-  s.squared_error += q * (xd - lo) * (xd - lo) + p * (xd - hi) * (xd - hi);
-  s.dot += xd * (q * lo + p * hi);
-  s.dequant_squares += q * lo * lo + p * hi * hi;
+  s.squared_error += dl * dl - pd * (xd + xd - sum);
+  s.dot += xd * (lo + pd);
+  s.dequant_squares += lo * lo + pd * sum;
 }
 
 // Histogram bin of a finite nonzero |x*s|: floor(log2 v) from the exponent bits, clamped to the

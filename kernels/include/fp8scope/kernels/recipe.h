@@ -53,6 +53,8 @@ struct Recipe {
   bool four_over_six_for(Operand op) const { return four_over_six && op != Operand::kDy; }
   bool stochastic_for(Operand op) const { return stochastic_rounding && op == Operand::kDy; }
   bool row_scaled_for(Operand op) const { return row_scaled && op == Operand::kX; }
+  // One of NVFP4's options, each a recipe that changes one thing of nvfp4's.
+  bool nvfp4_option() const { return hadamard || four_over_six || stochastic_rounding || row_scaled; }
   // FP4 recipes cast to E2M1 whatever the FP8 format asked for.
   bool fp4() const { return forward_format == CastFormat::kE2M1; }
 };

@@ -156,11 +156,13 @@ FP8SCOPE_HD ScalePair nvfp4_four_over_six_pair(const BlockRule& r, float code) {
   return {fmin_f(1.0f / mul_rn(code, r.global_decode), kFloatMax), mul_rn(mul_rn(code, r.tensor_amax), factor_inv)};
 }
 
+// The codes' values are the nearest-even UE4M3 points of values already clipped to 448:
+// round_to_grid, which vectorizes, equals decode(encode()) there (float_cast_test).
 FP8SCOPE_HD FourOverSixCandidates four_over_six_candidates(const BlockRule& r, float block_amax) {
   const float base = mul_rn(block_amax / kNvfp4ElementMax, r.global_encode);
   FourOverSixCandidates c;
-  c.code4 = decode_ue4m3(encode_ue4m3(fmin_f(mul_rn(base, 1.5f), kNvfp4ScaleMax)));
-  c.code6 = decode_ue4m3(encode_ue4m3(fmin_f(base, kNvfp4ScaleMax)));
+  c.code4 = round_to_grid<kE4M3>(fmin_f(mul_rn(base, 1.5f), kNvfp4ScaleMax));
+  c.code6 = round_to_grid<kE4M3>(fmin_f(base, kNvfp4ScaleMax));
   c.map4 = nvfp4_four_over_six_pair(r, c.code4);
   c.map6 = nvfp4_four_over_six_pair(r, c.code6);
   return c;
