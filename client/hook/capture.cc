@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "fp8scope/hook/row_scaled_gemm.h"
 #include "fp8scope/kernels/scale_layout.h"
 #include "gather_kernel_ptx.h"
 
@@ -512,6 +513,10 @@ void Capture::finish(Pending& p, bool can_copy) {
       p.record->kind = shm::RecordKind::kPadding;
       shm::count_drop(h, shm::DropReason::kCudaError);
     } else if (wanted) {
+      // The alpha is known now, copied or read: it tells a row-scaled NVFP4 GEMM.
+      p.record->scale_layout = static_cast<std::uint32_t>(
+          labelled_layout(static_cast<ScaleLayout>(p.record->scale_layout), static_cast<DType>(p.record->dtype),
+                          static_cast<Operand>(p.record->operand), p.record->gemm_alpha));
       h->samples_published.fetch_add(1, std::memory_order_relaxed);
       h->bytes_published.fetch_add(p.payload_bytes, std::memory_order_relaxed);
     }

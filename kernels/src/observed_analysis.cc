@@ -131,7 +131,8 @@ ObservedAnalysis finish_observed(const BlockScaleGrid& g, const TensorMoments& m
     ++q.scale_blocks;
     const Extremes e = extremes(g.info->encoding, g.codes[k], g.scale_inv[k]);
     q.scale_blocks_at_floor += e.floor;
-    q.scale_blocks_at_ceiling += e.ceiling;
+    // Row-scaled NVFP4 puts each row's largest block at the ceiling by construction: no warning.
+    q.scale_blocks_at_ceiling += e.ceiling && !g.info->row_scaled();
     q.max_block_dynamic_range_log2 =
         max_f(q.max_block_dynamic_range_log2, static_cast<float>(std::log2(block_amax[k]) - std::log2(block_amin[k])));
     ++q.scale_histogram[scale_bin(g.scale_inv[k])];

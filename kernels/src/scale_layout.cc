@@ -26,7 +26,8 @@ BlockScaleGrid empty_grid(const ScaleLayoutTerm& info, const ScaledShape& shape)
 
 // Where block (p, q) sits in the stored tensor, in scale elements (see scale_layout.h).
 std::uint64_t stored_offset(ScaleLayout layout, const BlockScaleGrid& g, std::int64_t p, std::int64_t q) {
-  switch (layout) {
+  switch (storage_of(layout)) {
+    case ScaleLayout::kVec16Ue4m3RowScaled:  // stored as vec16_ue4m3
     case ScaleLayout::kVec16Ue4m3:
     case ScaleLayout::kVec32Ue8m0: {
       const std::int64_t tiles_per_row = round_up(g.k_blocks, 4) / 4;
@@ -102,8 +103,9 @@ std::uint64_t scale_tensor_bytes(ScaleLayout layout, const ScaledShape& shape) {
 bool scales_of_rows_are_a_prefix(ScaleLayout layout, bool k_is_outer) {
   // Tiles of 128 rows in row order, and a row's place in its tile independent of the row count
   // (stored_offset); the fp32 block modes store M/N contiguous, or blocks 128 rows high.
-  const bool row_ordered = layout == ScaleLayout::kVec16Ue4m3 || layout == ScaleLayout::kVec32Ue8m0 ||
-                           layout == ScaleLayout::kRowVector;
+  const ScaleLayout stored = storage_of(layout);
+  const bool row_ordered = stored == ScaleLayout::kVec16Ue4m3 || stored == ScaleLayout::kVec32Ue8m0 ||
+                           stored == ScaleLayout::kRowVector;
   return row_ordered && !k_is_outer;
 }
 

@@ -28,6 +28,7 @@ const char* TensorRecords::matching_recipe() const {
   // OUTER_VEC_32F (rowwise) has no recipe of its own: per-tensor current scaling is the nearest.
   static constexpr Match kMatches[] = {{"vec32_ue8m0", "mxfp8", "mxfp4"},
                                        {"vec16_ue4m3", "nvfp4", "nvfp4"},
+                                       {"vec16_ue4m3_row_scaled", "nvfp4_row", "nvfp4_row"},
                                        {"vec128_32f", "block_1x128", "block_1x128"},
                                        {"blk128x128_32f", "block_128x128", "block_128x128"}};
   for (const Match& m : kMatches) {

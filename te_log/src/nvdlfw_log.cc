@@ -50,7 +50,7 @@ std::string te_layer(const history::HistoryRecord& r) {
 // The recipe prefix of a record's LogFp8TensorStats names; nothing for what TE has no name for.
 std::optional<std::string> te_prefix(const history::HistoryRecord& r) {
   if (r.recipe == "observed") {  // the job's own quantization: TE's bare names, NVFP4's prefixed anyway
-    return r.format == "e2m1" && r.scale_layout == "vec16_ue4m3" ? "nvfp4_" : "";
+    return r.format == "e2m1" && r.scale_layout.rfind("vec16_ue4m3", 0) == 0 ? "nvfp4_" : "";
   }
   for (const TeRecipe& t : kTeRecipes) {
     if (r.recipe == recipe_name(t.kind) && (r.operand == Operand::kW ? t.weights : t.inputs)) return t.prefix;

@@ -113,7 +113,8 @@ std::vector<int> children_of(int pid) {
 
 // The block-scaled recipes tiny_trainer trains with, and the scale layout each operand reaches the
 // GEMM in (TE's: MXFP8 1x32 E8M0; Float8BlockScaling 1x128 activations and gradients, 128x128
-// weights; NVFP4 1x16 UE4M3, 16x16 weights).
+// weights; NVFP4 1x16 UE4M3, 16x16 weights). Row-scaled NVFP4 GEMMs look like NVFP4's to cuBLAS
+// but for their alpha: the hook labels their activations' layout (row_scaled_gemm.h).
 struct BlockMode {
   const char* mode;
   const char* codes;  // --dtype of the dumped codes
@@ -123,11 +124,13 @@ const BlockMode kBlockModes[] = {
     {"mxfp8", "e4m3", {{"x", "vec32_ue8m0"}, {"w", "vec32_ue8m0"}, {"dy", "vec32_ue8m0"}}},
     {"block", "e4m3", {{"x", "vec128_32f"}, {"w", "blk128x128_32f"}, {"dy", "vec128_32f"}}},
     {"nvfp4", "e2m1", {{"x", "vec16_ue4m3"}, {"w", "vec16_ue4m3"}, {"dy", "vec16_ue4m3"}}},
+    {"nvfp4_row", "e2m1", {{"x", "vec16_ue4m3_row_scaled"}, {"w", "vec16_ue4m3"}, {"dy", "vec16_ue4m3"}}},
 };
 
-TEST_CASE("tiny_trainer learns in BF16, FP8, MXFP8, FP8 block scaling and NVFP4, deterministically", "[hook]") {
+TEST_CASE("tiny_trainer learns in BF16, FP8, MXFP8, FP8 block scaling and NVFP4, row-scaled too, deterministically",
+          "[hook]") {
   TempDir dir;
-  for (const std::string mode : {"bf16", "fp8", "mxfp8", "block", "nvfp4"}) {
+  for (const std::string mode : {"bf16", "fp8", "mxfp8", "block", "nvfp4", "nvfp4_row"}) {
     INFO(mode);
     const ProcessResult a = trainer({"--steps", "60", "--mode", mode, "--losses", dir.file(mode + "a")});
     const ProcessResult b = trainer({"--steps", "60", "--mode", mode, "--losses", dir.file(mode + "b")});
@@ -226,7 +229,7 @@ TEST_CASE("block-scaled FP8 and NVFP4 operands arrive with their scales and read
                        "SELECT COUNT(DISTINCT scale_layout), COUNT(*) FROM records WHERE recipe = 'observed' AND "
                        "scale_layout IS NOT NULL AND length(scale_histogram) > 0",
                        -1, &q, nullptr);
-    const bool done = sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 4 &&  // the 4 layouts above
+    const bool done = sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 5 &&  // the 5 layouts above
                       sqlite3_column_int64(q, 1) == static_cast<sqlite3_int64>(expected_samples);
     sqlite3_finalize(q);
     return done;

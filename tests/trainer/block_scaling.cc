@@ -25,6 +25,7 @@ constexpr ModeRow kModes[] = {
     {BlockMode::kBlock2d, RecipeKind::kBlock128x128, Operand::kW, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F},
     {BlockMode::kNvfp4, RecipeKind::kNvfp4, Operand::kX, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3},
     {BlockMode::kNvfp4Weight, RecipeKind::kNvfp4, Operand::kW, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3},
+    {BlockMode::kNvfp4Row, RecipeKind::kNvfp4Row, Operand::kX, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3},
 };
 
 const ModeRow& row_of(BlockMode mode) {
@@ -61,17 +62,21 @@ BlockQuantized quantize_for_gemm(const Matrix& m, BlockMode mode) {
   BlockQuantized q;
   q.scale_mode = row.scale_mode;
   q.amax = tensor_amax;
+  if (spec.row_scaled) {
+    for (int r = 0; r < m.rows; ++r) q.row_amax.push_back(amax_of(m, r, r + 1, 0, m.cols));
+  }
   q.codes.assign(format == CastFormat::kE2M1 ? m.v.size() / 2 : m.v.size(), 0);
   std::vector<float> block_scale_inv(static_cast<std::size_t>(mn_blocks * k_blocks));
   std::vector<std::uint8_t> block_code(block_scale_inv.size());
   for (int p = 0; p < mn_blocks; ++p)
     for (int b = 0; b < k_blocks; ++b) {
       const float amax = amax_of(m, p * br, (p + 1) * br, b * bc, (b + 1) * bc);
-      const ScalePair s = block_scale(rule, amax);
+      const BlockRule block_rule = spec.row_scaled ? nvfp4_rule(q.row_amax[static_cast<std::size_t>(p)]) : rule;
+      const ScalePair s = block_scale(block_rule, amax);
       const std::size_t at = static_cast<std::size_t>(p * k_blocks + b);
       block_scale_inv[at] = s.scale_inv;
       block_code[at] = rule.kind == BlockRule::kE8M0 ? mx_block_exponent(amax, rule.fmax_reciprocal)
-                                                     : nvfp4_block_scale_code(rule, amax);
+                                                     : nvfp4_block_scale_code(block_rule, amax);
       for (int r = p * br; r < std::min((p + 1) * br, m.rows); ++r)
         for (int c = b * bc; c < std::min((b + 1) * bc, m.cols); ++c) {
           const std::size_t i = static_cast<std::size_t>(r) * m.cols + c;
@@ -108,6 +113,21 @@ BlockQuantized quantize_for_gemm(const Matrix& m, BlockMode mode) {
 float nvfp4_gemm_alpha(float amax_a, float amax_b) {
   const float factor_inv = 1.0f / (6.0f * 6.0f * 448.0f * 448.0f);
   return 1.0f * amax_a * amax_b * factor_inv;
+}
+
+float nvfp4_gemm_alpha(const BlockQuantized& a, const BlockQuantized& b) {
+  const bool row_scaled = !a.row_amax.empty() || !b.row_amax.empty();
+  return row_scaled ? nvfp4_gemm_alpha(1.0f, 1.0f) : nvfp4_gemm_alpha(a.amax, b.amax);
+}
+
+void apply_row_scales(Matrix& out, const BlockQuantized& a, const BlockQuantized& b) {
+  if (a.row_amax.empty() && b.row_amax.empty()) return;
+  for (int p = 0; p < out.rows; ++p)
+    for (int q = 0; q < out.cols; ++q) {
+      const float bp = b.row_amax.empty() ? b.amax : b.row_amax[static_cast<std::size_t>(p)];
+      const float aq = a.row_amax.empty() ? a.amax : a.row_amax[static_cast<std::size_t>(q)];
+      out.v[static_cast<std::size_t>(p) * out.cols + q] *= bp * aq;
+    }
 }
 
 }  // namespace fp8scope::trainer

@@ -145,6 +145,7 @@ std::optional<BlockModes> block_modes(const std::string& mode) {
   if (mode == "mxfp8") return BlockModes{BlockMode::kMxfp8, BlockMode::kMxfp8, BlockMode::kMxfp8, Element::kE4M3};
   if (mode == "block") return BlockModes{BlockMode::kBlock1d, BlockMode::kBlock2d, BlockMode::kBlock1d, Element::kE4M3};
   if (mode == "nvfp4") return BlockModes{BlockMode::kNvfp4, BlockMode::kNvfp4Weight, BlockMode::kNvfp4, Element::kE2M1};
+  if (mode == "nvfp4_row") return BlockModes{BlockMode::kNvfp4Row, BlockMode::kNvfp4Weight, BlockMode::kNvfp4, Element::kE2M1};
   return std::nullopt;
 }
 
@@ -209,6 +210,8 @@ class Trainer {
   void block_tn(int step, const std::string& layer, const std::string& gemm, const Matrix& a, BlockMode a_mode,
                 const std::string& a_name, const Matrix& b, BlockMode b_mode, const std::string& b_name,
                 DeviceBuffer& out, int P, int Q, int L);
+  // TE's row scales into out[P, Q] after a row-scaled NVFP4 GEMM (apply_row_scales).
+  static void rescale_rows(DeviceBuffer& out, int P, int Q, const BlockQuantized& a, const BlockQuantized& b);
   Matrix forward(int step, int l, const Matrix& input);
   Matrix backward(int step, int l, const Matrix& dy);
   // dX of layer l through the ReLU of the layer below.
@@ -247,11 +250,19 @@ void Trainer::block_tn(int step, const std::string& layer, const std::string& ge
   dump_block(step, layer + "." + gemm + "." + a_name, da.q, Q, L);
   dump_block(step, layer + "." + gemm + "." + b_name, db.q, P, L);
   std::unique_ptr<DeviceBuffer> alpha;
-  if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(da.q.amax, db.q.amax)});
+  if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(da.q, db.q)});
   nvtxRangePushA((layer + "/" + gemm).c_str());
   gemms_.tn(da.operand(block_->element, Q, L), db.operand(block_->element, P, L), out, P, Q, L,
             alpha ? static_cast<const float*>(alpha->get()) : nullptr);
   nvtxRangePop();
+  rescale_rows(out, P, Q, da.q, db.q);
+}
+
+void Trainer::rescale_rows(DeviceBuffer& out, int P, int Q, const BlockQuantized& a, const BlockQuantized& b) {
+  if (a.row_amax.empty() && b.row_amax.empty()) return;
+  Matrix o = download(out, P, Q);
+  apply_row_scales(o, a, b);
+  out.upload(o.v.data(), o.v.size() * sizeof(float));
 }
 
 Matrix Trainer::forward(int step, int l, const Matrix& input) {
@@ -276,12 +287,13 @@ Matrix Trainer::forward(int step, int l, const Matrix& input) {
     dump_block(step, name + ".fprop.w", wq, N, K);
     dump_block(step, name + ".fprop.x", xq, M, K);
     std::unique_ptr<DeviceBuffer> alpha;
-    if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(wq.amax, xq.amax)});
+    if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(wq, xq)});
     nvtxRangePushA((name + "/fprop").c_str());
     gemms_.tn({w->get(), block_->element, N, K, ws->get(), wq.scale_mode},
               {x->get(), block_->element, M, K, xs->get(), xq.scale_mode}, out, M, N, K,
               alpha ? static_cast<const float*>(alpha->get()) : nullptr);
     nvtxRangePop();
+    rescale_rows(out, M, N, wq, xq);
   } else if (fp8()) {
     if (o_.serve_weights.empty()) {
       L.x_codes = L.x_fp8.cast(input, L.x_scale_inv);
@@ -501,9 +513,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->check(CLI::Range(16, 4096));
   app.add_option("--batch", o.batch, "Rows per step (a multiple of 16)")->check(CLI::Range(16, 4096));
   app.add_option("--mode", o.mode,
-                 "bf16, fp8 (delayed scaling, E4M3 forward, E5M2 backward), mxfp8, block (1x128 and 128x128), nvfp4, or "
+                 "bf16, fp8 (delayed scaling, E4M3 forward, E5M2 backward), mxfp8, block (1x128 and 128x128), nvfp4, "
+                 "nvfp4_row (TE's row-scaled NVFP4 activations), or "
                  "moe (BF16 with a mixture of experts in the middle)")
-      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4", "moe"}));
+      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4", "nvfp4_row", "moe"}));
   std::string moe_gemm = "lt-grouped";
   app.add_option("--moe-gemm", moe_gemm, "moe: the expert GEMMs' form: lt-grouped, cublas-grouped, batched or loop")
       ->check(CLI::IsMember({"lt-grouped", "cublas-grouped", "batched", "loop"}));

@@ -5,12 +5,14 @@
 #include <cublasLt.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "fp8scope/hook/gemm_operands.h"
 #include "fp8scope/hook/layer_names.h"
+#include "fp8scope/hook/row_scaled_gemm.h"
 #include "fp8scope/hook/sampler.h"
 #include "fp8scope/hook/step_clock.h"
 
@@ -514,4 +516,19 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatmulDescDestroy(desc);
+}
+
+TEST_CASE("a row-scaled NVFP4 GEMM is told by TE's unit-amax alpha, and only its activation is relabelled", "[hook]") {
+  // TE's alpha kernel with both amaxes replaced by 1 (common/recipe/nvfp4.cu:75-77): 1 * 1 * 1 *
+  // fp32(1 / (6 * 6 * 448 * 448)).
+  const float unit = 1.0f * 1.0f * 1.0f * (1.0f / (6.0f * 6.0f * 448.0f * 448.0f));
+  CHECK(row_scaled_nvfp4_alpha(unit));
+  CHECK_FALSE(row_scaled_nvfp4_alpha(std::nextafter(unit, 1.0f)));
+  CHECK_FALSE(row_scaled_nvfp4_alpha(3.5f * 2.0f * unit));  // an ordinary NVFP4 GEMM's amaxes
+  const auto row = ScaleLayout::kVec16Ue4m3RowScaled, vec16 = ScaleLayout::kVec16Ue4m3;
+  CHECK(labelled_layout(vec16, DType::kE2M1, Operand::kX, unit) == row);
+  CHECK(labelled_layout(vec16, DType::kE2M1, Operand::kW, unit) == vec16);   // W's scales stay per tensor
+  CHECK(labelled_layout(vec16, DType::kE2M1, Operand::kDy, unit) == vec16);  // so do Dy's
+  CHECK(labelled_layout(vec16, DType::kE2M1, Operand::kX, 0.0f) == vec16);   // alpha not read
+  CHECK(labelled_layout(ScaleLayout::kVec32Ue8m0, DType::kE4M3, Operand::kX, unit) == ScaleLayout::kVec32Ue8m0);
 }

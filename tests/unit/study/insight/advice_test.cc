@@ -377,7 +377,8 @@ TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's leve
   auto engine = make_cpu_engine(1);
   const std::pair<const char*, const char*> layouts[] = {{"tensor_current", ""},       {"mxfp8", "vec32_ue8m0"},
                                                          {"block_1x128", "vec128_32f"}, {"nvfp4", "vec16_ue4m3"},
-                                                         {"mxfp4", "vec32_ue8m0"}};
+                                                         {"mxfp4", "vec32_ue8m0"},
+                                                         {"nvfp4_row", "vec16_ue4m3_row_scaled"}};
   for (const auto& [name, layout] : layouts) {
     INFO(name);
     const Recipe recipe = default_recipe(recipe_kind_from_name(name).value());
