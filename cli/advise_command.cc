@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "fp8scope/insight/advice_formats.h"
+#include "fp8scope/insight/te_custom_recipe.h"
 #include "fp8scope/cli/connection_flags.h"
 
 namespace fp8scope::cli {
@@ -11,9 +12,11 @@ namespace fp8scope::cli {
 void add_advise_command(CLI::App& app, AdviseOptions& o) {
   CLI::App* cmd = app.add_subcommand("advise", "What to do per layer and GEMM: keep FP8, rescale, tune, or fall back to BF16");
   add_study_flags(cmd, o.study, false);
-  cmd->add_option("--format", o.format, "table, te-yaml (TE debug API), megatron (layers to keep in BF16) or json")
+  cmd->add_option("--format", o.format,
+                  "table, te-yaml (TE debug API), te-recipe (a TE CustomRecipe with each GEMM's recipe, hybrid where "
+                  "a layer's GEMMs differ), megatron (layers to keep in BF16) or json")
       ->capture_default_str()
-      ->check(CLI::IsMember({"table", "te-yaml", "megatron", "json"}));
+      ->check(CLI::IsMember({"table", "te-yaml", "te-recipe", "megatron", "json"}));
   cmd->add_option("-o,--output", o.output, "Write to this file instead of stdout");
   cmd->add_option("--top", o.top, "Table rows (0: every tensor)")->capture_default_str();
   cmd->add_option("--te-features", o.te_features,
@@ -38,6 +41,8 @@ int run_advise(const AdviseOptions& o, std::ostream& out, std::ostream& err) {
     insight::TeYamlOptions te;
     te.autoswitch_gemm = std::find(o.te_features.begin(), o.te_features.end(), "autoswitch_gemm") != o.te_features.end();
     insight::write_te_debug_yaml(study->advice, to, te);
+  } else if (o.format == "te-recipe") {
+    insight::write_te_custom_recipe(study->advice.ladder, o.study.run, to);
   } else if (o.format == "megatron") {
     insight::write_megatron_layers(study->advice, to);
   } else if (o.format == "json") {

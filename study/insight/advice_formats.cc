@@ -111,7 +111,12 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
   if (!a.experts.empty()) out << "\nexperts that depart from their layer's others:\n";
   for (const ExpertOutlier& e : a.experts) out << "  " << e.sentence << "\n";
   if (a.ladder.gemms.empty()) return;
-  out << "\nthe recipe each GEMM can take (the first of nvfp4, mxfp8, tensor_current that holds every operand):\n";
+  std::string rungs;
+  for (const LadderRung& r : kLadderRungs) {
+    rungs += (rungs.empty() ? "" : ", ") + std::string(r.recipe) + (r.only_gemm ? std::string(" (") + r.only_gemm + ")" : "");
+  }
+  out << "\nthe recipe each GEMM can take (the first of " << rungs << " that holds every operand; GEMMs of a layer that\n"
+      << "differ run as TE's hybrid quantization: --format te-recipe):\n";
   for (const GemmRecipe& g : a.ladder.gemms) {
     std::snprintf(line, sizeof line, "  %-40s %-6s %-15s ", g.layer.c_str(), g.gemm.c_str(), g.recipe.c_str());
     out << line << g.evidence << "\n";
@@ -193,6 +198,11 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOpti
         << "# main branch) would run their GEMMs in high precision only then; fp8scope advise\n"
         << "# --te-features autoswitch_gemm writes it, with these thresholds (underflow %, MSE):\n";
     for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
+  }
+  if (!a.ladder.gemms.empty()) {
+    out << "# The recipe each GEMM can take (NVFP4, MXFP8, ...) is no feature of the debug API, whose features\n"
+        << "# on TE's main branch only disable quantization: fp8scope advise --format te-recipe writes it as a\n"
+        << "# CustomRecipe, hybrid where a layer's GEMMs differ (TE PR #2817).\n";
   }
   if (!recipe_level.empty()) {
     out << "# Recipe settings the debug API cannot express (set them in the FP8 recipe):\n";

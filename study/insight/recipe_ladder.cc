@@ -1,5 +1,6 @@
 #include "fp8scope/insight/recipe_ladder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -30,8 +31,8 @@ RungEvidence rung(const std::string& recipe, const std::vector<RecordPoint>& poi
 
 // The operand's series: its own what-ifs, else the baseline's where the run captured it as codes.
 const TensorRecords* what_ifs(const TensorKey& key, const TensorRecords& own, const RunRecords* baseline) {
-  for (const char* recipe : kLadderRecipes) {
-    if (own.find(recipe) != nullptr) return &own;
+  for (const LadderRung& rung : kLadderRungs) {
+    if (own.find(rung.recipe) != nullptr) return &own;
   }
   if (baseline == nullptr) return nullptr;
   const auto it = baseline->tensors.find(key);
@@ -55,7 +56,11 @@ std::string figures(const RungEvidence& r) {
 void choose(GemmRecipe& g) {
   g.recipe = "bf16";
   std::string above;  // why the rung above did not hold
-  for (const char* recipe : kLadderRecipes) {
+  for (const LadderRung& rung : kLadderRungs) {
+    const char* recipe = rung.recipe;
+    const bool sampled = std::any_of(g.operands.begin(), g.operands.end(),
+                                     [&](const OperandRungs& o) { return find_rung(o, recipe) != nullptr; });
+    if (!rung.applies(g.gemm) || !sampled) continue;
     bool holds = true;
     std::string failed;
     for (const OperandRungs& o : g.operands) {
@@ -90,8 +95,9 @@ RecipeLadder recipe_ladder(const RunRecords& run, const RunRecords* baseline) {
     if (source == nullptr) continue;
     OperandRungs o;
     o.operand = key.operand;
-    for (const char* recipe : kLadderRecipes) {
-      if (const std::vector<RecordPoint>* points = source->find(recipe)) o.rungs.push_back(rung(recipe, *points));
+    for (const LadderRung& r : kLadderRungs) {
+      if (!r.applies(key.gemm)) continue;
+      if (const std::vector<RecordPoint>* points = source->find(r.recipe)) o.rungs.push_back(rung(r.recipe, *points));
     }
     if (o.rungs.empty()) continue;
     GemmRecipe& g = gemms[{key.layer, key.gemm}];
@@ -102,7 +108,7 @@ RecipeLadder recipe_ladder(const RunRecords& run, const RunRecords* baseline) {
   RecipeLadder ladder;
   for (auto& [at, g] : gemms) {
     choose(g);
-    ladder.fp4_ready += g.recipe == kLadderRecipes[0];
+    ladder.fp4_ready += fp4_recipe(g.recipe);
     ladder.gemms.push_back(std::move(g));
   }
   return ladder;

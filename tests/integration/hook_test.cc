@@ -9,6 +9,8 @@
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -280,6 +282,23 @@ TEST_CASE("advise and report judge an NVFP4 job by the NVFP4 what-ifs of its BF1
   CHECK(ladder["fp4_share"].get<double>() == Approx(static_cast<double>(fp4) / 9.0));
   const ProcessResult table = cli({"advise", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16"});
   CHECK_THAT(table.out, Catch::Contains(std::to_string(fp4) + " of 9 GEMMs"));
+  // The same ladder as TE's CustomRecipe, loaded against the TE stand-in and held to TE's rules.
+  REQUIRE(cli({"advise", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16", "--format", "te-recipe", "-o",
+               dir.file("recipe.py")})
+              .exit_code == 0);
+  json plan = {{"gemms", json::object()}};
+  std::map<std::string, std::size_t> takes;
+  for (const json& g : ladder["gemms"]) {
+    const std::string layer = g["layer"];
+    plan["gemms"][layer.substr(0, layer.rfind('#'))][g["gemm"].get<std::string>()] = g["recipe"];
+    ++takes[g["recipe"]];
+  }
+  plan["fallback"] = std::max_element(takes.begin(), takes.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  std::ofstream(dir.file("plan.json")) << plan.dump();
+  const ProcessResult checked = run_process({FP8SCOPE_PYTHON, std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/te_custom_recipe_check.py",
+                                             dir.file("recipe.py"), dir.file("plan.json")});
+  INFO(checked.out << checked.err);
+  CHECK(checked.exit_code == 0);
   const std::string html = dir.file("report.html");
   REQUIRE(cli({"report", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16", "-o", html}).exit_code == 0);
   std::ifstream in(html);

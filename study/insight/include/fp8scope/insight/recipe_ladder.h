@@ -1,9 +1,12 @@
 // The most aggressive recipe each GEMM of a run can take, from its operands' what-ifs: NVFP4, then
-// MXFP8, then per-tensor FP8 (current scaling), else BF16. A recipe holds an operand while its
-// median underflow, SQNR and 1-cosine stay short of the advice's level of concern (FP4's levels
-// for NVFP4: advice_thresholds()); a GEMM takes a recipe that holds every operand it sampled. The
+// NVFP4 with the random Hadamard transform (wgrad only: TE transforms just the column-wise copies,
+// which wgrad reads), then MXFP8, then per-tensor FP8 (current scaling), else BF16. A recipe holds
+// an operand while its median underflow, SQNR and 1-cosine stay short of the advice's level of
+// concern (FP4's levels for NVFP4: advice_thresholds()); a GEMM takes a recipe that holds every
+// operand it sampled. A rung none of a GEMM's operands was sampled under is passed over. The
 // NVFP4 training papers keep roughly 15% of layers in higher precision: the share of GEMMs ready
-// for FP4 says how close a run is to that.
+// for FP4 says how close a run is to that. GEMMs of one layer may take different rungs: TE runs
+// that as hybrid quantization (te_custom_recipe.h).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +17,13 @@
 
 namespace fp8scope::insight {
 
-inline constexpr const char* kLadderRecipes[] = {"nvfp4", "mxfp8", "tensor_current"};
+struct LadderRung {
+  const char* recipe;
+  const char* only_gemm;  // the one GEMM the rung applies to, or nullptr for every GEMM
+  bool applies(const std::string& gemm) const { return only_gemm == nullptr || gemm == only_gemm; }
+};
+inline constexpr LadderRung kLadderRungs[] = {
+    {"nvfp4", nullptr}, {"nvfp4_rht", "wgrad"}, {"mxfp8", nullptr}, {"tensor_current", nullptr}};
 
 struct RungEvidence {
   std::string recipe;
@@ -30,14 +39,14 @@ struct OperandRungs {
 
 struct GemmRecipe {
   std::string layer, gemm;
-  std::string recipe;  // the first of kLadderRecipes holding every operand, or "bf16"
+  std::string recipe;  // the first of kLadderRungs holding every operand, or "bf16"
   std::string evidence;  // one sentence: what holds, and what kept it off the rung above
   std::vector<OperandRungs> operands;
 };
 
 struct RecipeLadder {
   std::vector<GemmRecipe> gemms;  // every GEMM with an operand sampled under a ladder recipe
-  std::size_t fp4_ready = 0;      // GEMMs whose recipe is nvfp4
+  std::size_t fp4_ready = 0;      // GEMMs whose recipe casts to FP4 (nvfp4, nvfp4_rht)
   double fp4_share() const { return gemms.empty() ? 0.0 : static_cast<double>(fp4_ready) / static_cast<double>(gemms.size()); }
 };
 

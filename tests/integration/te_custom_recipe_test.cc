@@ -1,0 +1,99 @@
+// `advise --format te-recipe` writes a Python module TE runs: loaded here against a stand-in of TE
+// d0067d0's classes (tests/support/te_stub) and held to TE's rules by a checker written apart from
+// fp8scope's code (tests/support/te_custom_recipe_check.py): each copy of each tensor in the recipe
+// of the GEMM that reads it, HybridQuantizer where a layer's GEMMs differ, NVFP4's options as
+// NVFP4BlockScaling sets them, and one scaling family per GEMM.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "fp8scope/insight/te_custom_recipe.h"
+#include "support/process.h"
+#include "support/temp_dir.h"
+
+using namespace fp8scope;
+using namespace fp8scope::insight;
+using fp8scope::testing::run_process;
+using fp8scope::testing::TempDir;
+
+namespace {
+
+GemmRecipe gemm(const std::string& layer, const std::string& gemm, const std::string& recipe) {
+  GemmRecipe g;
+  g.layer = layer + "#0";
+  g.gemm = gemm;
+  g.recipe = recipe;
+  return g;
+}
+
+// Writes the module and the plan the checker holds it to; returns the checker's result.
+testing::ProcessResult check(const RecipeLadder& ladder, const std::string& fallback, TempDir& dir,
+                             const std::string& edit_from = "", const std::string& edit_to = "") {
+  std::ostringstream module;
+  write_te_custom_recipe(ladder, "run1", module);
+  std::string text = module.str();
+  if (!edit_from.empty()) {
+    const std::size_t at = text.find(edit_from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, edit_from.size(), edit_to);
+  }
+  std::ofstream(dir.file("my_recipe.py")) << text;
+  nlohmann::json plan = {{"fallback", fallback}, {"gemms", nlohmann::json::object()}};
+  for (const GemmRecipe& g : ladder.gemms) plan["gemms"][g.layer.substr(0, g.layer.rfind('#'))][g.gemm] = g.recipe;
+  std::ofstream(dir.file("plan.json")) << plan.dump();
+  return run_process({FP8SCOPE_PYTHON, std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/te_custom_recipe_check.py",
+                      dir.file("my_recipe.py"), dir.file("plan.json")});
+}
+
+}  // namespace
+
+TEST_CASE("te-recipe: each copy in its GEMM's recipe, hybrid where a layer's GEMMs differ, as TE runs it",
+          "[te_recipe]") {
+  RecipeLadder ladder;
+  // A layer whose GEMMs take three recipes: X is NVFP4 row-wise and NVFP4 with RHT column-wise, W
+  // NVFP4 row-wise and MXFP8 column-wise, Dy MXFP8 row-wise and NVFP4 with RHT column-wise.
+  for (auto [g, r] : {std::pair{"fprop", "nvfp4"}, {"dgrad", "mxfp8"}, {"wgrad", "nvfp4_rht"}}) {
+    ladder.gemms.push_back(gemm("decoder.0.fc1", g, r));
+  }
+  for (const char* g : {"fprop", "dgrad", "wgrad"}) ladder.gemms.push_back(gemm("decoder.1.fc2", g, "mxfp8"));
+  ladder.gemms.push_back(gemm("decoder.2.proj", "fprop", "bf16"));            // its other GEMMs: the fallback
+  ladder.gemms.push_back(gemm("decoder.3.qkv", "wgrad", "tensor_current"));  // E5M2 for the gradient
+  TempDir dir;
+  const testing::ProcessResult r = check(ladder, "mxfp8", dir);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  // The module says what it is and where it came from.
+  std::ifstream in(dir.file("my_recipe.py"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("FALLBACK = \"mxfp8\"") != std::string::npos);
+  CHECK(text.find("recipe = CustomRecipe(qfactory=qfactory)") != std::string::npos);
+}
+
+TEST_CASE("te-recipe: NVFP4's options become NVFP4Quantizer's arguments for the tensors TE applies them to",
+          "[te_recipe]") {
+  RecipeLadder ladder;
+  const char* options[] = {"nvfp4_4over6", "nvfp4_sr", "nvfp4_row", "nvfp4_rht"};
+  for (const char* r : options) {
+    for (const char* g : {"fprop", "dgrad", "wgrad"}) ladder.gemms.push_back(gemm(std::string("layer.") + r, g, r));
+  }
+  TempDir dir;
+  const testing::ProcessResult r = check(ladder, "nvfp4_4over6", dir);  // a tie: the first by name
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("te-recipe: the checker refuses a module that feeds a GEMM the wrong copy", "[te_recipe]") {
+  RecipeLadder ladder;
+  for (auto [g, r] : {std::pair{"fprop", "nvfp4"}, {"dgrad", "mxfp8"}, {"wgrad", "mxfp8"}}) {
+    ladder.gemms.push_back(gemm("l", g, r));
+  }
+  TempDir dir;
+  // The weight's copies swapped: dgrad would read NVFP4 beside an MXFP8 gradient.
+  const testing::ProcessResult r = check(ladder, "mxfp8", dir, "\"weight\": (\"fprop\", \"dgrad\")",
+                                         "\"weight\": (\"dgrad\", \"fprop\")");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("l dgrad: its operands' copies are of different families") != std::string::npos);
+}
