@@ -171,6 +171,41 @@ TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise cop
   CHECK(rows["w"]["nvfp4_rht"]["underflow_ratio"] == rows["w"]["nvfp4"]["underflow_ratio"]);
 }
 
+TEST_CASE("NVFP4's options through analyze: 4over6 on X and W, stochastic rounding on Dy, row scaling on X",
+          "[cli][analyze]") {
+  TempDir dir;
+  // Rows many binades apart (tokens of different scale: the smallest blocks' UE4M3 scales underflow
+  // under one tensor amax), and column blocks of different amax.
+  std::vector<float> x(32 * 48);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(0.7f * static_cast<float>(i)) * std::exp2(-3.0f * static_cast<float>(i / 48 % 8)) *
+           static_cast<float>(1 + i % 48 / 16);
+  }
+  const std::string path = dir.write("x.npy", npy_file("<f4", false, "(32, 48)", floats(x)));
+  std::map<std::string, std::map<std::string, json>> rows;  // operand -> recipe -> line
+  for (const char* operand : {"x", "dy", "w"}) {
+    const ProcessResult r = analyze({path, "--json", "--operand", operand, "--recipe", "nvfp4", "--recipe",
+                                     "nvfp4_4over6", "--recipe", "nvfp4_sr", "--recipe", "nvfp4_row"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    for (const json& line : lines(r.out)) rows[operand][line["recipe"]] = line;
+  }
+  auto mse = [&](const char* operand, const char* recipe) { return rows[operand][recipe]["mse"].get<double>(); };
+  // Each option changes the operands TE applies it to, and leaves the others as nvfp4 casts them.
+  CHECK(mse("x", "nvfp4_4over6") != mse("x", "nvfp4"));
+  CHECK(mse("w", "nvfp4_4over6") != mse("w", "nvfp4"));
+  CHECK(mse("dy", "nvfp4_4over6") == mse("dy", "nvfp4"));
+  CHECK(mse("dy", "nvfp4_sr") > mse("dy", "nvfp4"));  // the expected error of a random rounding
+  CHECK(mse("x", "nvfp4_sr") == mse("x", "nvfp4"));
+  // Under one tensor amax the smallest rows' block scales are UE4M3 zero: their elements are lost
+  // to a clipped cast (overflow); under their own rows' amaxes they are not.
+  INFO("overflow: nvfp4 " << rows["x"]["nvfp4"]["overflow_ratio"] << ", nvfp4_row " << rows["x"]["nvfp4_row"]["overflow_ratio"]);
+  CHECK(rows["x"]["nvfp4"]["overflow_ratio"].get<double>() > 0.1);
+  CHECK(rows["x"]["nvfp4_row"]["overflow_ratio"].get<double>() < 0.01);
+  CHECK(mse("w", "nvfp4_row") == mse("w", "nvfp4"));
+  for (const char* recipe : {"nvfp4_4over6", "nvfp4_sr", "nvfp4_row"}) CHECK(rows["x"][recipe]["format"] == "e2m1");
+}
+
 TEST_CASE("every real file from the reference writers is analyzed or listed as skipped", "[cli][analyze]") {
   const std::string dir = fp8scope::testing::shared_testdata();
   INFO("the reference writers' files: " << dir << " (../shared/testdata/real beside the checkout)");
