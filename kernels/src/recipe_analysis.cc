@@ -19,7 +19,10 @@ Status analyze_specs(StatsEngine& engine, const TensorView& tensor, const std::v
     for (std::size_t k = 0; k < n; ++k) chunk.push_back(specs[indices[done + k]]);
     TensorAnalysis analysis;
     TensorView view = tensor;
-    if (done > 0 || first == nullptr) view.channels = ChannelAxis::kNone;
+    if (done > 0 || first == nullptr) {  // its moments and channels are not the report's
+      view.channels = ChannelAxis::kNone;
+      view.amax_only = true;
+    }
     if (Status s = engine.analyze(view, chunk, &analysis); !s.ok()) return s;
     for (std::size_t k = 0; k < n; ++k) quant[indices[done + k]] = analysis.quant[k];
     if (done == 0 && first != nullptr) *first = std::move(analysis);

@@ -122,13 +122,17 @@ class CpuPasses final : public TwoPassBackend {
   // folds its rows into an array of its own over the channels it touches (every column, or its
   // contiguous run of rows) and merges it into the whole once done. Max is exact and order-free,
   // so the result does not depend on scheduling.
+  // Columns of 16-bit floats counted by value keep their amax as magnitude bits (bits), which
+  // order as the magnitudes do, until handed over: no conversion of the elements.
   struct TaskChannels {
     ChannelAxis axis = ChannelAxis::kNone;
     std::int64_t first = 0;
     std::vector<float> amax;
+    std::vector<std::uint16_t> bits;
+    bool active() const { return !amax.empty() || !bits.empty(); }
   };
 
-  TaskChannels task_channels(int task, int tasks, ChannelAxis axis) const {
+  TaskChannels task_channels(int task, int tasks, ChannelAxis axis, bool as_bits = false) const {
     TaskChannels c;
     c.axis = axis;
     const std::int64_t first = first_unit(task, tasks), last = first_unit(task + 1, tasks);
@@ -138,7 +142,11 @@ class CpuPasses final : public TwoPassBackend {
       c.first = unit_at(grid_, first).row_begin;
       count = unit_at(grid_, last - 1).row_end - c.first;
     }
-    c.amax.assign(static_cast<std::size_t>(count), 0.0f);
+    if (as_bits && axis == ChannelAxis::kColumns) {
+      c.bits.assign(static_cast<std::size_t>(count), 0);
+    } else {
+      c.amax.assign(static_cast<std::size_t>(count), 0.0f);
+    }
     return c;
   }
 
@@ -160,32 +168,38 @@ class CpuPasses final : public TwoPassBackend {
     return std::nullopt;
   }
 
-  void fold_row_bits(TaskChannels& c, const TensorView& t, const Unit& unit, std::int64_t r, std::uint16_t inf_bits) const {
+  // A row's amax, or each column's, from the codes of a 16-bit tensor.
+  void fold_bits(TaskChannels& c, const TensorView& t, const Unit& unit, std::int64_t r, std::uint16_t inf_bits) const {
     const auto* codes = static_cast<const std::uint16_t*>(t.data) + r * t.cols + unit.col_begin;
+    if (!c.bits.empty()) {
+      kernels_.fold_magnitude_bits16(codes, unit.cols(), inf_bits, c.bits.data() + unit.col_begin);
+      return;
+    }
     const std::uint16_t bits = kernels_.max_magnitude_bits16(codes, unit.cols(), inf_bits);
     float& row = c.amax[static_cast<std::size_t>(r - c.first)];
     row = std::max(row, small_element_value(t.dtype, bits, 1.0f));
   }
 
-  void hand_over(const TaskChannels& c, std::span<float> whole) {
-    if (c.amax.empty()) return;
+  void hand_over(const TaskChannels& c, std::span<float> whole, DType dtype) {
+    if (!c.active()) return;
     std::lock_guard<std::mutex> lock(channel_mu_);
     float* all = whole.data() + c.first;
     for (std::size_t i = 0; i < c.amax.size(); ++i) all[i] = std::max(all[i], c.amax[i]);
+    for (std::size_t i = 0; i < c.bits.size(); ++i) all[i] = std::max(all[i], small_element_value(dtype, c.bits[i], 1.0f));
   }
 
   // Runs f(task, unit, channels, rows) over every unit, each task with its own arrays of channel
   // and row amaxes.
   template <class F>
-  void for_units_with_channels(int tasks, F f) {
+  void for_units_with_channels(int tasks, DType dtype, bool column_bits, F f) {
     pool_.run(tasks, [&](int task) {
-      TaskChannels channels = task_channels(task, tasks, channel_axis_);
+      TaskChannels channels = task_channels(task, tasks, channel_axis_, column_bits);
       TaskChannels rows = task_channels(task, tasks, row_amax_.empty() ? ChannelAxis::kNone : ChannelAxis::kRows);
       for (std::int64_t u = first_unit(task, tasks); u < first_unit(task + 1, tasks); ++u) {
         f(task, unit_at(grid_, u), channels, rows);
       }
-      hand_over(channels, channel_amax_);
-      hand_over(rows, row_amax_);
+      hand_over(channels, channel_amax_, dtype);
+      hand_over(rows, row_amax_, dtype);
     });
   }
 
@@ -204,14 +218,20 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = task_count(t);
     std::vector<TensorMoments> partial(static_cast<std::size_t>(tasks));
     std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
-    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels, TaskChannels& rows) {
+    for_units_with_channels(tasks, t.dtype, false, [&](int task, const Unit& unit, TaskChannels& channels, TaskChannels& rows) {
       auto& xs = x[static_cast<std::size_t>(task)];
       auto& sc = scratch[static_cast<std::size_t>(task)];
       xs.resize(kSegmentCols);
       sc.resize(kSegmentCols);
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
-        kernels_.add_moments(xs.data(), unit.cols(), &partial[static_cast<std::size_t>(task)]);
+        TensorMoments& m = partial[static_cast<std::size_t>(task)];
+        if (t.amax_only) {
+          kernels_.block_amax(xs.data(), unit.cols(), unit.cols(), sc.data());
+          m.amax = std::max(m.amax, sc[0]);
+        } else {
+          kernels_.add_moments(xs.data(), unit.cols(), &m);
+        }
         add_block_amax(unit, r, xs.data(), plan, sc.data());
         fold_channels(channels, unit, r, xs.data(), sc.data());
         fold_channels(rows, unit, r, xs.data(), sc.data());
@@ -227,13 +247,12 @@ class CpuPasses final : public TwoPassBackend {
     const int tasks = static_cast<int>(std::min<std::int64_t>(
         std::max<std::int64_t>(pool_.workers() + 1, ceil_div(t.numel(), kMaxElementsPerCounter)), grid_.units()));
     std::vector<cpu::CodeHistogram> partial(static_cast<std::size_t>(tasks), cpu::CodeHistogram(t.dtype));
-    // Rows of 16-bit floats find their amax from the codes; other channels need the floats.
-    const std::optional<std::uint16_t> row_bits = inf_bits16(t.dtype);
-    const bool channel_bits = row_bits && channel_axis_ == ChannelAxis::kRows;
-    const bool as_floats = !tables_.empty() || (channel_axis_ != ChannelAxis::kNone && !channel_bits) ||
-                           (!row_amax_.empty() && !row_bits);
+    // 16-bit floats find their rows' and columns' amax from the codes; other dtypes need the floats.
+    const std::optional<std::uint16_t> bits16 = inf_bits16(t.dtype);
+    const bool as_floats = !tables_.empty() || ((channel_axis_ != ChannelAxis::kNone || !row_amax_.empty()) && !bits16);
     std::vector<std::vector<float>> x(static_cast<std::size_t>(tasks)), scratch(static_cast<std::size_t>(tasks));
-    for_units_with_channels(tasks, [&](int task, const Unit& unit, TaskChannels& channels, TaskChannels& rows) {
+    for_units_with_channels(tasks, t.dtype, bits16.has_value(), [&](int task, const Unit& unit, TaskChannels& channels,
+                                                                     TaskChannels& rows) {
       auto& xs = x[static_cast<std::size_t>(task)];
       auto& sc = scratch[static_cast<std::size_t>(task)];
       if (as_floats) {
@@ -242,15 +261,17 @@ class CpuPasses final : public TwoPassBackend {
       }
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         partial[static_cast<std::size_t>(task)].add(t.data, r * t.cols + unit.col_begin, unit.cols());
-        if (row_bits) {
-          if (channel_bits && !channels.amax.empty()) fold_row_bits(channels, t, unit, r, *row_bits);
-          if (!rows.amax.empty()) fold_row_bits(rows, t, unit, r, *row_bits);
+        if (bits16) {
+          if (channels.active()) fold_bits(channels, t, unit, r, *bits16);
+          if (rows.active()) fold_bits(rows, t, unit, r, *bits16);
         }
         if (!as_floats) continue;
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, unit.cols(), xs.data());
         add_block_amax(unit, r, xs.data(), plan, sc.data());
-        if (!channel_bits) fold_channels(channels, unit, r, xs.data(), sc.data());
-        if (!row_bits) fold_channels(rows, unit, r, xs.data(), sc.data());
+        if (!bits16) {
+          fold_channels(channels, unit, r, xs.data(), sc.data());
+          fold_channels(rows, unit, r, xs.data(), sc.data());
+        }
       }
     });
     cpu::CodeHistogram all(t.dtype);
@@ -262,6 +283,7 @@ class CpuPasses final : public TwoPassBackend {
   struct Buffers {
     std::vector<float> x, amax, scale, scale_inv, error4, error6, scale4, code4, scale6, code6;
     std::vector<FourOverSixCandidates> candidates;
+    std::vector<float> rows4, rows6;  // 4over6's 2-D blocks: each row's errors
     void reserve() {
       if (!x.empty()) return;
       for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6, &scale4, &code4, &scale6, &code6}) {
@@ -272,12 +294,16 @@ class CpuPasses final : public TwoPassBackend {
   };
 
   // 4over6 in 16x16 blocks, for the unit's blocks of a tabled spec before its cast: each row's
-  // errors, then TE's tree over the block's 16 rows (tree_sum16), the pick into the table. Blocks
-  // never straddle units, so no other task writes these.
+  // errors (the row converted here and again for the cast: a unit's rows kept instead would leave
+  // L1, which costs more), then TE's tree over the block's 16 rows (tree_sum16), the pick into the
+  // table. Blocks never straddle units, so no other task writes these.
   void pick_four_over_six_2d(const TensorView& t, const SpecPlan& p, const Unit& unit, Buffers& b) {
     const int n = unit.cols(), bc = p.spec.block_cols, nb = static_cast<int>(ceil_div(n, bc));
     float* table = tables_.data();
-    std::vector<float> rows4(static_cast<std::size_t>(16 * nb)), rows6(rows4.size());
+    std::vector<float>& rows4 = b.rows4;
+    std::vector<float>& rows6 = b.rows6;
+    rows4.resize(static_cast<std::size_t>(16 * nb));
+    rows6.resize(rows4.size());
     for (std::int64_t r0 = unit.row_begin; r0 < unit.row_end; r0 += p.spec.block_rows) {
       const std::size_t first = p.block_at(r0, unit.col_begin);
       for (int blk = 0; blk < nb; ++blk) {
@@ -326,11 +352,12 @@ class CpuPasses final : public TwoPassBackend {
         }
       }
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
+        const float* x = b.x.data();
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, n, b.x.data());
         for (std::size_t k : cast) {
           const SpecPlan& p = plan.specs[k];
           if (!p.per_block()) {
-            kernels_.quantize(p.spec.format, b.x.data(), n, &p.tensor_scale.scale, &p.tensor_scale.scale_inv, 0,
+            kernels_.quantize(p.spec.format, x, n, &p.tensor_scale.scale, &p.tensor_scale.scale_inv, 0,
                               &acc[k]);
             continue;
           }
@@ -343,10 +370,10 @@ class CpuPasses final : public TwoPassBackend {
             scale_inv = tables_.data() + p.scale_inv_at() + first;
           } else {
             const int nb = static_cast<int>(ceil_div(n, bc));
-            kernels_.block_amax(b.x.data(), n, bc, b.amax.data());
+            kernels_.block_amax(x, n, bc, b.amax.data());
             const BlockRule rule = p.spec.row_scaled ? nvfp4_rule(row_amax_[static_cast<std::size_t>(r)]) : p.rule;
             if (rule.kind == BlockRule::kNvfp4FourOverSix) {
-              kernels_.four_over_six_scales(rule, b.x.data(), n, bc, b.amax.data(), b.scale.data(), b.scale_inv.data());
+              kernels_.four_over_six_scales(rule, x, n, bc, b.amax.data(), b.scale.data(), b.scale_inv.data());
             } else {
               kernels_.block_scales(rule, b.amax.data(), nb, b.scale.data(), b.scale_inv.data());
             }
@@ -356,7 +383,7 @@ class CpuPasses final : public TwoPassBackend {
             }
           }
           const auto cast_segment = p.spec.stochastic ? kernels_.quantize_expected : kernels_.quantize;
-          cast_segment(p.spec.format, b.x.data(), n, scale, scale_inv, bc, &acc[k]);
+          cast_segment(p.spec.format, x, n, scale, scale_inv, bc, &acc[k]);
         }
       }
     });

@@ -208,6 +208,18 @@ std::uint16_t max_magnitude_bits16(const std::uint16_t* __restrict codes, int n,
   return m;
 }
 
+void fold_magnitude_bits16(const std::uint16_t* __restrict codes, int n, std::uint16_t inf_bits,
+                           std::uint16_t* __restrict acc) {
+  // Branch-free (a mask clears NaN's bits), so it vectorizes.
+#pragma omp simd
+  for (int i = 0; i < n; ++i) {
+    const std::uint16_t k = codes[i] & 0x7FFFu;
+    const std::uint16_t v = k & static_cast<std::uint16_t>(-static_cast<int>(k <= inf_bits));
+    const std::uint16_t a = acc[i];
+    acc[i] = a > v ? a : v;
+  }
+}
+
 // ---- Histogram ----------------------------------------------------------------------------------
 
 // Counts bins[0..n) into hist. A segment's values cluster in a few binades, so each bin in the
@@ -418,14 +430,20 @@ template <const FloatFormat& F>
 void quantize_expected_as(const float* __restrict x, int n, const float* __restrict scale,
                           const float* __restrict scale_inv, int block_cols, QuantStats* into) {
   alignas(64) std::uint8_t bins[kSegmentCols];
-  ExpectedLanes acc;
+  ExpectedLanes acc[2];
   auto block_of = [&](int at) { return block_cols > 0 ? at / block_cols : 0; };
   int i = 0;
   auto run = [&](auto maybe_non_finite) {
-    for (; i + kWidth <= n; i += kWidth) {
-      expected_lanes<F, decltype(maybe_non_finite)::value>(acc, load<F32V>(x + i), splat<F32V>(scale[block_of(i)]),
-                                                           splat<F32V>(scale_inv[block_of(i)]), bins + i);
+    constexpr bool kMasked = decltype(maybe_non_finite)::value;
+    auto one = [&](ExpectedLanes& a, int at) {
+      expected_lanes<F, kMasked>(a, load<F32V>(x + at), splat<F32V>(scale[block_of(at)]),
+                                 splat<F32V>(scale_inv[block_of(at)]), bins + at);
+    };
+    for (; i + 2 * kWidth <= n; i += 2 * kWidth) {  // two vectors in flight, as quantize_loop
+      one(acc[0], i);
+      one(acc[1], i + kWidth);
     }
+    for (; i + kWidth <= n; i += kWidth) one(acc[0], i);
   };
   if (all_finite(x, n)) {
     run(std::false_type{});
@@ -433,12 +451,14 @@ void quantize_expected_as(const float* __restrict x, int n, const float* __restr
     run(std::true_type{});
   }
   QuantStats q;
-  q.underflow = add_lanes(acc.underflow[0]) + add_lanes(acc.underflow[1]);
-  q.overflow = static_cast<double>(count_lanes(acc.overflow));
-  q.saturated = add_lanes(acc.saturated[0]) + add_lanes(acc.saturated[1]);
-  q.squared_error = add_lanes(acc.squared_error[0]) + add_lanes(acc.squared_error[1]);
-  q.dot = add_lanes(acc.dot[0]) + add_lanes(acc.dot[1]);
-  q.dequant_squares = add_lanes(acc.dequant_squares[0]) + add_lanes(acc.dequant_squares[1]);
+  for (const ExpectedLanes& a : acc) {
+    q.underflow += add_lanes(a.underflow[0]) + add_lanes(a.underflow[1]);
+    q.overflow += static_cast<double>(count_lanes(a.overflow));
+    q.saturated += add_lanes(a.saturated[0]) + add_lanes(a.saturated[1]);
+    q.squared_error += add_lanes(a.squared_error[0]) + add_lanes(a.squared_error[1]);
+    q.dot += add_lanes(a.dot[0]) + add_lanes(a.dot[1]);
+    q.dequant_squares += add_lanes(a.dequant_squares[0]) + add_lanes(a.dequant_squares[1]);
+  }
   for (; i < n; ++i) {
     const float xi = x[i];
     bins[i] = kNoBin;
@@ -485,47 +505,40 @@ void quantize_expected(CastFormat format, const float* x, int n, const float* sc
   by_format<StochasticCast>(format, x, n, scale, scale_inv, block_cols, into);
 }
 
-// Every element's error under both candidates on whole vectors (a vector never straddles two
-// blocks: the block is a multiple of 16 floats, the widest vector), then each block's sums in
-// element order, as TE adds them.
+// A vector's lanes from `stride` floats apart: lane l of the result is p[l * stride].
+inline F32V load_strided(const float* p, int stride) {
+  F32V v;
+  for (int l = 0; l < kWidth; ++l) v[l] = p[l * stride];
+  return v;
+}
+
+// Each block's error under both candidates, its elements added in order as TE adds them. A
+// vector's lanes are kWidth whole blocks, so each lane's sum is one block's, in element order,
+// with no horizontal sums; the blocks left over (and a last, partial block) go one at a time.
 void four_over_six_errors(const float* __restrict x, int n, int block, const CandidateColumns& c, float tensor_amax,
                           float* __restrict error4, float* __restrict error6) {
-  alignas(64) float e4[kSegmentCols], e6[kSegmentCols];
-  int i = 0;
-  for (; i + kWidth <= n; i += kWidth) {
-    const int b = i / block;
-    const F32V v = load<F32V>(x + i);
-    store(e4 + i, four_over_six_error(v, splat<F32V>(c.scale4[b]), splat<F32V>(c.code4[b]), tensor_amax));
-    store(e6 + i, four_over_six_error(v, splat<F32V>(c.scale6[b]), splat<F32V>(c.code6[b]), tensor_amax));
-  }
-  for (; i < n; ++i) {
-    const int b = i / block;
-    e4[i] = four_over_six_error(x[i], c.scale4[b], c.code4[b], tensor_amax);
-    e6[i] = four_over_six_error(x[i], c.scale6[b], c.code6[b], tensor_amax);
-  }
-  // Each block's sums in element order; four blocks at a time, so the additions overlap.
-  const int whole = n / block;
+  const int whole = n / block, blocks = (n + block - 1) / block;
   int b = 0;
-  for (; b + 4 <= whole; b += 4) {
-    float s4[4] = {}, s6[4] = {};
-    for (int k = 0; k < block; ++k)
-      for (int l = 0; l < 4; ++l) {
-        s4[l] += e4[(b + l) * block + k];
-        s6[l] += e6[(b + l) * block + k];
-      }
-    for (int l = 0; l < 4; ++l) {
-      error4[b + l] = s4[l];
-      error6[b + l] = s6[l];
+  for (; b + kWidth <= whole; b += kWidth) {
+    const F32V scale4 = load<F32V>(c.scale4 + b), code4 = load<F32V>(c.code4 + b);
+    const F32V scale6 = load<F32V>(c.scale6 + b), code6 = load<F32V>(c.code6 + b);
+    F32V sum4{}, sum6{};
+    for (int k = 0; k < block; ++k) {
+      const F32V v = load_strided(x + b * block + k, block);
+      sum4 += four_over_six_error(v, scale4, code4, tensor_amax);
+      sum6 += four_over_six_error(v, scale6, code6, tensor_amax);
     }
+    store(error4 + b, sum4);
+    store(error6 + b, sum6);
   }
-  for (int first = b * block; first < n; ++b, first += block) {
-    float s4 = 0.0f, s6 = 0.0f;
-    for (int k = first; k < std::min(n, first + block); ++k) {
-      s4 += e4[k];
-      s6 += e6[k];
+  for (; b < blocks; ++b) {
+    float sum4 = 0.0f, sum6 = 0.0f;
+    for (int k = b * block; k < std::min(n, (b + 1) * block); ++k) {
+      sum4 += four_over_six_error(x[k], c.scale4[b], c.code4[b], tensor_amax);
+      sum6 += four_over_six_error(x[k], c.scale6[b], c.code6[b], tensor_amax);
     }
-    error4[b] = s4;
-    error6[b] = s6;
+    error4[b] = sum4;
+    error6[b] = sum6;
   }
 }
 
@@ -557,7 +570,7 @@ void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int 
 
 extern const SegmentKernels kKernels;
 const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments,          block_amax,
-                              fold_amax,            max_magnitude_bits16, block_scales,
+                              fold_amax,            max_magnitude_bits16, fold_magnitude_bits16, block_scales,
                               quantize,             quantize_expected,    four_over_six_errors,
                               four_over_six_scales};
 

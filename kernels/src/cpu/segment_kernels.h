@@ -36,6 +36,8 @@ struct SegmentKernels {
   // The largest magnitude bits (sign cleared) of n 16-bit floats whose Inf is inf_bits, NaN
   // skipped: they order as the magnitudes do, so a row's amax needs no conversion.
   std::uint16_t (*max_magnitude_bits16)(const std::uint16_t* codes, int n, std::uint16_t inf_bits);
+  // acc[i] = max(acc[i], magnitude bits of codes[i]), NaN skipped: a column per element.
+  void (*fold_magnitude_bits16)(const std::uint16_t* codes, int n, std::uint16_t inf_bits, std::uint16_t* acc);
   // scale[b], scale_inv[b] from amax[b], b < nb, by the block rule (scale_rules.h).
   void (*block_scales)(const BlockRule& rule, const float* amax, int nb, float* scale, float* scale_inv);
   // Quantizes x[0..n) with scale[i / block_cols] (block_cols 0: scale[0] for all), adding the

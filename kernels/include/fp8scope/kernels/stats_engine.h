@@ -35,6 +35,9 @@ struct TensorView {
   std::int64_t cols = 0;
   float scale_inv = 1.0f;
   ChannelAxis channels = ChannelAxis::kNone;
+  // The caller reads none of the moments but the TE amax the scales need: an engine may then
+  // leave the rest out (TensorAnalysis::moments holds amax = TE's amax, Inf kept, and no more).
+  bool amax_only = false;
 
   std::int64_t numel() const { return rows * cols; }
 };
