@@ -283,7 +283,6 @@ class CpuPasses final : public TwoPassBackend {
   struct Buffers {
     std::vector<float> x, amax, scale, scale_inv, error4, error6, scale4, code4, scale6, code6;
     std::vector<FourOverSixCandidates> candidates;
-    std::vector<float> rows4, rows6;  // 4over6's 2-D blocks: each row's errors
     void reserve() {
       if (!x.empty()) return;
       for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6, &scale4, &code4, &scale6, &code6}) {
@@ -293,43 +292,57 @@ class CpuPasses final : public TwoPassBackend {
     }
   };
 
-  // 4over6 in 16x16 blocks, for the unit's blocks of a tabled spec before its cast: each row's
-  // errors (the row converted here and again for the cast: a unit's rows kept instead would leave
-  // L1, which costs more), then TE's tree over the block's 16 rows (tree_sum16), the pick into the
-  // table. Blocks never straddle units, so no other task writes these.
-  void pick_four_over_six_2d(const TensorView& t, const SpecPlan& p, const Unit& unit, Buffers& b) {
-    const int n = unit.cols(), bc = p.spec.block_cols, nb = static_cast<int>(ceil_div(n, bc));
+  // 4over6 in 16x16 blocks (a tabled spec): a block picks its candidate from all 16 of its rows
+  // before any of them is cast, so this spec takes the unit in stripes of 16 rows by kStripeCols
+  // columns, each converted once into L1 (row i at i * width) for both: each row's errors, TE's
+  // tree over the rows (tree_sum16), the pick into the table, then the stripe's cast in one call.
+  // Blocks never straddle units, so no other task writes these table entries.
+  static constexpr int kStripeCols = kSegmentCols / 16;
+  void cast_four_over_six_2d(const TensorView& t, const SpecPlan& p, const Unit& unit, Buffers& b, QuantStats& acc) {
+    constexpr int kRows = 16;
+    const int bc = p.spec.block_cols;
     float* table = tables_.data();
-    std::vector<float>& rows4 = b.rows4;
-    std::vector<float>& rows6 = b.rows6;
-    rows4.resize(static_cast<std::size_t>(16 * nb));
-    rows6.resize(rows4.size());
-    for (std::int64_t r0 = unit.row_begin; r0 < unit.row_end; r0 += p.spec.block_rows) {
-      const std::size_t first = p.block_at(r0, unit.col_begin);
-      for (int blk = 0; blk < nb; ++blk) {
-        const FourOverSixCandidates& c = b.candidates[blk] = four_over_six_candidates(p.rule, table[p.amax_at() + first + blk]);
-        b.scale4[blk] = c.map4.scale;
-        b.code4[blk] = c.code4;
-        b.scale6[blk] = c.map6.scale;
-        b.code6[blk] = c.code6;
-      }
-      std::fill(rows4.begin(), rows4.end(), 0.0f);
-      std::fill(rows6.begin(), rows6.end(), 0.0f);
-      for (std::int64_t r = r0; r < std::min(unit.row_end, r0 + p.spec.block_rows); ++r) {
-        kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, n, b.x.data());
-        kernels_.four_over_six_errors(b.x.data(), n, bc,
-                                      cpu::CandidateColumns{b.scale4.data(), b.code4.data(), b.scale6.data(), b.code6.data()},
-                                      p.rule.tensor_amax, b.error4.data(), b.error6.data());
+    for (std::int64_t r0 = unit.row_begin; r0 < unit.row_end; r0 += kRows) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(kRows, unit.row_end - r0));
+      for (int c0 = 0; c0 < unit.cols(); c0 += kStripeCols) {
+        const int width = std::min(kStripeCols, unit.cols() - c0), nb = static_cast<int>(ceil_div(width, bc));
+        const std::size_t first = p.block_at(r0, unit.col_begin + c0);
         for (int blk = 0; blk < nb; ++blk) {
-          rows4[static_cast<std::size_t>(blk * 16 + (r - r0))] = b.error4[blk];
-          rows6[static_cast<std::size_t>(blk * 16 + (r - r0))] = b.error6[blk];
+          const FourOverSixCandidates& c = b.candidates[blk] = four_over_six_candidates(p.rule, table[p.amax_at() + first + blk]);
+          b.scale4[blk] = c.map4.scale;
+          b.code4[blk] = c.code4;
+          b.scale6[blk] = c.map6.scale;
+          b.code6[blk] = c.code6;
         }
-      }
-      for (int blk = 0; blk < nb; ++blk) {
-        const float e4 = tree_sum16(rows4.data() + blk * 16), e6 = tree_sum16(rows6.data() + blk * 16);
-        const ScalePair s = four_over_six_pick(b.candidates[blk], e4, e6);
-        table[p.scale_at() + first + blk] = s.scale;
-        table[p.scale_inv_at() + first + blk] = s.scale_inv;
+        float rows4[kStripeCols / 16][kRows] = {}, rows6[kStripeCols / 16][kRows] = {};  // past the last row: 0
+        for (int i = 0; i < rows; ++i) {
+          float* x = b.x.data() + i * width;
+          kernels_.to_float(t.data, t.dtype, t.scale_inv, (r0 + i) * t.cols + unit.col_begin + c0, width, x);
+          kernels_.four_over_six_errors(x, width, bc,
+                                        cpu::CandidateColumns{b.scale4.data(), b.code4.data(), b.scale6.data(), b.code6.data()},
+                                        p.rule.tensor_amax, b.error4.data(), b.error6.data());
+          for (int blk = 0; blk < nb; ++blk) {
+            rows4[blk][i] = b.error4[blk];
+            rows6[blk][i] = b.error6[blk];
+          }
+        }
+        for (int blk = 0; blk < nb; ++blk) {
+          const ScalePair s = four_over_six_pick(b.candidates[blk], tree_sum16(rows4[blk]), tree_sum16(rows6[blk]));
+          table[p.scale_at() + first + blk] = s.scale;
+          table[p.scale_inv_at() + first + blk] = s.scale_inv;
+          for (int i = 0; i < rows; ++i) {  // each row's copy of the block's scales, for one cast of the stripe
+            b.scale[static_cast<std::size_t>(i * nb + blk)] = s.scale;
+            b.scale_inv[static_cast<std::size_t>(i * nb + blk)] = s.scale_inv;
+          }
+        }
+        if (width % bc == 0) {
+          kernels_.quantize(p.spec.format, b.x.data(), rows * width, b.scale.data(), b.scale_inv.data(), bc, &acc);
+        } else {  // a last block narrower than the others: row by row
+          for (int i = 0; i < rows; ++i) {
+            kernels_.quantize(p.spec.format, b.x.data() + i * width, width, b.scale.data() + i * nb,
+                              b.scale_inv.data() + i * nb, bc, &acc);
+          }
+        }
       }
     }
   }
@@ -346,15 +359,19 @@ class CpuPasses final : public TwoPassBackend {
       b.reserve();
       std::vector<QuantStats>& acc = partial[static_cast<std::size_t>(task)];
       const int n = unit.cols();
+      std::vector<std::size_t> by_row;
       for (std::size_t k : cast) {
         if (plan.specs[k].tabled && plan.specs[k].rule.kind == BlockRule::kNvfp4FourOverSix) {
-          pick_four_over_six_2d(t, plan.specs[k], unit, b);
+          cast_four_over_six_2d(t, plan.specs[k], unit, b, acc[k]);
+        } else {
+          by_row.push_back(k);
         }
       }
+      if (by_row.empty()) return;
       for (std::int64_t r = unit.row_begin; r < unit.row_end; ++r) {
         const float* x = b.x.data();
         kernels_.to_float(t.data, t.dtype, t.scale_inv, r * t.cols + unit.col_begin, n, b.x.data());
-        for (std::size_t k : cast) {
+        for (std::size_t k : by_row) {
           const SpecPlan& p = plan.specs[k];
           if (!p.per_block()) {
             kernels_.quantize(p.spec.format, x, n, &p.tensor_scale.scale, &p.tensor_scale.scale_inv, 0,

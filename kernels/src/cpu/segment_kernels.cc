@@ -330,38 +330,52 @@ void block_scales(const BlockRule& rule, const float* __restrict amax, int nb, f
   }
 }
 
-template <const FloatFormat& F, bool kPerBlock>
-void quantize_loop(const float* __restrict x, int n, const float* __restrict scale,
-                   const float* __restrict scale_inv, int block_cols, QuantStats* into) {
-  alignas(64) std::uint8_t bins[kSegmentCols];
-  QuantLanes acc[2];
-  const F32V s0 = splat<F32V>(scale[0]), si0 = splat<F32V>(scale_inv[0]);
+// Runs one(acc, at, masked) over a segment's whole vectors, two in flight, masked (std::true_type)
+// when the segment holds NaN or Inf; returns where the scalar tail starts.
+template <class Acc, class One>
+int over_vectors(const float* x, int n, Acc (&acc)[2], One one) {
   int i = 0;
-  auto run = [&](auto maybe_non_finite) {
-    constexpr bool kMasked = decltype(maybe_non_finite)::value;
-    auto one = [&](QuantLanes& a, int at) {
-      quantize_lanes<F, kMasked>(a, load<F32V>(x + at), kPerBlock ? splat<F32V>(scale[at / block_cols]) : s0,
-                                 kPerBlock ? splat<F32V>(scale_inv[at / block_cols]) : si0, bins + at);
-    };
-    for (; i + 2 * kWidth <= n; i += 2 * kWidth) {  // two vectors in flight
-      one(acc[0], i);
-      one(acc[1], i + kWidth);
+  auto run = [&](auto masked) {
+    for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
+      one(acc[0], i, masked);
+      one(acc[1], i + kWidth, masked);
     }
-    for (; i + kWidth <= n; i += kWidth) one(acc[0], i);
+    for (; i + kWidth <= n; i += kWidth) one(acc[0], i, masked);
   };
   if (all_finite(x, n)) {
     run(std::false_type{});
   } else {
     run(std::true_type{});
   }
+  return i;
+}
+
+double sum_of(const F64V (&halves)[2]) { return add_lanes(halves[0]) + add_lanes(halves[1]); }
+
+// The error sums every lane structure keeps in two halves of fp64 lanes.
+template <class Lanes>
+void add_error_lanes(QuantStats& q, const Lanes& a) {
+  q.squared_error += sum_of(a.squared_error);
+  q.dot += sum_of(a.dot);
+  q.dequant_squares += sum_of(a.dequant_squares);
+}
+
+template <const FloatFormat& F, bool kPerBlock>
+void quantize_loop(const float* __restrict x, int n, const float* __restrict scale,
+                   const float* __restrict scale_inv, int block_cols, QuantStats* into) {
+  alignas(64) std::uint8_t bins[kSegmentCols];
+  QuantLanes acc[2];
+  const F32V s0 = splat<F32V>(scale[0]), si0 = splat<F32V>(scale_inv[0]);
+  int i = over_vectors(x, n, acc, [&](QuantLanes& a, int at, auto masked) {
+    quantize_lanes<F, decltype(masked)::value>(a, load<F32V>(x + at), kPerBlock ? splat<F32V>(scale[at / block_cols]) : s0,
+                                               kPerBlock ? splat<F32V>(scale_inv[at / block_cols]) : si0, bins + at);
+  });
   QuantStats q;
   for (const QuantLanes& a : acc) {
     q.underflow += count_lanes(a.underflow);
     q.overflow += count_lanes(a.overflow);
     q.saturated += count_lanes(a.saturated);
-    q.squared_error += add_lanes(a.squared_error[0]) + add_lanes(a.squared_error[1]);
-    q.dot += add_lanes(a.dot[0]) + add_lanes(a.dot[1]);
-    q.dequant_squares += add_lanes(a.dequant_squares[0]) + add_lanes(a.dequant_squares[1]);
+    add_error_lanes(q, a);
   }
   for (; i < n; ++i) {  // the same math, one float at a time
     const float xi = x[i];
@@ -432,32 +446,16 @@ void quantize_expected_as(const float* __restrict x, int n, const float* __restr
   alignas(64) std::uint8_t bins[kSegmentCols];
   ExpectedLanes acc[2];
   auto block_of = [&](int at) { return block_cols > 0 ? at / block_cols : 0; };
-  int i = 0;
-  auto run = [&](auto maybe_non_finite) {
-    constexpr bool kMasked = decltype(maybe_non_finite)::value;
-    auto one = [&](ExpectedLanes& a, int at) {
-      expected_lanes<F, kMasked>(a, load<F32V>(x + at), splat<F32V>(scale[block_of(at)]),
-                                 splat<F32V>(scale_inv[block_of(at)]), bins + at);
-    };
-    for (; i + 2 * kWidth <= n; i += 2 * kWidth) {  // two vectors in flight, as quantize_loop
-      one(acc[0], i);
-      one(acc[1], i + kWidth);
-    }
-    for (; i + kWidth <= n; i += kWidth) one(acc[0], i);
-  };
-  if (all_finite(x, n)) {
-    run(std::false_type{});
-  } else {
-    run(std::true_type{});
-  }
+  int i = over_vectors(x, n, acc, [&](ExpectedLanes& a, int at, auto masked) {
+    expected_lanes<F, decltype(masked)::value>(a, load<F32V>(x + at), splat<F32V>(scale[block_of(at)]),
+                                               splat<F32V>(scale_inv[block_of(at)]), bins + at);
+  });
   QuantStats q;
   for (const ExpectedLanes& a : acc) {
-    q.underflow += add_lanes(a.underflow[0]) + add_lanes(a.underflow[1]);
+    q.underflow += sum_of(a.underflow);
     q.overflow += static_cast<double>(count_lanes(a.overflow));
-    q.saturated += add_lanes(a.saturated[0]) + add_lanes(a.saturated[1]);
-    q.squared_error += add_lanes(a.squared_error[0]) + add_lanes(a.squared_error[1]);
-    q.dot += add_lanes(a.dot[0]) + add_lanes(a.dot[1]);
-    q.dequant_squares += add_lanes(a.dequant_squares[0]) + add_lanes(a.dequant_squares[1]);
+    q.saturated += sum_of(a.saturated);
+    add_error_lanes(q, a);
   }
   for (; i < n; ++i) {
     const float xi = x[i];

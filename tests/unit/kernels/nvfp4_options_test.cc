@@ -21,6 +21,7 @@
 #include "fp8scope/kernels/quantize_element.h"
 #include "fp8scope/kernels/recipe_analysis.h"
 #include "fp8scope/kernels/scale_rules.h"
+#include "fp4_recipe_cases.h"
 
 using namespace fp8scope;
 
@@ -187,21 +188,11 @@ Oracle row_scaled(const std::vector<float>& x, std::int64_t rows, std::int64_t c
 
 // ---- Helpers ---------------------------------------------------------------------------------------
 
-std::vector<std::uint16_t> bf16_of(std::vector<float>& x) {
-  std::vector<std::uint16_t> b;
-  for (float& v : x) {
-    b.push_back(float_to_bf16(v));
-    v = bf16_to_float(b.back());
-  }
-  return b;
-}
-
-RecipePlan plan(RecipeKind kind, Operand operand) {
-  RecipePlan p;
-  p.recipe = default_recipe(kind);
-  p.format = CastFormat::kE2M1;
-  p.operand = operand;
-  return p;
+// x as the BF16 an engine reads, x itself rounded to it (what the oracles take).
+std::vector<std::uint16_t> bf16_rounding(std::vector<float>& x) {
+  const std::vector<std::uint16_t> bits = testing::bf16_of(x);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(bits[i]);
+  return bits;
 }
 
 QuantStats run(const TensorView& view, RecipeKind kind, Operand operand, int threads = 2,
@@ -212,7 +203,7 @@ QuantStats run(const TensorView& view, RecipeKind kind, Operand operand, int thr
   options.isa = isa;
   auto engine = std::move(make_cpu_engine(options)).value();
   // tensor_current beside it: a per-tensor spec lets value counts run pass 1 (row amaxes from codes).
-  const std::vector<RecipePlan> plans = {plan(kind, operand),
+  const std::vector<RecipePlan> plans = {testing::fp4_plan(kind, operand),
                                          RecipePlan{default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, operand, std::nullopt}};
   return analyze_recipes(*engine, view, plans).value().recipes[0].stats;
 }
@@ -244,7 +235,7 @@ TEST_CASE("4over6 casts X per 1x16 block and W per 16x16 block as the oracle of 
   for (const Case& c : {Case{37, 40, Operand::kX}, Case{37, 40, Operand::kW}, Case{130, 4100, Operand::kX},
                         Case{64, 4112, Operand::kW}, Case{1, 16, Operand::kW}}) {
     std::vector<float> x = trouble(c.rows, c.cols, static_cast<std::uint32_t>(c.rows + c.cols));
-    const std::vector<std::uint16_t> bits = bf16_of(x);
+    const std::vector<std::uint16_t> bits = bf16_rounding(x);
     const int block_rows = c.operand == Operand::kW ? 16 : 1;
     const Oracle want = four_over_six(x, c.rows, c.cols, block_rows);
     INFO(c.rows << "x" << c.cols << " block rows " << block_rows << ": map4 " << want.map4 << ", map6 " << want.map6);
@@ -271,7 +262,7 @@ TEST_CASE("4over6: a tie keeps map6, a strictly smaller error takes map4, a grad
   tie[2] = 1.5f;
   auto engine = make_cpu_engine(1);
   auto stats = [&](std::vector<float>& x, RecipeKind kind, Operand op) {
-    const std::vector<RecipePlan> plans = {plan(kind, op)};
+    const std::vector<RecipePlan> plans = {testing::fp4_plan(kind, op)};
     return analyze_recipes(*engine, TensorView{x.data(), DType::kF32, 1, 16, 1.0f}, plans).value().recipes[0].stats;
   };
   CHECK(stats(tie, RecipeKind::kNvfp4FourOverSix, Operand::kX).scale_max == 1.0f);
@@ -369,7 +360,7 @@ TEST_CASE("stochastic rounding's expectation equals the mean over every draw TE'
 TEST_CASE("nvfp4_sr reports a gradient's expected statistics as the fp64 oracle does, and X and W round to nearest",
           "[nvfp4_options]") {
   std::vector<float> x = trouble(37, 40, 17);
-  const std::vector<std::uint16_t> bits = bf16_of(x);
+  const std::vector<std::uint16_t> bits = bf16_rounding(x);
   const TensorView view{bits.data(), DType::kBF16, 37, 40, 1.0f};
   // The oracle: nvfp4's 1x16 scales (scale_rules_test pins them), then each element's two
   // neighbours on the E2M1 grid, searched, weighted by the chance of each.
@@ -436,7 +427,7 @@ TEST_CASE("nvfp4_row scales each row of X by its own amax, as the oracle of TE's
       for (std::int64_t k = 0; k < c.cols; ++k) x[static_cast<std::size_t>(r * c.cols + k)] *= factor;
       if (c.cols > 4096) x[static_cast<std::size_t>(r * c.cols + 4500)] = 90.0f * factor;
     }
-    const std::vector<std::uint16_t> bits = bf16_of(x);
+    const std::vector<std::uint16_t> bits = bf16_rounding(x);
     const Oracle want = row_scaled(x, c.rows, c.cols);
     for (auto strategy : {CpuEngineOptions::Strategy::kElementwise, CpuEngineOptions::Strategy::kValueCounts}) {
       for (const TensorView& view : {TensorView{bits.data(), DType::kBF16, c.rows, c.cols, 1.0f},

@@ -18,9 +18,11 @@
 #include "fp8scope/kernels/cpu_engine.h"
 #include "fp8scope/kernels/hadamard_transform.h"
 #include "fp8scope/kernels/recipe_analysis.h"
+#include "fp4_recipe_cases.h"
 #include "reference_analysis.h"
 
 using namespace fp8scope;
+using fp8scope::testing::bf16_of;
 
 namespace {
 
@@ -47,19 +49,6 @@ std::vector<float> oracle_transform(const std::vector<float>& x, std::int64_t ro
   return t;
 }
 
-std::vector<std::uint16_t> bf16_of(const std::vector<float>& x) {
-  std::vector<std::uint16_t> b;
-  for (float v : x) b.push_back(float_to_bf16(v));
-  return b;
-}
-
-RecipePlan plan(RecipeKind kind, Operand operand) {
-  RecipePlan p;
-  p.recipe = default_recipe(kind);
-  p.format = CastFormat::kE2M1;
-  p.operand = operand;
-  return p;
-}
 
 }  // namespace
 
@@ -129,7 +118,7 @@ TEST_CASE("nvfp4_rht casts X's and Dy's transform as nvfp4 1x16 and a weight as 
   const TensorView view{bits.data(), DType::kBF16, rows, cols, 1.0f};
   auto engine = make_cpu_engine(2);
   for (Operand operand : {Operand::kX, Operand::kDy}) {
-    const std::vector<RecipePlan> plans = {plan(RecipeKind::kNvfp4Rht, operand)};
+    const std::vector<RecipePlan> plans = {testing::fp4_plan(RecipeKind::kNvfp4Rht, operand)};
     const TensorReport r = analyze_recipes(*engine, view, plans).value();
     std::int64_t padded = 0;
     const std::vector<float> t = oracle_transform(x, rows, cols, &padded);
@@ -152,7 +141,8 @@ TEST_CASE("nvfp4_rht casts X's and Dy's transform as nvfp4 1x16 and a weight as 
     CHECK(got.underflow > 0);
   }
   // Weights are never transformed: nvfp4_rht is nvfp4's 16x16 cast.
-  const std::vector<RecipePlan> weights = {plan(RecipeKind::kNvfp4Rht, Operand::kW), plan(RecipeKind::kNvfp4, Operand::kW)};
+  const std::vector<RecipePlan> weights = {testing::fp4_plan(RecipeKind::kNvfp4Rht, Operand::kW),
+                                           testing::fp4_plan(RecipeKind::kNvfp4, Operand::kW)};
   const TensorReport w = analyze_recipes(*engine, view, weights).value();
   CHECK(w.recipes[0].spec.block_rows == 16);
   CHECK(w.recipes[0].stats.squared_error == w.recipes[1].stats.squared_error);
@@ -174,7 +164,8 @@ TEST_CASE("what RHT buys: an iid Gaussian nothing, sparse outliers fewer flushed
     for (std::size_t i = 0; i < x.size(); i += 61) x[i] *= outlier;
     const std::vector<std::uint16_t> bits = bf16_of(x);
     auto engine = make_cpu_engine(2);
-    const std::vector<RecipePlan> plans = {plan(RecipeKind::kNvfp4, Operand::kX), plan(RecipeKind::kNvfp4Rht, Operand::kX)};
+    const std::vector<RecipePlan> plans = {testing::fp4_plan(RecipeKind::kNvfp4, Operand::kX),
+                                           testing::fp4_plan(RecipeKind::kNvfp4Rht, Operand::kX)};
     const TensorReport r = analyze_recipes(*engine, TensorView{bits.data(), DType::kBF16, 256, 256, 1.0f}, plans).value();
     std::array<double, 4> out{};
     for (int k = 0; k < 2; ++k) {
@@ -200,7 +191,7 @@ TEST_CASE("more recipes than one engine call holds are split over calls, with th
   auto engine = make_cpu_engine(1);
   std::vector<RecipePlan> all;
   for (RecipeKind kind : kAllRecipeKinds) {
-    RecipePlan p = plan(kind, Operand::kW);
+    RecipePlan p = testing::fp4_plan(kind, Operand::kW);
     p.recipe = default_recipe(kind);
     p.format = p.recipe.format_for(Operand::kW);
     all.push_back(p);
