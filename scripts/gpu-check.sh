@@ -42,8 +42,8 @@ if [ -x .carry/bin/fp8scope ]; then
   # BLK128x128_32F run on sm_90 (cuBLAS 12.9+); MXFP8's VEC32_UE8M0 and NVFP4's VEC16_UE4M3 need
   # sm_100, so on an H100/H200 they are compiled (tiny_trainer and the hook have them), not run.
   block_modes=(block)
-  if [ "$arch" -ge 100 ]; then block_modes+=(mxfp8 nvfp4); else
-    echo "mxfp8, nvfp4: need sm_100 (B200/GB200); compiled, not run on sm_$arch"; fi
+  if [ "$arch" -ge 100 ]; then block_modes+=(mxfp8 nvfp4 nvfp4_row); else
+    echo "mxfp8, nvfp4, nvfp4_row: need sm_100 (B200/GB200); compiled, not run on sm_$arch"; fi
   for mode in "${block_modes[@]}"; do
     "$carry/bin/tiny_trainer" --steps 8 --mode "$mode" --losses "$work/$mode.alone"
     mkdir -p "$work/dump-$mode"

@@ -21,6 +21,7 @@ MODES = {
     "block": ("e4m3", {"x": "vec128_32f", "w": "blk128x128_32f", "dy": "vec128_32f"}),
     "mxfp8": ("e4m3", {"x": "vec32_ue8m0", "w": "vec32_ue8m0", "dy": "vec32_ue8m0"}),
     "nvfp4": ("e2m1", {"x": "vec16_ue4m3", "w": "vec16_ue4m3", "dy": "vec16_ue4m3"}),
+    "nvfp4_row": ("e2m1", {"x": "vec16_ue4m3_row_scaled", "w": "vec16_ue4m3", "dy": "vec16_ue4m3"}),
 }
 TENSOR_KEYS = ("amax", "zero_ratio")
 OBSERVED_KEYS = ("saturation_ratio", "block_scale_floor_ratio", "block_scale_ceiling_ratio")
