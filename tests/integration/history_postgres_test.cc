@@ -204,11 +204,15 @@ TEST_CASE("killed right after its last ACCEPTED ack, a daemon writing to Postgre
   TempDir dir;
   const std::string url = postgres().create_database();
   constexpr int kSamples = 200;
-  auto daemon = std::make_unique<DaemonProcess>(dir.file("data"), std::vector<std::string>{"--history", url});
+  // One analysis worker on one thread, and 1 MiB samples: analysis falls behind the acks (which
+  // come once a sample is queued), so the kill finds some queued and unstored. With every core
+  // analyzing, a fast machine once stored all 200 before the kill.
+  auto daemon = std::make_unique<DaemonProcess>(
+      dir.file("data"),
+      std::vector<std::string>{"--history", url, "--analysis-workers", "1", "--engine-threads", "1"});
   {
     auto stream = SampleStream::open(to(*daemon), make_hello("job", "killed", 0, 1, 1));
     REQUIRE(stream.ok());
-    // 1 MiB samples: analysis falls behind the acks, so the kill finds some queued and unstored.
     const std::vector<float> big = activation(1, 512 * 512);
     for (int step = 0; step < kSamples; ++step) {
       REQUIRE(stream.value()->send(f32_header("blocks.0.mlp", static_cast<std::uint64_t>(step), 512, 512), bytes_of(big)).ok());

@@ -673,11 +673,13 @@ TEST_CASE("killed right after its last ACCEPTED ack, the daemon's next start cou
   TempDir dir;
   constexpr int kSamples = 300;
   constexpr int kRecordsPerSample = static_cast<int>(std::size(kDefaultRecipeKinds));  // the default policy's recipes
-  auto daemon = std::make_unique<DaemonProcess>(dir.file("data"));
+  // One analysis worker on one thread, and 1 MiB samples: analysis falls behind the acks, so the
+  // kill finds some queued and unstored (history_postgres_test's twin once found none).
+  auto daemon = std::make_unique<DaemonProcess>(dir.file("data"),
+                                                std::vector<std::string>{"--analysis-workers", "1", "--engine-threads", "1"});
   {
     auto stream = SampleStream::open(to(*daemon), hello("killed"));
     REQUIRE(stream.ok());
-    // 1 MiB samples: analysis falls behind the acks, so the kill finds some queued and unstored.
     std::vector<float> big(512 * 512);
     for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i * 2654435761u) % 1000) / 250.0f - 2.0f;
     v1::TensorHeader h = header("blocks.0.mlp", 0);

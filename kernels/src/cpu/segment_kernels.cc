@@ -420,7 +420,7 @@ template <const FloatFormat& F, bool kMaybeNonFinite>
 inline void expected_lanes(ExpectedLanes& acc, F32V x, F32V scale, F32V scale_inv, std::uint8_t* bins) {
   const ExpectedElement<F32V> e = stochastic_element<F>(x, scale, scale_inv);
   const F32V one = splat<F32V>(1.0f), zero{};
-  I32V finite = x == x;  // all lanes set
+  I32V finite = ~I32V{};  // all lanes set
   F32V xv = x, lo = e.low, hi = e.high, p = e.p_high;
   if constexpr (kMaybeNonFinite) {
     finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;

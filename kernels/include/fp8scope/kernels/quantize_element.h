@@ -73,7 +73,8 @@ FP8SCOPE_HD ExpectedElement<V> stochastic_element(V x, V scale, V scale_inv) {
   e = e < kLow ? splat<Bits>(kLow) : (e > kHigh ? splat<Bits>(kHigh) : e);
   const V step = L::from_bits((e - C::kMantissaBits) << 23);
   const V inv_step = L::from_bits((254u - (e - C::kMantissaBits)) << 23);  // 1 / step, exactly
-  const V nearest = round_to_grid<F>(abs_y);
+  const V c = L::from_bits((e + (23 - C::kMantissaBits)) << 23);  // round_to_grid's, from the same exponent
+  const V nearest = add_rn(add_rn(abs_y, c), -c);
   const auto beyond = abs_y >= C::kMax;
   V lo = nearest > abs_y ? add_rn(nearest, -step) : nearest;
   lo = beyond ? splat<V>(C::kMax) : lo;
