@@ -425,7 +425,7 @@ TEST_CASE("nvfp4_row scales each row of X by its own amax, as the oracle of TE's
       // Rows a few binades apart, as tokens are; row 0 stays, and the last row is all zero.
       const float factor = r + 1 == c.rows ? 0.0f : std::ldexp(1.0f, -static_cast<int>(r % 9)) * (1.0f + 0.1f * (r % 5));
       for (std::int64_t k = 0; k < c.cols; ++k) x[static_cast<std::size_t>(r * c.cols + k)] *= factor;
-      if (c.cols > 4096) x[static_cast<std::size_t>(r * c.cols + 4500)] = 90.0f * factor;
+      if (c.cols > 4096) x[static_cast<std::size_t>(r * c.cols + 4096 + (c.cols - 4096) / 2)] = 90.0f * factor;
     }
     const std::vector<std::uint16_t> bits = bf16_rounding(x);
     const Oracle want = row_scaled(x, c.rows, c.cols);
