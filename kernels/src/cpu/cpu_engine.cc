@@ -281,14 +281,11 @@ class CpuPasses final : public TwoPassBackend {
 
   // A pass 2 task's buffers, one segment each.
   struct Buffers {
-    std::vector<float> x, amax, scale, scale_inv, error4, error6, scale4, code4, scale6, code6;
-    std::vector<FourOverSixCandidates> candidates;
+    std::vector<float> x, amax, scale, scale_inv, error4, error6;
+    cpu::FourOverSixBlocks candidates;  // 4over6 in 16x16 blocks
     void reserve() {
       if (!x.empty()) return;
-      for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6, &scale4, &code4, &scale6, &code6}) {
-        v->resize(kSegmentCols);
-      }
-      candidates.resize(kSegmentCols);
+      for (auto* v : {&x, &amax, &scale, &scale_inv, &error4, &error6}) v->resize(kSegmentCols);
     }
   };
 
@@ -307,27 +304,19 @@ class CpuPasses final : public TwoPassBackend {
       for (int c0 = 0; c0 < unit.cols(); c0 += kStripeCols) {
         const int width = std::min(kStripeCols, unit.cols() - c0), nb = static_cast<int>(ceil_div(width, bc));
         const std::size_t first = p.block_at(r0, unit.col_begin + c0);
-        for (int blk = 0; blk < nb; ++blk) {
-          const FourOverSixCandidates& c = b.candidates[blk] = four_over_six_candidates(p.rule, table[p.amax_at() + first + blk]);
-          b.scale4[blk] = c.map4.scale;
-          b.code4[blk] = c.code4;
-          b.scale6[blk] = c.map6.scale;
-          b.code6[blk] = c.code6;
-        }
+        kernels_.four_over_six_blocks(p.rule, table + p.amax_at() + first, nb, &b.candidates);
         float rows4[kStripeCols / 16][kRows] = {}, rows6[kStripeCols / 16][kRows] = {};  // past the last row: 0
         for (int i = 0; i < rows; ++i) {
           float* x = b.x.data() + i * width;
           kernels_.to_float(t.data, t.dtype, t.scale_inv, (r0 + i) * t.cols + unit.col_begin + c0, width, x);
-          kernels_.four_over_six_errors(x, width, bc,
-                                        cpu::CandidateColumns{b.scale4.data(), b.code4.data(), b.scale6.data(), b.code6.data()},
-                                        p.rule.tensor_amax, b.error4.data(), b.error6.data());
+          kernels_.four_over_six_errors(x, width, bc, b.candidates, p.rule.tensor_amax, b.error4.data(), b.error6.data());
           for (int blk = 0; blk < nb; ++blk) {
             rows4[blk][i] = b.error4[blk];
             rows6[blk][i] = b.error6[blk];
           }
         }
         for (int blk = 0; blk < nb; ++blk) {
-          const ScalePair s = four_over_six_pick(b.candidates[blk], tree_sum16(rows4[blk]), tree_sum16(rows6[blk]));
+          const ScalePair s = four_over_six_pick(b.candidates.pair[blk], tree_sum16(rows4[blk]), tree_sum16(rows6[blk]));
           table[p.scale_at() + first + blk] = s.scale;
           table[p.scale_inv_at() + first + blk] = s.scale_inv;
           for (int i = 0; i < rows; ++i) {  // each row's copy of the block's scales, for one cast of the stripe

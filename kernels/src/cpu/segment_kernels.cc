@@ -510,10 +510,20 @@ inline F32V load_strided(const float* p, int stride) {
   return v;
 }
 
+void four_over_six_blocks(const BlockRule& rule, const float* __restrict amax, int nb, FourOverSixBlocks* into) {
+  for (int b = 0; b < nb; ++b) {
+    const FourOverSixCandidates& c = into->pair[b] = four_over_six_candidates(rule, amax[b]);
+    into->scale4[b] = c.map4.scale;
+    into->code4[b] = c.code4;
+    into->scale6[b] = c.map6.scale;
+    into->code6[b] = c.code6;
+  }
+}
+
 // Each block's error under both candidates, its elements added in order as TE adds them. A
 // vector's lanes are kWidth whole blocks, so each lane's sum is one block's, in element order,
 // with no horizontal sums; the blocks left over (and a last, partial block) go one at a time.
-void four_over_six_errors(const float* __restrict x, int n, int block, const CandidateColumns& c, float tensor_amax,
+void four_over_six_errors(const float* __restrict x, int n, int block, const FourOverSixBlocks& c, float tensor_amax,
                           float* __restrict error4, float* __restrict error6) {
   const int whole = n / block, blocks = (n + block - 1) / block;
   int b = 0;
@@ -542,25 +552,15 @@ void four_over_six_errors(const float* __restrict x, int n, int block, const Can
 
 void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int n, int block,
                           const float* __restrict amax, float* __restrict scale, float* __restrict scale_inv) {
-  constexpr int kMaxBlocks = kSegmentCols / 16;
-  alignas(64) float scale4[kMaxBlocks], code4[kMaxBlocks], inv4[kMaxBlocks];
-  alignas(64) float scale6[kMaxBlocks], code6[kMaxBlocks], inv6[kMaxBlocks];
-  alignas(64) float error4[kMaxBlocks], error6[kMaxBlocks];
+  alignas(64) FourOverSixBlocks c;
+  alignas(64) float error4[FourOverSixBlocks::kMaxBlocks], error6[FourOverSixBlocks::kMaxBlocks];
   const int nb = (n + block - 1) / block;
+  four_over_six_blocks(rule, amax, nb, &c);
+  four_over_six_errors(x, n, block, c, rule.tensor_amax, error4, error6);
   for (int b = 0; b < nb; ++b) {
-    const FourOverSixCandidates c = four_over_six_candidates(rule, amax[b]);
-    scale4[b] = c.map4.scale;
-    inv4[b] = c.map4.scale_inv;
-    code4[b] = c.code4;
-    scale6[b] = c.map6.scale;
-    inv6[b] = c.map6.scale_inv;
-    code6[b] = c.code6;
-  }
-  four_over_six_errors(x, n, block, CandidateColumns{scale4, code4, scale6, code6}, rule.tensor_amax, error4, error6);
-  for (int b = 0; b < nb; ++b) {  // four_over_six_pick, a column at a time
-    const bool map4 = error4[b] < error6[b];
-    scale[b] = map4 ? scale4[b] : scale6[b];
-    scale_inv[b] = map4 ? inv4[b] : inv6[b];
+    const ScalePair s = four_over_six_pick(c.pair[b], error4[b], error6[b]);
+    scale[b] = s.scale;
+    scale_inv[b] = s.scale_inv;
   }
 }
 
@@ -569,7 +569,7 @@ void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int 
 extern const SegmentKernels kKernels;
 const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments,          block_amax,
                               fold_amax,            max_magnitude_bits16, fold_magnitude_bits16, block_scales,
-                              quantize,             quantize_expected,    four_over_six_errors,
-                              four_over_six_scales};
+                              quantize,             quantize_expected,    four_over_six_blocks,
+                              four_over_six_errors, four_over_six_scales};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

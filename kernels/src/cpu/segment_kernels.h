@@ -17,10 +17,13 @@ namespace fp8scope::cpu {
 
 inline constexpr int kSegmentCols = 4096;
 
-// 4over6's candidates of a segment's blocks, a column per field so the loops over them vectorize:
-// the cast multiplier and the UE4M3 code's value of the map-to-4 and map-to-6 candidates.
-struct CandidateColumns {
-  const float *scale4, *code4, *scale6, *code6;
+// 4over6's candidates of a segment's blocks: each block's pair, for four_over_six_pick, and the
+// fields the error loops read, a column each so they vectorize: the cast multiplier and the UE4M3
+// code's value of the map-to-4 and map-to-6 candidates.
+struct FourOverSixBlocks {
+  static constexpr int kMaxBlocks = kSegmentCols / 16;
+  FourOverSixCandidates pair[kMaxBlocks];
+  float scale4[kMaxBlocks], code4[kMaxBlocks], scale6[kMaxBlocks], code6[kMaxBlocks];
 };
 
 struct SegmentKernels {
@@ -47,9 +50,11 @@ struct SegmentKernels {
   // The same under stochastic rounding: the expectation of every count and sum (stochastic_element).
   void (*quantize_expected)(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
                             int block_cols, QuantStats* into);
-  // NVFP4 4over6: the error of each block of `block` elements (a multiple of 16) under its two
-  // candidates, TE's sum in element order (four_over_six_error); entry b of each array is block b's.
-  void (*four_over_six_errors)(const float* x, int n, int block, const CandidateColumns& candidates,
+  // NVFP4 4over6: the candidates of blocks with amax[b], b < nb (four_over_six_candidates).
+  void (*four_over_six_blocks)(const BlockRule& rule, const float* amax, int nb, FourOverSixBlocks* into);
+  // The error of each block of `block` elements (a multiple of 16) under its two candidates, TE's
+  // sum in element order (four_over_six_error); entry b of each array is block b's.
+  void (*four_over_six_errors)(const float* x, int n, int block, const FourOverSixBlocks& candidates,
                                float tensor_amax, float* error4, float* error6);
   // 4over6 in one-row blocks: scale[b], scale_inv[b] of the candidate with the smaller error, from
   // the blocks' amax[b] and elements.
