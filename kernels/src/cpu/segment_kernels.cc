@@ -350,6 +350,24 @@ int over_vectors(const float* x, int n, Acc (&acc)[2], One one) {
   return i;
 }
 
+// A cast's scalar tail: x[i..n) one float at a time through add(q, x_i, i), which adds a finite
+// element's outcome and returns its |x*s|, the same math as the vectors'; then the segment's
+// histogram, and q into *into, whose scale range stays.
+template <class Add>
+void finish_cast(const float* x, int i, int n, std::uint8_t* bins, QuantStats& q, QuantStats* into, Add add) {
+  for (; i < n; ++i) {
+    const float xi = x[i];
+    bins[i] = kNoBin;
+    if (!(std::fabs(xi) < __builtin_inff())) continue;
+    const float abs_scaled = add(q, xi, i);
+    if (xi != 0.0f) bins[i] = static_cast<std::uint8_t>(log2_bin(abs_scaled));
+  }
+  add_histogram(bins, n, q.histogram);
+  q.scale_min = into->scale_min;
+  q.scale_max = into->scale_max;
+  merge(*into, q);
+}
+
 double sum_of(const F64V (&halves)[2]) { return add_lanes(halves[0]) + add_lanes(halves[1]); }
 
 // The error sums every lane structure keeps in two halves of fp64 lanes.
@@ -377,19 +395,12 @@ void quantize_loop(const float* __restrict x, int n, const float* __restrict sca
     q.saturated += count_lanes(a.saturated);
     add_error_lanes(q, a);
   }
-  for (; i < n; ++i) {  // the same math, one float at a time
-    const float xi = x[i];
-    bins[i] = kNoBin;
-    if (!(std::fabs(xi) < __builtin_inff())) continue;
-    const int b = kPerBlock ? i / block_cols : 0;
+  finish_cast(x, i, n, bins, q, into, [&](QuantStats& s, float xi, int at) {
+    const int b = kPerBlock ? at / block_cols : 0;
     const QuantizedElement<float> e = quantize_element<F>(xi, scale[b], scale_inv[b]);
-    add_element(q, xi, e);
-    if (xi != 0.0f) bins[i] = static_cast<std::uint8_t>(log2_bin(e.abs_scaled));
-  }
-  add_histogram(bins, n, q.histogram);
-  q.scale_min = into->scale_min;
-  q.scale_max = into->scale_max;
-  merge(*into, q);
+    add_element(s, xi, e);
+    return e.abs_scaled;
+  });
 }
 
 template <const FloatFormat& F>
@@ -457,18 +468,11 @@ void quantize_expected_as(const float* __restrict x, int n, const float* __restr
     q.saturated += sum_of(a.saturated);
     add_error_lanes(q, a);
   }
-  for (; i < n; ++i) {
-    const float xi = x[i];
-    bins[i] = kNoBin;
-    if (!(std::fabs(xi) < __builtin_inff())) continue;
-    const ExpectedElement<float> e = stochastic_element<F>(xi, scale[block_of(i)], scale_inv[block_of(i)]);
-    add_expected_element(q, xi, e);
-    if (xi != 0.0f) bins[i] = static_cast<std::uint8_t>(log2_bin(e.abs_scaled));
-  }
-  add_histogram(bins, n, q.histogram);
-  q.scale_min = into->scale_min;
-  q.scale_max = into->scale_max;
-  merge(*into, q);
+  finish_cast(x, i, n, bins, q, into, [&](QuantStats& s, float xi, int at) {
+    const ExpectedElement<float> e = stochastic_element<F>(xi, scale[block_of(at)], scale_inv[block_of(at)]);
+    add_expected_element(s, xi, e);
+    return e.abs_scaled;
+  });
 }
 
 // One switch from a format to its template, for both casts.
