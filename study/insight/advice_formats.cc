@@ -126,11 +126,18 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
   out << line << "; the NVFP4 training papers keep about 15% of layers in higher precision.\n";
 }
 
-void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOptions& options) {
+namespace {
+
+// What the debug API should do to each module of a run, and what none of its features can say.
+struct TeDebugPlan {
   std::map<std::string, ModulePlan> modules;
   std::vector<std::string> recipe_level, autoswitch_notes;
+};
+
+TeDebugPlan plan_te_debug(const RunAdvice& a, const TeYamlOptions& options) {
+  TeDebugPlan plan;
   for (const TensorAdvice& t : a.tensors) {
-    ModulePlan& p = modules[module_name(t.tensor.layer)];
+    ModulePlan& p = plan.modules[module_name(t.tensor.layer)];
     p.sampled_gemms.insert(t.tensor.gemm);
     switch (t.recommendation) {
       case Recommendation::kFallBackToBf16: p.bf16_gemms.insert(t.tensor.gemm); break;
@@ -138,20 +145,25 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOpti
       case Recommendation::kTuneDelayed:
       case Recommendation::kE5m2ForDy:
       case Recommendation::kFinerRecipe:
-        recipe_level.push_back(t.tensor.name() + ": " + recommendation_name(t.recommendation) + " - " + t.reason);
+        plan.recipe_level.push_back(t.tensor.name() + ": " + recommendation_name(t.recommendation) + " - " + t.reason);
         break;
       case Recommendation::kKeepFp8: break;
     }
     if (t.autoswitch) {
       if (options.autoswitch_gemm) add_autoswitch(p, t);
-      autoswitch_notes.push_back(t.tensor.name() + ": underflow " + number(t.autoswitch->underflow_pct) + "%, mse " +
-                                 number(t.autoswitch->mse));
+      plan.autoswitch_notes.push_back(t.tensor.name() + ": underflow " + number(t.autoswitch->underflow_pct) +
+                                      "%, mse " + number(t.autoswitch->mse));
     }
   }
-  // Modules that need the same features share one section and one regex.
+  return plan;
+}
+
+// Modules that need the same features share one section and one regex; BF16 wins over rescaling
+// and switching, and a module that needs nothing gets no section.
+std::map<ModulePlan, std::set<std::string>> te_sections(std::map<std::string, ModulePlan>& modules) {
   std::map<ModulePlan, std::set<std::string>> sections;
   for (auto& [module, plan] : modules) {
-    for (const std::string& g : plan.bf16_gemms) {  // BF16 wins over rescaling and switching
+    for (const std::string& g : plan.bf16_gemms) {
       plan.per_tensor.erase(g);
       plan.autoswitch_gemms.erase(g);
     }
@@ -159,55 +171,72 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOpti
     if (plan.bf16_gemms.empty() && plan.per_tensor.empty() && plan.autoswitch_gemms.empty()) continue;
     sections[plan].insert(module);
   }
-  out << "# Transformer Engine precision debug tools (nvdlfw_inspect) config written by fp8scope advise\n"
-      << "# for run " << a.run << ". Load it with debug_api.initialize(config_file=...).\n";
-  if (sections.empty()) out << "# No layer needs BF16, per-tensor current scaling or automatic switching.\n";
-  int n = 0;
-  for (const auto& [plan, names] : sections) {
-    std::set<std::string> escaped;
-    for (const std::string& m : names) escaped.insert(regex_escape(m));
-    out << "fp8scope_" << ++n << ":\n  enabled: True\n  layers:\n    layer_name_regex_pattern: '^(" << join(escaped, "|")
-        << ")$'\n  transformer_engine:\n";
-    if (!plan.bf16_gemms.empty() && plan.bf16_gemms == plan.sampled_gemms) {
-      out << "    DisableQuantizationLayer:\n      enabled: True\n";
-      continue;
-    }
-    if (!plan.bf16_gemms.empty()) {
-      out << "    DisableQuantizationGEMM:\n      enabled: True\n      gemms: [" << join(plan.bf16_gemms, ", ") << "]\n";
-    }
-    if (!plan.per_tensor.empty()) {
-      out << "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n";
-      for (const auto& [gemm, tensors] : plan.per_tensor) {
-        out << "        - gemm: " << gemm << "\n          tensors: [" << join(tensors, ", ") << "]\n";
-      }
-    }
-    if (!plan.autoswitch_gemms.empty()) {
-      // TE PR #2883's AutoswitchGemm: high precision while a watched tensor crosses the thresholds.
-      out << "    AutoswitchGemm:\n      enabled: True\n      gemms: [" << join(plan.autoswitch_gemms, ", ")
-          << "]\n      tensors: [" << join(plan.autoswitch_tensors, ", ") << "]\n      underflow_threshold_pct: "
-          << number(plan.underflow_pct, "%.4g") << "\n      mse_threshold: " << number(plan.mse, "%.4g")
-          << "\n      freq: " << a.sampling_interval << "\n";
+  return sections;
+}
+
+// Section `n`: its layers selector, then the features of its plan under transformer_engine.
+void write_te_section(int n, const ModulePlan& plan, const std::set<std::string>& names, std::uint64_t sampling_interval,
+                      std::ostream& out) {
+  std::set<std::string> escaped;
+  for (const std::string& m : names) escaped.insert(regex_escape(m));
+  out << "fp8scope_" << n << ":\n  enabled: True\n  layers:\n    layer_name_regex_pattern: '^(" << join(escaped, "|")
+      << ")$'\n  transformer_engine:\n";
+  if (!plan.bf16_gemms.empty() && plan.bf16_gemms == plan.sampled_gemms) {
+    out << "    DisableQuantizationLayer:\n      enabled: True\n";
+    return;
+  }
+  if (!plan.bf16_gemms.empty()) {
+    out << "    DisableQuantizationGEMM:\n      enabled: True\n      gemms: [" << join(plan.bf16_gemms, ", ") << "]\n";
+  }
+  if (!plan.per_tensor.empty()) {
+    out << "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n";
+    for (const auto& [gemm, tensors] : plan.per_tensor) {
+      out << "        - gemm: " << gemm << "\n          tensors: [" << join(tensors, ", ") << "]\n";
     }
   }
-  if (!autoswitch_notes.empty() && options.autoswitch_gemm) {
+  if (!plan.autoswitch_gemms.empty()) {
+    // TE PR #2883's AutoswitchGemm: high precision while a watched tensor crosses the thresholds.
+    out << "    AutoswitchGemm:\n      enabled: True\n      gemms: [" << join(plan.autoswitch_gemms, ", ")
+        << "]\n      tensors: [" << join(plan.autoswitch_tensors, ", ") << "]\n      underflow_threshold_pct: "
+        << number(plan.underflow_pct, "%.4g") << "\n      mse_threshold: " << number(plan.mse, "%.4g")
+        << "\n      freq: " << sampling_interval << "\n";
+  }
+}
+
+// The closing comments: what the written features leave out, and where to find it.
+void write_te_notes(const TeDebugPlan& plan, const RunAdvice& a, const TeYamlOptions& options, std::ostream& out) {
+  if (!plan.autoswitch_notes.empty() && options.autoswitch_gemm) {
     out << "# AutoswitchGemm (TE PR #2883, not on TE's main branch) thresholds sit between each tensor's\n"
         << "# typical and worst sampled step; a section takes the lowest of its tensors':\n";
-    for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
-  } else if (!autoswitch_notes.empty()) {
+    for (const std::string& n : plan.autoswitch_notes) out << "#   " << n << "\n";
+  } else if (!plan.autoswitch_notes.empty()) {
     out << "# These tensors are fine most steps but lossy at some. TE PR #2883's AutoswitchGemm (not on TE's\n"
         << "# main branch) would run their GEMMs in high precision only then; fp8scope advise\n"
         << "# --te-features autoswitch_gemm writes it, with these thresholds (underflow %, MSE):\n";
-    for (const std::string& n : autoswitch_notes) out << "#   " << n << "\n";
+    for (const std::string& n : plan.autoswitch_notes) out << "#   " << n << "\n";
   }
   if (!a.ladder.gemms.empty()) {
     out << "# The recipe each GEMM can take (NVFP4, MXFP8, ...) is no feature of the debug API, whose features\n"
         << "# on TE's main branch only disable quantization: fp8scope advise --format te-recipe writes it as a\n"
         << "# CustomRecipe, hybrid where a layer's GEMMs differ (TE PR #2817).\n";
   }
-  if (!recipe_level.empty()) {
+  if (!plan.recipe_level.empty()) {
     out << "# Recipe settings the debug API cannot express (set them in the FP8 recipe):\n";
-    for (const std::string& r : recipe_level) out << "#   " << r << "\n";
+    for (const std::string& r : plan.recipe_level) out << "#   " << r << "\n";
   }
+}
+
+}  // namespace
+
+void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOptions& options) {
+  TeDebugPlan plan = plan_te_debug(a, options);
+  const std::map<ModulePlan, std::set<std::string>> sections = te_sections(plan.modules);
+  out << "# Transformer Engine precision debug tools (nvdlfw_inspect) config written by fp8scope advise\n"
+      << "# for run " << a.run << ". Load it with debug_api.initialize(config_file=...).\n";
+  if (sections.empty()) out << "# No layer needs BF16, per-tensor current scaling or automatic switching.\n";
+  int n = 0;
+  for (const auto& [module_plan, names] : sections) write_te_section(++n, module_plan, names, a.sampling_interval, out);
+  write_te_notes(plan, a, options, out);
 }
 
 void write_megatron_layers(const RunAdvice& a, std::ostream& out) {
