@@ -116,16 +116,15 @@ float nvfp4_gemm_alpha(float amax_a, float amax_b) {
 }
 
 float nvfp4_gemm_alpha(const BlockQuantized& a, const BlockQuantized& b) {
-  const bool row_scaled = !a.row_amax.empty() || !b.row_amax.empty();
-  return row_scaled ? nvfp4_gemm_alpha(1.0f, 1.0f) : nvfp4_gemm_alpha(a.amax, b.amax);
+  return a.row_scaled() || b.row_scaled() ? nvfp4_gemm_alpha(1.0f, 1.0f) : nvfp4_gemm_alpha(a.amax, b.amax);
 }
 
 void apply_row_scales(Matrix& out, const BlockQuantized& a, const BlockQuantized& b) {
-  if (a.row_amax.empty() && b.row_amax.empty()) return;
+  if (!a.row_scaled() && !b.row_scaled()) return;
   for (int p = 0; p < out.rows; ++p)
     for (int q = 0; q < out.cols; ++q) {
-      const float bp = b.row_amax.empty() ? b.amax : b.row_amax[static_cast<std::size_t>(p)];
-      const float aq = a.row_amax.empty() ? a.amax : a.row_amax[static_cast<std::size_t>(q)];
+      const float bp = b.row_scaled() ? b.row_amax[static_cast<std::size_t>(p)] : b.amax;
+      const float aq = a.row_scaled() ? a.row_amax[static_cast<std::size_t>(q)] : a.amax;
       out.v[static_cast<std::size_t>(p) * out.cols + q] *= bp * aq;
     }
 }

@@ -30,6 +30,7 @@ struct BlockQuantized {
   cublasLtMatmulMatrixScale_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
   float amax = 0.0f;                 // NVFP4: the tensor's amax, which TE folds into the GEMM's alpha
   std::vector<float> row_amax;       // row-scaled NVFP4: each row's amax, which TE applies to the output
+  bool row_scaled() const { return !row_amax.empty(); }
 };
 
 BlockQuantized quantize_for_gemm(const Matrix& m, BlockMode mode);

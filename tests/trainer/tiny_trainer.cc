@@ -259,7 +259,7 @@ void Trainer::block_tn(int step, const std::string& layer, const std::string& ge
 }
 
 void Trainer::rescale_rows(DeviceBuffer& out, int P, int Q, const BlockQuantized& a, const BlockQuantized& b) {
-  if (a.row_amax.empty() && b.row_amax.empty()) return;
+  if (!a.row_scaled() && !b.row_scaled()) return;
   Matrix o = download(out, P, Q);
   apply_row_scales(o, a, b);
   out.upload(o.v.data(), o.v.size() * sizeof(float));
