@@ -316,13 +316,15 @@ class CpuPasses final : public TwoPassBackend {
           }
         }
         for (int blk = 0; blk < nb; ++blk) {
-          const ScalePair s = four_over_six_pick(b.candidates.pair[blk], tree_sum16(rows4[blk]), tree_sum16(rows6[blk]));
-          table[p.scale_at() + first + blk] = s.scale;
-          table[p.scale_inv_at() + first + blk] = s.scale_inv;
-          for (int i = 0; i < rows; ++i) {  // each row's copy of the block's scales, for one cast of the stripe
-            b.scale[static_cast<std::size_t>(i * nb + blk)] = s.scale;
-            b.scale_inv[static_cast<std::size_t>(i * nb + blk)] = s.scale_inv;
-          }
+          b.error4[blk] = tree_sum16(rows4[blk]);
+          b.error6[blk] = tree_sum16(rows6[blk]);
+        }
+        float* scale = table + p.scale_at() + first;
+        float* scale_inv = table + p.scale_inv_at() + first;
+        kernels_.four_over_six_picks(b.candidates, b.error4.data(), b.error6.data(), nb, scale, scale_inv);
+        for (int i = 0; i < rows; ++i) {  // each row's copy of the blocks' scales, for one cast of the stripe
+          std::copy(scale, scale + nb, b.scale.begin() + i * nb);
+          std::copy(scale_inv, scale_inv + nb, b.scale_inv.begin() + i * nb);
         }
         if (width % bc == 0) {
           kernels_.quantize(p.spec.format, b.x.data(), rows * width, b.scale.data(), b.scale_inv.data(), bc, &acc);

@@ -516,10 +516,12 @@ inline F32V load_strided(const float* p, int stride) {
 
 void four_over_six_blocks(const BlockRule& rule, const float* __restrict amax, int nb, FourOverSixBlocks* into) {
   for (int b = 0; b < nb; ++b) {
-    const FourOverSixCandidates& c = into->pair[b] = four_over_six_candidates(rule, amax[b]);
+    const FourOverSixCandidates c = four_over_six_candidates(rule, amax[b]);
     into->scale4[b] = c.map4.scale;
+    into->inv4[b] = c.map4.scale_inv;
     into->code4[b] = c.code4;
     into->scale6[b] = c.map6.scale;
+    into->inv6[b] = c.map6.scale_inv;
     into->code6[b] = c.code6;
   }
 }
@@ -554,6 +556,16 @@ void four_over_six_errors(const float* __restrict x, int n, int block, const Fou
   }
 }
 
+// four_over_six_pick, a column at a time.
+void four_over_six_picks(const FourOverSixBlocks& c, const float* __restrict error4, const float* __restrict error6,
+                         int nb, float* __restrict scale, float* __restrict scale_inv) {
+  for (int b = 0; b < nb; ++b) {
+    const bool map4 = four_over_six_takes_map4(error4[b], error6[b]);
+    scale[b] = map4 ? c.scale4[b] : c.scale6[b];
+    scale_inv[b] = map4 ? c.inv4[b] : c.inv6[b];
+  }
+}
+
 void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int n, int block,
                           const float* __restrict amax, float* __restrict scale, float* __restrict scale_inv) {
   alignas(64) FourOverSixBlocks c;
@@ -561,11 +573,7 @@ void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int 
   const int nb = (n + block - 1) / block;
   four_over_six_blocks(rule, amax, nb, &c);
   four_over_six_errors(x, n, block, c, rule.tensor_amax, error4, error6);
-  for (int b = 0; b < nb; ++b) {
-    const ScalePair s = four_over_six_pick(c.pair[b], error4[b], error6[b]);
-    scale[b] = s.scale;
-    scale_inv[b] = s.scale_inv;
-  }
+  four_over_six_picks(c, error4, error6, nb, scale, scale_inv);
 }
 
 }  // namespace
@@ -574,6 +582,6 @@ extern const SegmentKernels kKernels;
 const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments,          block_amax,
                               fold_amax,            max_magnitude_bits16, fold_magnitude_bits16, block_scales,
                               quantize,             quantize_expected,    four_over_six_blocks,
-                              four_over_six_errors, four_over_six_scales};
+                              four_over_six_errors, four_over_six_picks,  four_over_six_scales};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

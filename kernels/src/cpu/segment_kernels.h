@@ -17,13 +17,13 @@ namespace fp8scope::cpu {
 
 inline constexpr int kSegmentCols = 4096;
 
-// 4over6's candidates of a segment's blocks: each block's pair, for four_over_six_pick, and the
-// fields the error loops read, a column each so they vectorize: the cast multiplier and the UE4M3
-// code's value of the map-to-4 and map-to-6 candidates.
+// 4over6's candidates of a segment's blocks (four_over_six_candidates), a column per field so the
+// loops over them vectorize: the cast multiplier, its inverse and the UE4M3 code's value of the
+// map-to-4 and the map-to-6 candidate.
 struct FourOverSixBlocks {
   static constexpr int kMaxBlocks = kSegmentCols / 16;
-  FourOverSixCandidates pair[kMaxBlocks];
-  float scale4[kMaxBlocks], code4[kMaxBlocks], scale6[kMaxBlocks], code6[kMaxBlocks];
+  float scale4[kMaxBlocks], inv4[kMaxBlocks], code4[kMaxBlocks];
+  float scale6[kMaxBlocks], inv6[kMaxBlocks], code6[kMaxBlocks];
 };
 
 struct SegmentKernels {
@@ -56,6 +56,9 @@ struct SegmentKernels {
   // sum in element order (four_over_six_error); entry b of each array is block b's.
   void (*four_over_six_errors)(const float* x, int n, int block, const FourOverSixBlocks& candidates,
                                float tensor_amax, float* error4, float* error6);
+  // Each block's pick from its two errors (four_over_six_takes_map4): scale[b], scale_inv[b], b < nb.
+  void (*four_over_six_picks)(const FourOverSixBlocks& candidates, const float* error4, const float* error6, int nb,
+                              float* scale, float* scale_inv);
   // 4over6 in one-row blocks: scale[b], scale_inv[b] of the candidate with the smaller error, from
   // the blocks' amax[b] and elements.
   void (*four_over_six_scales)(const BlockRule& rule, const float* x, int n, int block, const float* amax, float* scale,

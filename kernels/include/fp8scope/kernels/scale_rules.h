@@ -191,8 +191,11 @@ FP8SCOPE_HD float tree_sum16(float* v) {
   return v[0];
 }
 
+// TE's pick: map4 only when its error is strictly smaller (see four_over_six_error).
+FP8SCOPE_HD bool four_over_six_takes_map4(float error4, float error6) { return error4 < error6; }
+
 FP8SCOPE_HD ScalePair four_over_six_pick(const FourOverSixCandidates& c, float error4, float error6) {
-  return error4 < error6 ? c.map4 : c.map6;
+  return four_over_six_takes_map4(error4, error6) ? c.map4 : c.map6;
 }
 
 // Every rule's scales of a block amax. 4over6 gives its map-to-6 candidate here: its pick needs the
