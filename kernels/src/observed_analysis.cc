@@ -74,7 +74,8 @@ Extremes extremes(ScaleEncoding e, std::uint32_t code, float scale_inv) {
   switch (e) {
     case ScaleEncoding::kUE8M0: return {code == 0, code == 0xFE};
     case ScaleEncoding::kUE4M3: return {code <= 1, code == static_cast<std::uint32_t>(max_code(kUE4M3))};
-    case ScaleEncoding::kF32: break;
+    case ScaleEncoding::kF32:
+    case ScaleEncoding::kNone: break;
   }
   return {scale_inv < 0x1p-126f, scale_inv >= kFloatMax};
 }

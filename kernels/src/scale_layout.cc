@@ -54,7 +54,8 @@ float decode_scale(ScaleEncoding e, std::uint32_t code) {
   switch (e) {
     case ScaleEncoding::kUE8M0: return decode_e8m0(static_cast<std::uint8_t>(code));
     case ScaleEncoding::kUE4M3: return decode_ue4m3(static_cast<std::uint8_t>(code));
-    case ScaleEncoding::kF32: break;
+    case ScaleEncoding::kF32:
+    case ScaleEncoding::kNone: break;  // read_code gave the fp32 bits
   }
   return bits_float(code);
 }

@@ -9,7 +9,6 @@
 namespace fp8scope {
 namespace {
 
-bool is_special(char c) { return std::string_view(".^$*+?{}[]\\|()").find(c) != std::string_view::npos; }
 bool printable(unsigned char c) { return c >= 0x20 && c <= 0x7e; }
 
 // One byte as a layer pattern's literal, in or out of a class.

@@ -130,8 +130,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
   series_.set(last_step_, tensor_labels, member, static_cast<double>(s.header.step));
 
   TensorSummary summary{s.client->job, s.client->run, rank, s.header.layer, s.header.gemm, s.header.operand,
-                        s.header.step, s.header.dtype, s.header.shape, time, {}};
-  summary.expert = s.header.expert;
+                        s.header.step, s.header.dtype, s.header.shape, time, {}, s.header.expert, {}};
   if (s.header.expert && *s.header.expert < s.header.expert_tokens.size()) {
     summary.expert_tokens = s.header.expert_tokens[*s.header.expert];
   }

@@ -59,6 +59,7 @@ Generated generate(DType dtype, ScaleLayout layout, const ScaledShape& shape, fl
         g.block_scale_inv[b] = s;
         break;
       }
+      case ScaleEncoding::kNone: FAIL("a layout without scales has no grid");
     }
   }
   if (info.encoding == ScaleEncoding::kF32) {

@@ -1,5 +1,5 @@
 // What a "lane" is for the shared FP8 math: one float (CUDA threads, the references) or a vector of
-// floats (the CPU engine's SIMD loops, GCC/Clang vector extensions). The math in fp8_cast.h and
+// floats (the CPU engine's SIMD loops, GCC/Clang vector extensions). The math in float_cast.h and
 // quantize_element.h is written once against this trait; the CPU engine specializes it for its
 // vector types, so the CPU and CUDA engines run the same source.
 #pragma once

@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 #include "fp8scope/vocabulary/term_table.h"
 
@@ -46,10 +44,5 @@ inline constexpr ClientDropTerm kClientDrops[] = {
 };
 static_assert(vocabulary::well_formed(kClientDrops));
 inline constexpr std::size_t kClientDropCount = std::size(kClientDrops);
-
-constexpr const char* client_drop_name(ClientDrop d) { return vocabulary::name_of(kClientDrops, d); }
-constexpr std::optional<ClientDrop> client_drop_from_name(std::string_view name) {
-  return vocabulary::value_named(kClientDrops, name);
-}
 
 }  // namespace fp8scope
