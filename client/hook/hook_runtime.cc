@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "fp8scope/hook/layer_names.h"
@@ -70,9 +69,8 @@ HookRuntime* HookRuntime::existing() {
 HookRuntime* HookRuntime::get() {
   if (g_passthrough.load(std::memory_order_relaxed)) return nullptr;
   if (HookRuntime* r = g_runtime.load(std::memory_order_acquire)) return r;
+  // FP8SCOPE_DISABLE=1 is read once, at load (hook_lifecycle.cc): it sets g_passthrough.
   std::call_once(g_runtime_once, [] {
-    const char* disable = std::getenv("FP8SCOPE_DISABLE");
-    if (disable != nullptr && std::strcmp(disable, "1") == 0) return;
     g_runtime.store(new HookRuntime, std::memory_order_release);  // immortal
     std::atexit(shutdown_at_exit);
   });
