@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "fp8scope/daemon_client/sample_stream.h"
+#include "fp8scope/vocabulary/recipe_kind.h"
 #include "support/checkpoint_exports.h"
 #include "support/daemon_samples.h"
 #include "support/temp_dir.h"
@@ -195,6 +196,8 @@ TEST_CASE("a training run from history holds the export to the scales and codes 
     REQUIRE(train.value()->wait_for_acks(120).ok());
     REQUIRE(train.value()->close().ok());
   }
+  // Every layer's both steps stored, under each default recipe: what the check below reads.
+  wait_for_records_stored(daemon, 2 * 3 * kDefaultRecipeCount);
   // Per-tensor FP8 as training would cast each weight; layer 2's scale is twice training's.
   auto export_to = [&](const std::string& path, float layer2_factor) {
     std::vector<StTensor> tensors;
@@ -210,14 +213,11 @@ TEST_CASE("a training run from history holds the export to the scales and codes 
   export_to(dir.file("right"), 1.0f);
   export_to(dir.file("wrong"), 2.0f);
 
-  json right;
-  REQUIRE(eventually([&] {  // the daemon's history writer commits asynchronously
-    const ProcessResult r = checkpoint({dir.file("right"), "--run", "train-bf16", "--data-dir", data, "--json"});
-    if (r.exit_code != 0) return false;
-    right = json::parse(r.out);
-    return right["training"]["weights"].size() == 3;
-  }));
-  INFO(right.dump(2));
+  const ProcessResult r = checkpoint({dir.file("right"), "--run", "train-bf16", "--data-dir", data, "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json right = json::parse(r.out);
+  REQUIRE(right["training"]["weights"].size() == 3);
   CHECK(right["training"]["flagged"] == 0);
   for (const json& w : right["training"]["weights"]) CHECK(w["verdict"] == "matches");
 

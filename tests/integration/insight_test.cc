@@ -95,14 +95,6 @@ void stream_run(const DaemonProcess& d, const std::string& run, bool with_tensor
   REQUIRE(stream.value()->close().ok());
 }
 
-// The daemon analyzed every sample and committed every record (seven recipes per sample).
-void wait_for_history(const DaemonProcess& d, std::uint64_t records) {
-  REQUIRE(eventually([&] {
-    const ProcessResult s = cli({"status", "--endpoint", d.grpc(), "--json"});
-    return s.exit_code == 0 && json::parse(s.out).value("records_stored", std::string("0")) == std::to_string(records);
-  }));
-}
-
 struct Fixture {
   TempDir dir;
   std::string data = dir.file("data");
@@ -110,7 +102,7 @@ struct Fixture {
   Fixture() {
     stream_run(daemon, "fp8", true, true);
     stream_run(daemon, "bf16", false, false);
-    wait_for_history(daemon, 7u * kSteps * kLayers);
+    wait_for_records_stored(daemon, 7u * kSteps * kLayers);  // seven recipes a sample
   }
 };
 

@@ -132,4 +132,16 @@ ProcessResult cli(std::vector<std::string> args, double timeout_seconds) {
   return run_process(args, {}, timeout_seconds);
 }
 
+void wait_for_records_stored(const DaemonProcess& d, std::uint64_t records) {
+  std::string last;
+  const bool stored = eventually([&] {
+    const ProcessResult s = cli({"status", "--endpoint", d.grpc(), "--json"});
+    if (s.exit_code != 0) return false;
+    last = nlohmann::json::parse(s.out).value("records_stored", std::string("0"));
+    return last == std::to_string(records);
+  });
+  INFO("records stored: " << last << ", expected " << records);
+  REQUIRE(stored);
+}
+
 }  // namespace fp8scope::testing

@@ -55,6 +55,10 @@ bool eventually(F fn, double seconds = 60.0) {
   return fn();
 }
 
+// Waits until the daemon has analyzed its samples and committed exactly `records` history records
+// (`fp8scope status`), failing the test after the deadline.
+void wait_for_records_stored(const DaemonProcess& d, std::uint64_t records);
+
 // A loopback port nobody listens on right now.
 int free_port();
 
