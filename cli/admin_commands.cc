@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fp8scope/history/record_csv.h"
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/pattern/layer_pattern.h"
@@ -314,12 +315,7 @@ bool csv_output(const AdminOptions& o) { return o.csv || o.format == "csv"; }
 void print_history_header(const AdminOptions& o, std::ostream& out) {
   if (o.format == "nvdlfw") return;  // log lines have no header
   if (csv_output(o)) {
-    out << "time,job,run,host,rank,step,layer,gemm,operand,expert,expert_tokens,padding_nonzero,padding_nonfinite,dtype,"
-           "numel,recipe,format,scale,scale_max,scale_current,scale_layout,gemm_alpha";
-    for (const Statistic& s : statistics()) {
-      if (std::string(s.key) != "numel") out << "," << s.key;  // a column of its own already
-    }
-    out << ",outlier_channels\n";
+    out << history::record_csv_header();
   } else {
     char line[256];
     std::snprintf(line, sizeof line, "%7s %-10s %-28s %6s %-6s %-3s %4s %-15s %11s %11s %10s %9s\n", "step", "run",
@@ -335,21 +331,7 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
     return s != nullptr && k < r.statistics.size() ? r.statistics[k] : std::nan("");
   };
   if (csv_output(o)) {
-    out << number(r.time, "%.3f") << "," << r.job << "," << r.run << "," << r.host << "," << r.rank << "," << r.step
-        << "," << r.layer << "," << gemm_name(r.gemm) << "," << operand_name(r.operand) << ","
-        << (r.expert >= 0 ? std::to_string(r.expert) : "") << "," << (r.expert_tokens >= 0 ? std::to_string(r.expert_tokens) : "")
-        << "," << r.padding_nonzero << "," << r.padding_nonfinite << "," << r.dtype << ","
-        << r.numel << "," << r.recipe << "," << r.format << "," << number(r.scale, "%.9g") << ","
-        << number(r.scale_max, "%.9g") << "," << number(r.scale_current, "%.9g") << "," << r.scale_layout << ","
-        << (r.gemm_alpha != 0 ? number(r.gemm_alpha, "%.9g") : "");
-    for (const Statistic& s : statistics()) {
-      if (std::string(s.key) == "numel") continue;
-      const double v = value(s.key);
-      out << "," << (std::isnan(v) ? "" : number(v, "%.17g"));
-    }
-    out << ",";
-    for (std::size_t k = 0; k < r.outlier_channels.size(); ++k) out << (k ? ";" : "") << r.outlier_channels[k];
-    out << "\n";
+    out << history::record_csv_row(r);
   } else {
     char line[512];
     const std::string expert = r.expert >= 0 ? std::to_string(r.expert) : "-";

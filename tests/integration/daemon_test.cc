@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/csv_table.h"
 #include "support/daemon_fixture.h"
 #include "support/daemon_samples.h"
 #include "support/temp_dir.h"
@@ -193,22 +194,17 @@ TEST_CASE("an outlier column persists over --outlier-channel-window samples, and
                                     "x", "--step", std::to_string(++step), "--run", "r1", "--job", "test"});
     REQUIRE(push.exit_code == 0);
   }
-  std::vector<std::string> rows;
+  CsvTable rows;
   REQUIRE(eventually([&] {
     const ProcessResult history =
         cli({"history", "--endpoint", daemon.grpc(), "--run", "r1", "--recipe", "tensor_current", "--csv"});
-    rows.clear();
-    std::istringstream lines(history.out);
-    for (std::string line; std::getline(lines, line);) rows.push_back(line);
-    return history.exit_code == 0 && rows.size() == 5;
+    if (history.exit_code != 0) return false;
+    rows = parse_csv(history.out);
+    return rows.rows.size() == 4;
   }));
-  REQUIRE(rows[0].substr(rows[0].rfind(',') + 1) == "outlier_channels");
   // Steps 1, 2: column 3 in both; 3: in neither of the last two; 4: only in the last.
   const char* want[] = {"3", "3", "", ""};
-  for (std::size_t k = 0; k < 4; ++k) {
-    INFO(rows[k + 1]);
-    CHECK(rows[k + 1].substr(rows[k + 1].rfind(',') + 1) == want[k]);
-  }
+  for (std::size_t k = 0; k < 4; ++k) CHECK(rows.at(k, "outlier_channels") == want[k]);
   const std::string metrics = http_get(daemon.metrics(), "/metrics");
   const std::map<std::string, std::string> tensor = {{"job", "test"}, {"layer", "blocks.0.mlp.fc2"}, {"gemm", "fprop"},
                                                      {"operand", "x"}};
@@ -264,8 +260,8 @@ TEST_CASE("by default a 128-layer transformer fits the series budget, and histor
   // Every recipe the policy runs is still analyzed: history and the tensor table have all seven.
   CHECK(eventually([&] {
     const ProcessResult history = cli({"history", "--endpoint", daemon.grpc(), "--layer", "blocks.0.mlp.fc1", "--csv"});
-    // header, 6 samples x 7 recipes (the forward GEMM's output check is kept in a table of its own)
-    return history.exit_code == 0 && std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 7;
+    // 6 samples x 7 recipes (the forward GEMM's output check is kept in a table of its own)
+    return history.exit_code == 0 && parse_csv(history.out).rows.size() == 6 * 7;
   }));
   const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc(), "--recipe", "nvfp4", "--json"});
   REQUIRE(tensors.exit_code == 0);
@@ -369,8 +365,35 @@ TEST_CASE("history survives a restart, and SIGTERM drains what was queued", "[da
   DaemonProcess again(data);
   const ProcessResult history = cli({"history", "--endpoint", again.grpc(), "--run", "drain", "--csv"});
   REQUIRE(history.exit_code == 0);
-  CHECK(std::count(history.out.begin(), history.out.end(), '\n') == 1 + 6 * 7);  // header + 6 samples x 7 recipes
-  CHECK(history.out.find("time,job,run,host,rank,step,layer,gemm,operand") == 0);
+  const CsvTable table = parse_csv(history.out);
+  CHECK(table.rows.size() == 6 * 7);  // 6 samples x 7 recipes
+  CHECK(table.header.at(0) == "time");
+}
+
+TEST_CASE("history --csv quotes per RFC 4180: a strict reader gets every name back, under one header", "[daemon]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  // Names ingest accepts (printable ASCII) that break a CSV written without quoting.
+  const std::vector<std::string> layers = {"h.q,\"quoted\",x", "a\"b", "trailing,", ",leading", "plain.fc1"};
+  {
+    auto stream = SampleStream::open(to(daemon), hello("csv"));
+    REQUIRE(stream.ok());
+    for (const std::string& layer : layers) {
+      REQUIRE(stream.value()->send(f32_header(layer, 0, 16, 16), bytes_of(activation(16, 16, 1.0f))).ok());
+    }
+    REQUIRE(stream.value()->wait_for_acks(60.0).ok());
+  }
+  CsvTable table;
+  REQUIRE(eventually([&] {
+    const ProcessResult r = cli({"history", "--endpoint", daemon.grpc(), "--run", "csv", "--csv"});
+    if (r.exit_code != 0) return false;
+    table = parse_csv(r.out);
+    return table.rows.size() == layers.size() * kDefaultRecipeCount;
+  }));
+  std::set<std::string> names, columns;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) names.insert(table.at(r, "layer"));
+  CHECK(names == std::set<std::string>(layers.begin(), layers.end()));
+  for (const std::string& c : table.header) CHECK(columns.insert(c).second);  // every column once
 }
 
 TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and BioNeMo's parsers read as --csv says",
@@ -386,10 +409,12 @@ TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and B
     }
     REQUIRE(stream.value()->wait_for_acks(60.0).ok());
   }
-  ProcessResult csv;
+  CsvTable csv;
   REQUIRE(eventually([&] {
-    csv = cli({"history", "--endpoint", daemon.grpc(), "--run", "te", "--csv"});
-    return std::count(csv.out.begin(), csv.out.end(), '\n') == 1 + 3 * 7;
+    const ProcessResult r = cli({"history", "--endpoint", daemon.grpc(), "--run", "te", "--csv"});
+    if (r.exit_code != 0) return false;
+    csv = parse_csv(r.out);
+    return csv.rows.size() == 3 * 7;
   }));
   const std::string logs = dir.file("te-logs");
   const ProcessResult written = cli({"history", "--endpoint", daemon.grpc(), "--run", "te", "--format", "nvdlfw",
@@ -401,35 +426,22 @@ TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and B
   REQUIRE(parsed.exit_code == 0);
   const json found = json::parse(parsed.out);
   // --csv's columns by name, then each record's figures as TE names them, in TE's units.
-  std::istringstream rows(csv.out);
-  std::string line;
-  std::getline(rows, line);
-  std::map<std::string, std::size_t> column;
-  {
-    std::istringstream header(line);
-    std::size_t i = 0;
-    for (std::string name; std::getline(header, name, ',');) column[name] = i++;
-  }
   int checked = 0;
-  while (std::getline(rows, line)) {
-    std::vector<std::string> cell;
-    std::istringstream cells(line);
-    for (std::string c; std::getline(cells, c, ',');) cell.push_back(c);
-    cell.resize(column.size());
-    const std::string recipe = cell[column["recipe"]];
-    const int step = std::stoi(cell[column["step"]]);
+  for (std::size_t r = 0; r < csv.rows.size(); ++r) {
+    const std::string recipe = csv.at(r, "recipe");
+    const int step = std::stoi(csv.at(r, "step"));
     const std::string prefix = recipe == "tensor_current" ? "fp8_current_scaling_" : recipe == "tensor_delayed"
                                    ? "fp8_delayed_scaling_" : recipe == "mxfp8" ? "mxfp8_" : "";
     if (prefix.empty()) continue;
     const std::string name = "blocks.0.mlp.fc1_activation_" + prefix;
     for (const char* parser : {"te", "bionemo"}) {
       INFO(parser << " " << name << " step " << step);
-      const double underflow = 100.0 * std::stod(cell[column["underflow_ratio"]]);
+      const double underflow = 100.0 * std::stod(csv.at(r, "stat_underflow_ratio"));
       CHECK(found[parser][name + "underflows%"][std::to_string(step)].get<double>() == Approx(underflow).margin(5e-5));
       CHECK(found[parser][name + "mse"][std::to_string(step)].get<double>() ==
-            Approx(std::stod(cell[column["mse"]])).margin(5e-5));
+            Approx(std::stod(csv.at(r, "stat_mse"))).margin(5e-5));
       CHECK(found[parser]["blocks.0.mlp.fc1_activation_cur_amax"][std::to_string(step)].get<double>() ==
-            Approx(std::stod(cell[column["amax"]])).margin(5e-5));
+            Approx(std::stod(csv.at(r, "stat_amax"))).margin(5e-5));
       ++checked;
     }
   }
@@ -666,9 +678,8 @@ TEST_CASE("bad input is refused and counted, and the daemon keeps serving and lo
   CHECK(status.exit_code == 0);
   CHECK(eventually([&] {
     const ProcessResult h = cli({"history", "--endpoint", daemon.grpc(), "--run", "good", "--csv"});
-    // The header and one row per recipe of the default policy.
-    return h.exit_code == 0 &&
-           std::count(h.out.begin(), h.out.end(), '\n') == static_cast<std::ptrdiff_t>(1 + std::size(kDefaultRecipeKinds));
+    // One row per recipe of the default policy.
+    return h.exit_code == 0 && parse_csv(h.out).rows.size() == std::size(kDefaultRecipeKinds);
   }));
   CHECK(daemon.running());
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/csv_table.h"
 #include "support/daemon_fixture.h"
 #include "support/daemon_samples.h"
 #include "support/postgres_server.h"
@@ -58,17 +59,12 @@ void stream_rank(const DaemonProcess& d, const std::string& run, std::uint32_t r
   REQUIRE(stream.value()->close().ok());
 }
 
-// The CSV rows of `fp8scope history` over the database (header excluded).
-std::vector<std::string> history_rows(const std::string& url, const std::string& run) {
+// `fp8scope history --csv` over the database, read back by a strict RFC 4180 reader.
+CsvTable history_rows(const std::string& url, const std::string& run) {
   const ProcessResult r = cli({"history", "--history", url, "--run", run, "--csv", "--limit", "1000000"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  std::vector<std::string> rows;
-  std::istringstream in(r.out);
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) rows.push_back(line);
-  return rows;
+  return parse_csv(r.out);
 }
 
 std::string read_file(const std::string& path) {
@@ -90,16 +86,14 @@ TEST_CASE("two nodes' daemons write one run into one PostgreSQL, and one report 
   stream_rank(node1, "fp8", 1, "gpu-node-1", {"blocks.2.mlp.fc1", "blocks.3.mlp.fc1"}, false);
   stream_rank(node0, "bf16", 0, "gpu-node-0", {}, true);
   const int expected = kRecipes * kSteps * 4;
-  REQUIRE(eventually([&] { return history_rows(url, "fp8").size() == static_cast<std::size_t>(expected); }, 120));
+  REQUIRE(eventually([&] { return history_rows(url, "fp8").rows.size() == static_cast<std::size_t>(expected); }, 120));
 
   // Both nodes' rows, each with its host and rank.
   std::map<std::string, int> by_host;
-  for (const std::string& row : history_rows(url, "fp8")) {
-    if (row.find(",gpu-node-0,0,") != std::string::npos) ++by_host["gpu-node-0"];
-    if (row.find(",gpu-node-1,1,") != std::string::npos) ++by_host["gpu-node-1"];
-  }
-  CHECK(by_host["gpu-node-0"] == expected / 2);
-  CHECK(by_host["gpu-node-1"] == expected / 2);
+  const CsvTable fp8 = history_rows(url, "fp8");
+  for (std::size_t r = 0; r < fp8.rows.size(); ++r) ++by_host[fp8.at(r, "host") + "/" + fp8.at(r, "rank")];
+  CHECK(by_host["gpu-node-0/0"] == expected / 2);
+  CHECK(by_host["gpu-node-1/1"] == expected / 2);
   // Each daemon says where its history goes, never with a password.
   CHECK_THAT(cli({"status", "--endpoint", node1.grpc()}).out, Catch::Contains("records in " + url));
 
@@ -226,12 +220,8 @@ TEST_CASE("killed right after its last ACCEPTED ack, a daemon writing to Postgre
   }
   daemon = std::make_unique<DaemonProcess>(dir.file("data"), std::vector<std::string>{"--history", url});
   std::map<std::string, int> records_by_step;
-  for (const std::string& row : history_rows(url, "killed")) {
-    // time,job,run,host,rank,step,...
-    std::size_t at = 0;
-    for (int comma = 0; comma < 5; ++comma) at = row.find(',', at) + 1;
-    ++records_by_step[row.substr(at, row.find(',', at) - at)];
-  }
+  const CsvTable killed = history_rows(url, "killed");
+  for (std::size_t r = 0; r < killed.rows.size(); ++r) ++records_by_step[killed.at(r, "step")];
   int stored = 0;
   for (const auto& [step, n] : records_by_step) stored += n == kRecipes;
   const int lost = kSamples - stored;
@@ -267,7 +257,7 @@ TEST_CASE("stopped while PostgreSQL is down, a daemon leaves what it could not s
   }
   postgres().start();
   DaemonProcess next(dir.file("data"), {"--history", url});
-  CHECK(history_rows(url, "outage-stop").empty());
+  CHECK(history_rows(url, "outage-stop").rows.empty());
   CHECK(metric_value(http_get(next.metrics(), "/metrics"), "fp8scope_acknowledged_samples_lost_total", {}) == kSamples);
 }
 
@@ -301,7 +291,7 @@ TEST_CASE("a PostgreSQL that goes away mid-run: the daemon keeps analyzing and e
 
   postgres().start();
   CHECK(eventually([&] { return metric("fp8scope_history_write_failing") == 0; }, 60));
-  CHECK(eventually([&] { return history_rows(url, "outage").size() == 30u * kRecipes; }, 60));
+  CHECK(eventually([&] { return history_rows(url, "outage").rows.size() == 30u * kRecipes; }, 60));
   CHECK(metric("fp8scope_history_pending_records") == 0);
   CHECK(cli({"status", "--endpoint", daemon.grpc()}).out.find("WRITES FAILING") == std::string::npos);
   REQUIRE(stream.value()->close().ok());

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "support/csv_table.h"
 #include "support/daemon_fixture.h"
 #include "support/temp_dir.h"
 
@@ -259,19 +260,11 @@ TEST_CASE("every expert's operands reach the daemon by expert, as analyze reads 
   const ProcessResult history = cli({"history", "--endpoint", daemon.grpc(), "--run", "experts", "--expert",
                                      std::to_string(first), "--layer", "experts", "--csv"});
   REQUIRE(history.exit_code == 0);
-  std::size_t history_rows = 0;
-  for (std::size_t at = history.out.find('\n') + 1, end; (end = history.out.find('\n', at)) != std::string::npos;
-       at = end + 1) {
-    const std::string line = history.out.substr(at, end - at);
-    std::vector<std::string> cells;
-    for (std::size_t c = 0, comma; (comma = line.find(',', c)) != std::string::npos || c <= line.size(); c = comma + 1) {
-      cells.push_back(line.substr(c, comma == std::string::npos ? std::string::npos : comma - c));
-      if (comma == std::string::npos) break;
-    }
-    REQUIRE(cells.size() > 10);
-    CHECK(cells[9] == std::to_string(first));  // the expert column
-    CHECK(std::stoll(cells[10]) > 0);           // its tokens
-    ++history_rows;
+  const CsvTable history_table = parse_csv(history.out);
+  const std::size_t history_rows = history_table.rows.size();
+  for (std::size_t r = 0; r < history_rows; ++r) {
+    CHECK(history_table.at(r, "expert") == std::to_string(first));
+    CHECK(std::stoll(history_table.at(r, "expert_tokens")) > 0);
   }
   CHECK(history_rows >= 6);
   // advise names each expert as a tensor; the report draws the layer's experts against its steps.
