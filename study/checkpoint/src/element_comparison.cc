@@ -288,7 +288,7 @@ ElementComparison compare_elements(const WeightDecoder& dec, Convention c, const
           const auto i = static_cast<std::size_t>(col);
           if (!(std::fabs(b.x[i]) <= FLT_MAX) || b.code_values[i] == b.cast[i]) continue;
           const std::uint8_t producer = producer_code(w, c, b.x[i], stored[col / w.block_cols]);
-          out.off_by_more += code_steps(w.code_kind, b.codes[i], producer) > 1;
+          out.off_by_more += code_steps(*w.codes_format, b.codes[i], producer) > 1;
         }
       });
   ElementComparison all;

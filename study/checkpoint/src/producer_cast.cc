@@ -25,11 +25,18 @@ std::uint16_t f16_bits(float v) {
   return bits;
 }
 
-bool e5m2(CodeKind k) { return k == CodeKind::kE5M2 || k == CodeKind::kE5M2Fnuz; }
-float fmax_of(CodeKind k) { return e5m2(k) ? 57344.0f : 448.0f; }
+// The conventions' producers cast to the OCP format of the codes' widths (producer_code too):
+// codes stored as FNUZ never equal theirs, which the comparison then shows.
+const FloatFormat& producer_format(const FloatFormat& codes) {
+  if (codes.exponent_bits == kE5M2.exponent_bits && codes.mantissa_bits == kE5M2.mantissa_bits) return kE5M2;
+  if (codes.exponent_bits == kE4M3.exponent_bits && codes.mantissa_bits == kE4M3.mantissa_bits) return kE4M3;
+  return kE2M1;
+}
+float fmax_of(const FloatFormat& codes) { return static_cast<float>(max_value(producer_format(codes))); }
 
-std::uint8_t fp8_encode(CodeKind k, float t) {
-  return e5m2(k) ? encode<kE5M2>(t, Saturation::kSatFinite).code : encode<kE4M3>(t, Saturation::kSatFinite).code;
+std::uint8_t fp8_encode(const FloatFormat& codes, float t) {
+  return &producer_format(codes) == &kE5M2 ? encode<kE5M2>(t, Saturation::kSatFinite).code
+                                           : encode<kE4M3>(t, Saturation::kSatFinite).code;
 }
 
 // The signed value of F's nearest-even, saturated code of t (NaN stays NaN).
@@ -68,17 +75,15 @@ FP8SCOPE_ROW_KERNEL void grid_values(ProducerCast cast, const float* x, const fl
 void producer_values(const QuantizedWeight& w, Convention c, const float* x, const float* scales, std::int64_t block,
                      std::int64_t n, float* out) {
   const ProducerCast cast = convention_info(c).cast;
-  // The conventions' producers cast to OCP E4M3/E5M2 (producer_code too): FNUZ codes never equal theirs.
-  switch (w.code_kind) {
-    case CodeKind::kE4M3:
-    case CodeKind::kE4M3Fnuz: return grid_values<kE4M3>(cast, x, scales, block, n, out);
-    case CodeKind::kE5M2:
-    case CodeKind::kE5M2Fnuz: return grid_values<kE5M2>(cast, x, scales, block, n, out);
-    case CodeKind::kE2M1: return grid_values<kE2M1>(cast, x, scales, block, n, out);
-  }
+  const FloatFormat& f = producer_format(*w.codes_format);
+  if (&f == &kE4M3) return grid_values<kE4M3>(cast, x, scales, block, n, out);
+  if (&f == &kE5M2) return grid_values<kE5M2>(cast, x, scales, block, n, out);
+  return grid_values<kE2M1>(cast, x, scales, block, n, out);
 }
 
-float nvfp4_scale_2(float tensor_amax) { return tensor_amax / (6.0f * 448.0f); }
+float nvfp4_scale_2(float tensor_amax) {
+  return tensor_amax / static_cast<float>(max_value(kE2M1) * max_value(kUE4M3));
+}
 
 ExpectedScale expected_scale(const QuantizedWeight& w, Convention c, float amax, float scale_2) {
   ExpectedScale e;
@@ -101,7 +106,7 @@ ExpectedScale expected_scale(const QuantizedWeight& w, Convention c, float amax,
   // amax / fmax, in fp32 (compressed-tensors helpers.py:86, ModelOpt quant_utils.py:214-231), then
   // rounded to the scale's own dtype. An all-zero block: ModelOpt exports 1.0 (tensor_quantizer.py:838),
   // compressed-tensors the dtype's eps (helpers.py:115-126); DeepSeek does not say.
-  float v = amax / fmax_of(w.code_kind);
+  float v = amax / fmax_of(*w.codes_format);
   if (amax == 0.0f) {
     if (c == Convention::kModelOptFp8) v = 1.0f;
     if (c == Convention::kCompressedTensorsFp8) {
@@ -119,8 +124,8 @@ ExpectedScale expected_scale(const QuantizedWeight& w, Convention c, float amax,
 
 std::uint8_t producer_code(const QuantizedWeight& w, Convention c, float x, float s) {
   switch (convention_info(c).cast) {
-    case ProducerCast::kDivideF32: return fp8_encode(w.code_kind, x / s);
-    case ProducerCast::kDivideBf16: return fp8_encode(w.code_kind, bf16_to_float(bf16_bits(x / s)));
+    case ProducerCast::kDivideF32: return fp8_encode(*w.codes_format, x / s);
+    case ProducerCast::kDivideBf16: return fp8_encode(*w.codes_format, bf16_to_float(bf16_bits(x / s)));
     case ProducerCast::kNvfp4: return encode<kE2M1>(x / s, Saturation::kSatFinite).code;
     case ProducerCast::kMxfp4: return encode<kE2M1>(mul_rn(x, 1.0f / s), Saturation::kSatFinite).code;
   }

@@ -23,12 +23,9 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return b <= 0 ? 0 : (a +
 
 Finding error(std::string code, std::string message) { return {Severity::kError, std::move(code), std::move(message)}; }
 
-std::optional<CodeKind> fp8_kind(const std::string& dtype) {
-  if (dtype == "F8_E4M3") return CodeKind::kE4M3;
-  if (dtype == "F8_E5M2") return CodeKind::kE5M2;
-  if (dtype == "F8_E4M3FNUZ") return CodeKind::kE4M3Fnuz;
-  if (dtype == "F8_E5M2FNUZ") return CodeKind::kE5M2Fnuz;
-  return std::nullopt;
+// The FP8 formats (OCP and FNUZ) a weight's codes may be stored in, from the dtype's row.
+const FloatFormat* fp8_format(const tensorfile::SafetensorsDtype& dtype) {
+  return dtype.codes != nullptr && code_bits(*dtype.codes) == 8 ? dtype.codes : nullptr;
 }
 
 std::optional<ScaleStorage> float_storage(const std::string& dtype) {
@@ -125,7 +122,7 @@ void mxfp4_weight(const CheckpointFiles& files, const CheckpointTensor& blocks, 
   QuantizedWeight w;
   w.module = blocks.name.substr(0, blocks.name.size() - 7);
   w.codes = &blocks;
-  w.code_kind = CodeKind::kE2M1;
+  w.codes_format = &kE2M1;
   w.scale = files.find(w.module + "_scales");
   w.scale_storage = ScaleStorage::kE8M0;
   const std::vector<std::int64_t>& b = blocks.entry.shape;
@@ -159,12 +156,13 @@ void weight_with_scales(const CheckpointFiles& files, const Declaration& d, cons
   const std::string dtype = codes.entry.dtype->name;
   const bool nvfp4 = d.convention == Convention::kModelOptNvfp4;
   if (nvfp4) {
-    w.code_kind = CodeKind::kE2M1;
+    w.codes_format = &kE2M1;
   } else {
-    w.code_kind = *fp8_kind(dtype);
-    if (w.code_kind == CodeKind::kE4M3Fnuz || w.code_kind == CodeKind::kE5M2Fnuz) {
-      found.add(w.module, error("e4m3_variant", codes.name + " is " + dtype +
-                                                    " (bias one more, one NaN): GEMMs read OCP E4M3/E5M2, so every value is "
+    w.codes_format = fp8_format(*codes.entry.dtype);
+    if (w.codes_format->non_finite == NonFiniteEncoding::kNegativeZeroNan) {
+      found.add(w.module, error("e4m3_variant", codes.name + " is " + dtype + " (bias " +
+                                                    std::to_string(w.codes_format->bias) +
+                                                    ", one NaN): GEMMs read OCP E4M3/E5M2, so every value is "
                                                     "read at twice its size"));
     }
   }
@@ -217,17 +215,6 @@ const char* severity_name(Severity s) {
   return "?";
 }
 
-const char* code_kind_name(CodeKind k) {
-  switch (k) {
-    case CodeKind::kE4M3: return "e4m3";
-    case CodeKind::kE5M2: return "e5m2";
-    case CodeKind::kE4M3Fnuz: return "e4m3fnuz";
-    case CodeKind::kE5M2Fnuz: return "e5m2fnuz";
-    case CodeKind::kE2M1: return "e2m1";
-  }
-  return "?";
-}
-
 Discovery discover_weights(const CheckpointFiles& files, const Declaration& d) {
   Discovery out;
   Found found{out};
@@ -237,7 +224,7 @@ Discovery discover_weights(const CheckpointFiles& files, const Declaration& d) {
     if (d.convention == Convention::kGptOssMxfp4) {
       if (ends_with(t.name, "_blocks") && dtype == "U8") mxfp4_weight(files, t, out, found);
     } else if (ends_with(t.name, ".weight") &&
-               (d.convention == Convention::kModelOptNvfp4 ? dtype == "U8" || dtype == "F4" : fp8_kind(dtype).has_value())) {
+               (d.convention == Convention::kModelOptNvfp4 ? dtype == "U8" || dtype == "F4" : fp8_format(*t.entry.dtype) != nullptr)) {
       weight_with_scales(files, d, t, out, found);
     }
   }
@@ -254,39 +241,14 @@ Discovery discover_weights(const CheckpointFiles& files, const Declaration& d) {
   return out;
 }
 
-float code_value(CodeKind kind, std::uint8_t code) {
-  switch (kind) {
-    case CodeKind::kE4M3: return decode<kE4M3>(code);
-    case CodeKind::kE5M2: return decode<kE5M2>(code);
-    case CodeKind::kE2M1: return decode<kE2M1>(static_cast<std::uint8_t>(code & 0x0F));
-    case CodeKind::kE4M3Fnuz:
-    case CodeKind::kE5M2Fnuz: {
-      // One more of bias (so half the OCP value at the same bits), 0x80 the only NaN, no Inf.
-      if (code == 0x80) return std::nanf("");
-      const int mantissa_bits = kind == CodeKind::kE4M3Fnuz ? 3 : 2;
-      const int bias = kind == CodeKind::kE4M3Fnuz ? 8 : 16;
-      const int m = code & 0x7F, e = m >> mantissa_bits, f = m & ((1 << mantissa_bits) - 1);
-      const float magnitude = e == 0 ? std::ldexp(static_cast<float>(f), 1 - bias - mantissa_bits)
-                                     : std::ldexp(1.0f + static_cast<float>(f) / static_cast<float>(1 << mantissa_bits), e - bias);
-      return (code & 0x80) ? -magnitude : magnitude;
-    }
-  }
-  return 0.0f;
+float code_value(const FloatFormat& f, std::uint8_t code) {
+  return decode_as(f, static_cast<std::uint8_t>(code & ((1 << code_bits(f)) - 1)));
 }
 
-bool code_at_max(CodeKind kind, std::uint8_t code) {
-  switch (kind) {
-    case CodeKind::kE4M3: return (code & 0x7F) == 0x7E;
-    case CodeKind::kE5M2: return (code & 0x7F) == 0x7B;
-    case CodeKind::kE4M3Fnuz:
-    case CodeKind::kE5M2Fnuz: return code != 0x80 && (code & 0x7F) == 0x7F;
-    case CodeKind::kE2M1: return (code & 0x07) == 0x07;
-  }
-  return false;
-}
+bool code_at_max(const FloatFormat& f, std::uint8_t code) { return (code & magnitude_mask(f)) == max_code(f); }
 
-int code_steps(CodeKind kind, std::uint8_t a, std::uint8_t b) {
-  const int sign = kind == CodeKind::kE2M1 ? 0x8 : 0x80;
+int code_steps(const FloatFormat& f, std::uint8_t a, std::uint8_t b) {
+  const int sign = sign_mask(f);
   const auto signed_index = [&](std::uint8_t c) { return (c & sign) ? -(c & (sign - 1)) : (c & (sign - 1)); };
   const int d = signed_index(a) - signed_index(b);
   return d < 0 ? -d : d;
@@ -296,7 +258,7 @@ Result<WeightDecoder> WeightDecoder::open(const CheckpointFiles& files, const Qu
   if (!w.decodable) return Status::error(w.module + ": its scales do not fit its codes; values cannot be read");
   WeightDecoder dec;
   dec.w_ = &w;
-  for (int c = 0; c < 256; ++c) dec.lut_[static_cast<std::size_t>(c)] = checkpoint::code_value(w.code_kind, static_cast<std::uint8_t>(c));
+  for (int c = 0; c < 256; ++c) dec.lut_[static_cast<std::size_t>(c)] = checkpoint::code_value(*w.codes_format, static_cast<std::uint8_t>(c));
   Result<MappedTensor> codes = files.map(*w.codes);
   if (!codes.ok()) return codes.status();
   dec.codes_ = std::move(codes).value();
@@ -333,14 +295,14 @@ void WeightDecoder::row(std::int64_t e, std::int64_t r, std::uint8_t* codes, flo
   const std::uint8_t* base = codes_.bytes().data();
   const std::int64_t index = (e * w.rows + r) * w.cols;  // elements
   const auto n = static_cast<std::size_t>(w.cols);
-  if (w.code_kind == CodeKind::kE2M1 && index % 2 == 0) {  // two codes a byte, the low nibble first
+  if (w.codes_format == &kE2M1 && index % 2 == 0) {  // two codes a byte, the low nibble first
     const std::uint8_t* packed = base + index / 2;
     for (std::size_t c = 0; c + 1 < n; c += 2) {
       codes[c] = packed[c / 2] & 0x0F;
       codes[c + 1] = packed[c / 2] >> 4;
     }
     if (n % 2) codes[n - 1] = fp4_code(base, static_cast<std::size_t>(index) + n - 1);
-  } else if (w.code_kind == CodeKind::kE2M1) {  // an odd row length: rows start mid-byte
+  } else if (w.codes_format == &kE2M1) {  // an odd row length: rows start mid-byte
     for (std::size_t c = 0; c < n; ++c) codes[c] = fp4_code(base, static_cast<std::size_t>(index) + c);
   } else {
     std::memcpy(codes, base + index, n);

@@ -40,7 +40,7 @@ Result<ExportRun> export_as_run(const std::string& export_path, const insight::R
   out.records.run = "export";
   for (const QuantizedWeight& w : discover_weights(files.value(), d.value()).weights) {
     const bool per_tensor = w.decodable && w.experts == 1 && w.grid_rows == 1 && w.grid_cols == 1;
-    if (!per_tensor || (w.code_kind != CodeKind::kE4M3 && w.code_kind != CodeKind::kE5M2)) {
+    if (!per_tensor || (w.codes_format != &kE4M3 && w.codes_format != &kE5M2)) {
       out.not_compared.push_back(w.module);
       continue;
     }
@@ -55,8 +55,8 @@ Result<ExportRun> export_as_run(const std::string& export_path, const insight::R
     p.statistics.fill(std::nan(""));
     p.codes_digest = hex(code_digest(codes.value().bytes()));
     insight::TensorRecords& t = out.records.tensors[training_key(training, w.module)];
-    t.dtype = code_kind_name(w.code_kind);
-    t.recipes[insight::RecipeKey{"observed", code_kind_name(w.code_kind)}].push_back(p);
+    t.dtype = w.codes_format->name;
+    t.recipes[insight::RecipeKey{"observed", w.codes_format->name}].push_back(p);
     ++out.records.records;
   }
   return out;

@@ -145,7 +145,7 @@ void check_alone(const QuantizedWeight& w, const WeightDecoder& dec, WeightRepor
   if (out.nonfinite_codes > 0) {
     out.add({Severity::kError, "nonfinite_codes",
              format("%llu codes are NaN or Inf in %s: every GEMM output they touch is NaN",
-                    static_cast<unsigned long long>(out.nonfinite_codes), code_kind_name(w.code_kind))});
+                    static_cast<unsigned long long>(out.nonfinite_codes), w.codes_format->name)});
   }
   if (out.bad_scales > 0) {
     out.add({Severity::kError, "bad_scale", format("%llu of %llu scales are zero, negative, NaN or Inf",
@@ -235,7 +235,7 @@ void check_against(const CheckpointFiles& refs, const QuantizedWeight& w, Conven
   // Read as FNUZ the values must match the reference, not merely halve a uniform error (they halve:
   // the cosine stays, the relative error follows from the sums).
   const double as_fnuz = relative_error_as_fnuz(el.sums);
-  if (w.code_kind == CodeKind::kE4M3 && as_fnuz < 0.1 && as_fnuz < 0.5 * out.relative_error && out.cosine > 0.999) {
+  if (w.codes_format == &kE4M3 && as_fnuz < 0.1 && as_fnuz < 0.5 * out.relative_error && out.cosine > 0.999) {
     out.add({Severity::kError, "e4m3_variant",
              format("the codes are E4M3 FNUZ (bias 8), stored as F8_E4M3: read as OCP E4M3 every value doubles "
                     "(relative error %.3g; %.3g read as FNUZ)", out.relative_error, as_fnuz)});

@@ -14,29 +14,37 @@ constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
 // F4 (float4_e2m1fn, two a byte) has a logical shape; its bytes are half its element count.
 constexpr SafetensorsDtype kDtypes[] = {
-    {"F64", 64, DType::kF64, ""},
-    {"F32", 32, DType::kF32, ""},
-    {"F16", 16, DType::kF16, ""},
-    {"BF16", 16, DType::kBF16, ""},
-    {"F8_E4M3", 8, DType::kE4M3, ""},
-    {"F8_E5M2", 8, DType::kE5M2, ""},
-    {"F4", 4, DType::kE2M1, ""},
-    {"F8_E4M3FNUZ", 8, std::nullopt, "E4M3 FNUZ codes (bias 8, one NaN), not the OCP E4M3 GEMMs read"},
-    {"F8_E5M2FNUZ", 8, std::nullopt, "E5M2 FNUZ codes (bias 16, one NaN)"},
-    {"F8_E8M0", 8, std::nullopt, "E8M0 scale tensor"},
-    {"F6_E2M3", 6, std::nullopt, "FP6 tensor"},
-    {"F6_E3M2", 6, std::nullopt, "FP6 tensor"},
-    {"I64", 64, std::nullopt, "integer tensor"},
-    {"I32", 32, std::nullopt, "integer tensor"},
-    {"I16", 16, std::nullopt, "integer tensor"},
-    {"I8", 8, std::nullopt, "integer tensor"},
-    {"U64", 64, std::nullopt, "integer tensor"},
-    {"U32", 32, std::nullopt, "integer tensor"},
-    {"U16", 16, std::nullopt, "integer tensor"},
-    {"U8", 8, std::nullopt, "integer tensor"},
-    {"BOOL", 8, std::nullopt, "boolean tensor"},
-    {"C64", 64, std::nullopt, "complex tensor"},
+    {"F64", 64, DType::kF64, "", nullptr},
+    {"F32", 32, DType::kF32, "", nullptr},
+    {"F16", 16, DType::kF16, "", nullptr},
+    {"BF16", 16, DType::kBF16, "", nullptr},
+    {"F8_E4M3", 8, DType::kE4M3, "", &kE4M3},
+    {"F8_E5M2", 8, DType::kE5M2, "", &kE5M2},
+    {"F4", 4, DType::kE2M1, "", &kE2M1},
+    {"F8_E4M3FNUZ", 8, std::nullopt, "E4M3 FNUZ codes (bias 8, one NaN), not the OCP E4M3 GEMMs read", &kE4M3Fnuz},
+    {"F8_E5M2FNUZ", 8, std::nullopt, "E5M2 FNUZ codes (bias 16, one NaN)", &kE5M2Fnuz},
+    {"F8_E8M0", 8, std::nullopt, "E8M0 scale tensor", nullptr},
+    {"F6_E2M3", 6, std::nullopt, "FP6 tensor", nullptr},
+    {"F6_E3M2", 6, std::nullopt, "FP6 tensor", nullptr},
+    {"I64", 64, std::nullopt, "integer tensor", nullptr},
+    {"I32", 32, std::nullopt, "integer tensor", nullptr},
+    {"I16", 16, std::nullopt, "integer tensor", nullptr},
+    {"I8", 8, std::nullopt, "integer tensor", nullptr},
+    {"U64", 64, std::nullopt, "integer tensor", nullptr},
+    {"U32", 32, std::nullopt, "integer tensor", nullptr},
+    {"U16", 16, std::nullopt, "integer tensor", nullptr},
+    {"U8", 8, std::nullopt, "integer tensor", nullptr},
+    {"BOOL", 8, std::nullopt, "boolean tensor", nullptr},
+    {"C64", 64, std::nullopt, "complex tensor", nullptr},
 };
+// A format row's bits and a DType's agree with the dtype's own.
+static_assert([] {
+  for (const SafetensorsDtype& d : kDtypes) {
+    if (d.codes != nullptr && code_bits(*d.codes) != d.bits) return false;
+    if (d.dtype && dtype_bits(*d.dtype) != d.bits) return false;
+  }
+  return true;
+}());
 
 Status bad(const std::string& what) { return Status::error("bad safetensors header: " + what); }
 

@@ -185,6 +185,34 @@ TEST_CASE("E2M1 edges, named in hex floats", "[float_cast]") {
   CHECK(std::signbit(decode<kE2M1>(0x8)));
 }
 
+// FNUZ (arXiv:2206.02915, PyTorch's float8_e4m3fnuz/e5m2fnuz): OCP's bit layout with a bias one
+// larger, every exponent finite, no -0: 0x80 is the only NaN. cuda_fp8.h has no FNUZ type, so the
+// reference is the definition in fp64.
+double fnuz_reference(int code, int mantissa_bits, int bias) {
+  if (code == 0x80) return std::nan("");
+  const int m = code & 0x7F, e = m >> mantissa_bits, f = m & ((1 << mantissa_bits) - 1);
+  const double magnitude = e == 0 ? std::ldexp(f, 1 - bias - mantissa_bits)
+                                  : std::ldexp(1.0 + f / static_cast<double>(1 << mantissa_bits), e - bias);
+  return (code & 0x80) ? -magnitude : magnitude;
+}
+
+TEST_CASE("every FNUZ code decodes as the format defines it, through the row chosen at run time", "[float_cast][fnuz]") {
+  for (int c = 0; c < 256; ++c) {
+    INFO("code " << c);
+    CHECK(same_value(decode_as(kE4M3Fnuz, static_cast<std::uint8_t>(c)), static_cast<float>(fnuz_reference(c, 3, 8))));
+    CHECK(same_value(decode_as(kE5M2Fnuz, static_cast<std::uint8_t>(c)), static_cast<float>(fnuz_reference(c, 2, 16))));
+    // The OCP rows through the same door are decode<F>'s.
+    CHECK(same_value(decode_as(kE4M3, static_cast<std::uint8_t>(c)), decode<kE4M3>(static_cast<std::uint8_t>(c))));
+    CHECK(same_value(decode_as(kE5M2, static_cast<std::uint8_t>(c)), decode<kE5M2>(static_cast<std::uint8_t>(c))));
+  }
+  CHECK(decode_as(kE4M3Fnuz, 0x7F) == 240.0f);  // max: every exponent is finite
+  CHECK(decode_as(kE4M3Fnuz, 0x01) == 0x1p-10f);
+  CHECK(decode_as(kE5M2Fnuz, 0x7F) == 57344.0f);
+  CHECK(decode_as(kE5M2Fnuz, 0x01) == 0x1p-17f);
+  CHECK(decode_as(kE4M3Fnuz, 0x40) == 0.5f * decode<kE4M3>(0x40));  // the same bits, half the value
+  CHECK(std::isnan(decode_as(kUE4M3, 0x10)));  // not a data format: no guess
+}
+
 TEST_CASE("UE4M3 block scales encode as cuda_fp8.h's satfinite E4M3 and drop nothing else", "[float_cast][ue4m3]") {
   int mismatches = 0;
   for (std::uint32_t h = 0; h < 0x8000; ++h) {  // every nonnegative BF16, as block amaxes are

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
+#include <utility>
 
 #include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/host_device.h"
@@ -40,6 +42,7 @@ struct CastResult {
 template <const FloatFormat& F>
 FP8SCOPE_HD CastResult encode(float x, Saturation sat) {
   static_assert(F.has_sign, "encode() is for the signed data formats; block scales have their own rules");
+  static_assert(F.non_finite != NonFiniteEncoding::kNegativeZeroNan, "FNUZ codes are read, never written");
   using C = FormatConstants<F>;
   constexpr int kM = C::kMantissaBits;
   const std::uint32_t u = float_bits(x);
@@ -100,6 +103,7 @@ FP8SCOPE_HD float decode(std::uint8_t code) {
   const int magnitude = code & C::kMagnitudeMask;
   const int exponent_field = magnitude >> kM;
   const int mantissa = magnitude & ((1 << kM) - 1);
+  if (C::kNonFinite == NonFiniteEncoding::kNegativeZeroNan && magnitude == 0 && sign != 0) return bits_float(0x7FC00000u);
   if (magnitude > C::kMaxCode) {
     if (C::kHasInf && magnitude == C::kInfCode) return bits_float(sign | 0x7F800000u);
     return bits_float(0x7FC00000u);
@@ -110,6 +114,21 @@ FP8SCOPE_HD float decode(std::uint8_t code) {
   }
   return bits_float(sign | (static_cast<std::uint32_t>(exponent_field - C::kBias + 127) << 23) |
                     (static_cast<std::uint32_t>(mantissa) << (23 - kM)));
+}
+
+namespace detail {
+template <std::size_t... I>
+float decode_data_format(const FloatFormat& f, std::uint8_t code, std::index_sequence<I...>) {
+  float v = bits_float(0x7FC00000u);
+  (void)((&f == kDataFormats[I] ? (v = decode<*kDataFormats[I]>(code), true) : false) || ...);
+  return v;
+}
+}  // namespace detail
+
+// decode<F> for one of kDataFormats chosen at run time (host code: a checkpoint's dtype); NaN for
+// any other row.
+inline float decode_as(const FloatFormat& f, std::uint8_t code) {
+  return detail::decode_data_format(f, code, std::make_index_sequence<std::size(kDataFormats)>());
 }
 
 // |y| rounded to the nearest-even point of F's grid, the exponent range left open above so a value

@@ -6,7 +6,11 @@
 // Sources: OCP 8-bit Floating Point Specification (OFP8) rev 1.0 for E4M3/E5M2; OCP Microscaling
 // Formats (MX) v1.0 for E2M1 and the E8M0 scale; cuda_fp8.hpp and cuda_fp4.hpp for what a cast of
 // NaN produces (0x7F for both FP8 formats, the sign dropped; +6, code 0x7, for E2M1, which has no
-// NaN); cuBLASLt's CUDA_R_8F_UE4M3 (NVFP4's block scale) is E4M3 without its sign bit.
+// NaN); cuBLASLt's CUDA_R_8F_UE4M3 (NVFP4's block scale) is E4M3 without its sign bit. The FNUZ
+// variants (AMD's, PyTorch's float8_e4m3fnuz/e5m2fnuz, safetensors' F8_E4M3FNUZ/F8_E5M2FNUZ; the
+// Graphcore proposal "8-bit Numerical Formats for Deep Neural Networks", arXiv:2206.02915) keep the
+// bit layout with a bias one larger, no Inf and no negative zero: 0x80 is their only NaN. fp8scope
+// reads them (checkpoints) and never casts to them.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,7 @@ enum class NonFiniteEncoding : std::uint8_t {
   kFiniteNanOnly,  // "fn": no Inf; only all-ones exponent and mantissa is NaN (E4M3, UE4M3)
   kFiniteOnly,     // no Inf and no NaN: every code is a number (E2M1)
   kExponentOnly,   // no mantissa, no zero; the all-ones code is NaN (E8M0 scale)
+  kNegativeZeroNan,  // "fnuz": no Inf, no -0; the negative-zero code is the only NaN
 };
 
 struct FloatFormat {
@@ -37,6 +42,11 @@ inline constexpr FloatFormat kE5M2{"e5m2", 5, 2, true, 15, NonFiniteEncoding::kI
 inline constexpr FloatFormat kE2M1{"e2m1", 2, 1, true, 1, NonFiniteEncoding::kFiniteOnly, 0x7};
 inline constexpr FloatFormat kUE4M3{"ue4m3", 4, 3, false, 7, NonFiniteEncoding::kFiniteNanOnly, 0x7F};
 inline constexpr FloatFormat kE8M0{"e8m0", 8, 0, false, 127, NonFiniteEncoding::kExponentOnly, 0xFF};
+inline constexpr FloatFormat kE4M3Fnuz{"e4m3fnuz", 4, 3, true, 8, NonFiniteEncoding::kNegativeZeroNan, 0x80};
+inline constexpr FloatFormat kE5M2Fnuz{"e5m2fnuz", 5, 2, true, 16, NonFiniteEncoding::kNegativeZeroNan, 0x80};
+
+// The signed element formats a tensor's codes can be stored in: what a checkpoint's dtype may name.
+inline constexpr const FloatFormat* kDataFormats[] = {&kE4M3, &kE5M2, &kE2M1, &kE4M3Fnuz, &kE5M2Fnuz};
 
 // ---- Derived from a row -------------------------------------------------------------------------
 
@@ -56,8 +66,9 @@ constexpr int mantissa_mask(const FloatFormat& f) { return (1 << f.mantissa_bits
 // Largest exponent field that encodes a finite number.
 constexpr int max_exponent_field(const FloatFormat& f) {
   const int all_ones = (1 << f.exponent_bits) - 1;
-  const bool all_ones_finite =
-      f.non_finite == NonFiniteEncoding::kFiniteNanOnly || f.non_finite == NonFiniteEncoding::kFiniteOnly;
+  const bool all_ones_finite = f.non_finite == NonFiniteEncoding::kFiniteNanOnly ||
+                               f.non_finite == NonFiniteEncoding::kFiniteOnly ||
+                               f.non_finite == NonFiniteEncoding::kNegativeZeroNan;
   return all_ones_finite ? all_ones : all_ones - 1;
 }
 
@@ -105,6 +116,10 @@ static_assert(max_value(kE2M1) == 6.0 && min_normal(kE2M1) == 1.0 && min_subnorm
 static_assert(max_value(kUE4M3) == 448.0 && min_normal(kUE4M3) == 0x1p-6 && min_subnormal(kUE4M3) == 0x1p-9 &&
               max_code(kUE4M3) == 0x7E && code_bits(kUE4M3) == 7 && kUE4M3.nan_code == 0x7F);
 static_assert(max_value(kE8M0) == 0x1p127 && min_normal(kE8M0) == 0x1p-127 && max_code(kE8M0) == 0xFE);
+static_assert(max_value(kE4M3Fnuz) == 240.0 && min_normal(kE4M3Fnuz) == 0x1p-7 && min_subnormal(kE4M3Fnuz) == 0x1p-10 &&
+              max_code(kE4M3Fnuz) == 0x7F && !has_inf(kE4M3Fnuz) && has_nan(kE4M3Fnuz));
+static_assert(max_value(kE5M2Fnuz) == 57344.0 && min_normal(kE5M2Fnuz) == 0x1p-15 &&
+              min_subnormal(kE5M2Fnuz) == 0x1p-17 && max_code(kE5M2Fnuz) == 0x7F && !has_inf(kE5M2Fnuz));
 
 // The same derivations as plain scalars, which device code may read directly (nvcc allows
 // constexpr scalars, not constexpr class objects, in __device__ functions).

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/checkpoint/checkpoint_files.h"
 #include "fp8scope/checkpoint/conventions.h"
 
@@ -24,10 +25,6 @@ struct Finding {
   std::string message;  // for people
 };
 
-// The element codes: OCP E4M3 and E5M2 (what GEMMs read), their FNUZ variants (another E4M3), E2M1.
-enum class CodeKind : std::uint8_t { kE4M3, kE5M2, kE4M3Fnuz, kE5M2Fnuz, kE2M1 };
-const char* code_kind_name(CodeKind k);
-
 // How one scale is stored: a float value (F32, BF16, F16), NVFP4's UE4M3 or MX's E8M0.
 enum class ScaleStorage : std::uint8_t { kF32, kBF16, kF16, kUE4M3, kE8M0 };
 
@@ -37,7 +34,9 @@ struct QuantizedWeight {
   const CheckpointTensor* scale = nullptr;        // null: missing (a finding says so)
   const CheckpointTensor* scale_2 = nullptr;      // NVFP4: the per-tensor factor the block scales multiply
   const CheckpointTensor* input_scale = nullptr;  // the activations' static scale, when exported
-  CodeKind code_kind = CodeKind::kE4M3;
+  // The element codes' format (float_formats.h's kDataFormats): OCP E4M3 and E5M2 (what GEMMs
+  // read), their FNUZ variants, E2M1.
+  const FloatFormat* codes_format = &kE4M3;
   ScaleStorage scale_storage = ScaleStorage::kF32;
   std::int64_t experts = 1, rows = 0, cols = 0;  // each expert a rows (out) x cols (in) matrix
   std::int64_t block_rows = 0, block_cols = 0;   // what one scale covers, as the stored shape says
@@ -88,11 +87,11 @@ class WeightDecoder {
   std::array<float, 256> lut_{};
 };
 
-// The value of a code of `kind` (E2M1: the low nibble), exact; NaN codes give NaN.
-float code_value(CodeKind kind, std::uint8_t code);
+// The value of a code of format f (E2M1: the low nibble), exact; NaN codes give NaN.
+float code_value(const FloatFormat& f, std::uint8_t code);
 // Codes at the format's ±max.
-bool code_at_max(CodeKind kind, std::uint8_t code);
-// How many grid steps apart two codes of `kind` are (0 equal, 1 neighbours across zero too).
-int code_steps(CodeKind kind, std::uint8_t a, std::uint8_t b);
+bool code_at_max(const FloatFormat& f, std::uint8_t code);
+// How many grid steps apart two codes of format f are (0 equal, 1 neighbours across zero too).
+int code_steps(const FloatFormat& f, std::uint8_t a, std::uint8_t b);
 
 }  // namespace fp8scope::checkpoint

@@ -13,18 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/vocabulary/dtype.h"
 
 namespace fp8scope::tensorfile {
 
 // Every dtype string the format defines (src/tensor.rs:808-863), with its bits per element and
-// what fp8scope makes of it.
+// what fp8scope makes of it: the one table of safetensors dtypes (analyze and checkpoint read it).
 struct SafetensorsDtype {
   const char* name;
   int bits;
   std::optional<DType> dtype;  // the elements fp8scope reads as values
   const char* skip_reason;     // "" when dtype is set
+  const FloatFormat* codes;    // a low-precision float's row (float_formats.h), else null
 };
 const SafetensorsDtype* find_safetensors_dtype(std::string_view name);
 
