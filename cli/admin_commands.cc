@@ -15,8 +15,8 @@
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/pattern/layer_pattern.h"
-#include "fp8scope/te_log/nvdlfw_log.h"
-#include "fp8scope/te_log/nvdlfw_log_files.h"
+#include "fp8scope/te/nvdlfw_log.h"
+#include "fp8scope/te/nvdlfw_log_files.h"
 #include "fp8scope/wire/wire.h"
 
 namespace fp8scope::cli {
@@ -380,19 +380,19 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   }
   std::unique_ptr<history::HistoryReader> reader = history_reader(o, err);
   if (!reader) return o.history.empty() ? kUnreachable : kUsage;
-  std::unique_ptr<te_log::NvdlfwLogFiles> te_files;
+  std::unique_ptr<te::NvdlfwLogFiles> te_files;
   if (!o.te_log_dir.empty()) {
-    te_log::NvdlfwLogFilesOptions files;
+    te::NvdlfwLogFilesOptions files;
     files.truncate = true;  // an export: the files hold this answer alone
     files.max_files = std::numeric_limits<std::size_t>::max();
-    Result<std::unique_ptr<te_log::NvdlfwLogFiles>> opened = te_log::NvdlfwLogFiles::open(o.te_log_dir, files);
+    Result<std::unique_ptr<te::NvdlfwLogFiles>> opened = te::NvdlfwLogFiles::open(o.te_log_dir, files);
     if (!opened.ok()) {
       err << "fp8scope history: --te-log-dir " << opened.status().message() << "\n";
       return kUsage;
     }
     te_files = std::move(opened).value();
   }
-  te_log::NvdlfwLog te_log;
+  te::NvdlfwLog te_log;
   bool te_failed = false;
   // The header comes with the first row (or the end of an empty answer), so a failed read prints
   // its one error line and nothing else.
@@ -406,10 +406,10 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       return true;
     }
     std::string block;  // a record's lines, all of its rank
-    for (const te_log::NvdlfwLine& line : te_log.lines(r)) block += line.text + "\n";
+    for (const te::NvdlfwLine& line : te_log.lines(r)) block += line.text + "\n";
     if (!te_files) {
       out << block;
-    } else if (!block.empty() && te_files->append("", r.rank, block) != te_log::AppendOutcome::kWritten) {
+    } else if (!block.empty() && te_files->append("", r.rank, block) != te::AppendOutcome::kWritten) {
       te_failed = true;
       return false;
     }

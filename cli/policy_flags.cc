@@ -1,6 +1,6 @@
 #include "fp8scope/cli/policy_flags.h"
 #include "fp8scope/cli/number_checks.h"
-#include "fp8scope/cli/te_config.h"
+#include "fp8scope/te/sampling_config.h"
 
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/kernels/recipe.h"
@@ -28,8 +28,8 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
   cmd->add_flag("--reset", f.reset, "Start from the default policy instead of the current one");
 }
 
-const Result<TeConfig>& PolicyFlags::te_config_read() const {
-  if (!te_config_read_) te_config_read_ = std::make_shared<const Result<TeConfig>>(read_te_config(te_config.value()));
+const Result<te::TeConfig>& PolicyFlags::te_config_read() const {
+  if (!te_config_read_) te_config_read_ = std::make_shared<const Result<te::TeConfig>>(te::read_te_config(te_config.value()));
   return *te_config_read_;
 }
 
@@ -39,7 +39,7 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
       return Status::error("--te-config says what is sampled: it goes without --layer-regex, --operands, --every, "
                            "--start-step and --end-step");
     }
-    const Result<TeConfig>& config = f.te_config_read();
+    const Result<te::TeConfig>& config = f.te_config_read();
     if (!config.ok()) return Status::error("--te-config: " + config.message());
     if (config.value().rules.empty()) {
       return Status::error("--te-config: " + *f.te_config + " asks for nothing fp8scope samples (each part left out is listed)");
@@ -47,7 +47,7 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
     p.clear_rules();
     p.clear_layer_regex();
     p.clear_operands();
-    for (const TeConfigRule& r : config.value().rules) {
+    for (const te::TeConfigRule& r : config.value().rules) {
       v1::SamplingRule* rule = p.add_rules();
       *rule = wire::to_wire(r.rule);
       rule->set_source(r.source.substr(0, 200));
@@ -91,16 +91,16 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
 
 std::vector<std::string> te_config_notes(const PolicyFlags& f) {
   if (!f.te_config) return {};
-  const Result<TeConfig>& config = f.te_config_read();
+  const Result<te::TeConfig>& config = f.te_config_read();
   return config.ok() ? config.value().not_applied : std::vector<std::string>{};
 }
 
 std::map<std::string, std::string> policy_environment(const PolicyFlags& f) {
   std::map<std::string, std::string> env;
   if (f.te_config) {
-    if (const Result<TeConfig>& config = f.te_config_read(); config.ok()) {
+    if (const Result<te::TeConfig>& config = f.te_config_read(); config.ok()) {
       std::vector<SamplingRule> rules;
-      for (const TeConfigRule& r : config.value().rules) rules.push_back(r.rule);
+      for (const te::TeConfigRule& r : config.value().rules) rules.push_back(r.rule);
       env["FP8SCOPE_RULES"] = format_rules(rules);
     }
   }

@@ -4,21 +4,21 @@
 
 #include <utility>
 
-#include "fp8scope/te_log/nvdlfw_log.h"
+#include "fp8scope/te/nvdlfw_log.h"
 
 namespace fp8scope::server {
 
 Result<std::unique_ptr<TeLogWriter>> TeLogWriter::open(const std::string& dir, TeLogLimits limits) {
-  te_log::NvdlfwLogFilesOptions options;
+  te::NvdlfwLogFilesOptions options;
   options.per_job = true;  // one daemon hears many jobs, each with its own ranks
   options.max_bytes = limits.max_bytes;
   options.max_files = limits.max_files;
-  Result<std::unique_ptr<te_log::NvdlfwLogFiles>> files = te_log::NvdlfwLogFiles::open(dir, options);
+  Result<std::unique_ptr<te::NvdlfwLogFiles>> files = te::NvdlfwLogFiles::open(dir, options);
   if (!files.ok()) return Status::error("--te-log-dir " + files.status().message());
   return std::unique_ptr<TeLogWriter>(new TeLogWriter(std::move(files).value(), limits));
 }
 
-TeLogWriter::TeLogWriter(std::unique_ptr<te_log::NvdlfwLogFiles> files, TeLogLimits limits)
+TeLogWriter::TeLogWriter(std::unique_ptr<te::NvdlfwLogFiles> files, TeLogLimits limits)
     : files_(std::move(files)), limits_(limits) {
   thread_ = std::thread([this] { run(); });
 }
@@ -37,9 +37,9 @@ void TeLogWriter::drop(TeLogDrop why, std::uint64_t lines) { counts_.dropped[sta
 void TeLogWriter::add(const std::vector<history::HistoryRecord>& records) {
   if (records.empty()) return;
   Block b{records.front().job, records.front().rank, {}, 0};
-  te_log::NvdlfwLog log;  // one sample: its tensor's LogTensorStats lines once
+  te::NvdlfwLog log;  // one sample: its tensor's LogTensorStats lines once
   for (const history::HistoryRecord& r : records) {
-    for (const te_log::NvdlfwLine& line : log.lines(r)) {
+    for (const te::NvdlfwLine& line : log.lines(r)) {
       b.text += line.text;
       b.text += '\n';
       ++b.lines;
@@ -85,30 +85,30 @@ void TeLogWriter::write(const Block& b) {
     std::lock_guard<std::mutex> lock(mu_);
     return drop(TeLogDrop::kWriteFailed, b.lines);
   }
-  const te_log::AppendOutcome outcome = files_->append(b.job, b.rank, b.text);
+  const te::AppendOutcome outcome = files_->append(b.job, b.rank, b.text);
   std::lock_guard<std::mutex> lock(mu_);
   counts_.bytes = files_->bytes();
   switch (outcome) {
-    case te_log::AppendOutcome::kWritten:
+    case te::AppendOutcome::kWritten:
       counts_.lines += b.lines;
       if (failing_) spdlog::info("--te-log-dir: writing again");
       failing_ = false;
       return;
-    case te_log::AppendOutcome::kSizeLimit:
+    case te::AppendOutcome::kSizeLimit:
       if (!std::exchange(said_size_limit_, true)) {
         spdlog::warn("--te-log-dir: the logs hold {} bytes, the limit (--te-log-max-bytes); further lines are "
                      "dropped and counted",
                      files_->bytes());
       }
       return drop(TeLogDrop::kSizeLimit, b.lines);
-    case te_log::AppendOutcome::kTooManyFiles:
+    case te::AppendOutcome::kTooManyFiles:
       if (!std::exchange(said_too_many_files_, true)) {
         spdlog::warn("--te-log-dir: {} job and rank files are open for writing, the limit; lines of new ones are "
                      "dropped and counted",
                      limits_.max_files);
       }
       return drop(TeLogDrop::kTooManyFiles, b.lines);
-    case te_log::AppendOutcome::kFailed:
+    case te::AppendOutcome::kFailed:
       if (!failing_) spdlog::warn("--te-log-dir: {}; lines are dropped and counted until a write succeeds", files_->error());
       failing_ = true;
       retry_at_ = now + limits_.retry_after;

@@ -7,15 +7,14 @@
 #include <regex>
 #include <set>
 
+#include "fp8scope/te/custom_recipe.h"
+#include "fp8scope/te/te_names.h"
+
 namespace fp8scope::insight {
 namespace {
 
 // TE's names for fp8scope's operands.
-const char* te_tensor(const std::string& operand) {
-  if (operand == "x") return "activation";
-  if (operand == "w") return "weight";
-  return "gradient";
-}
+const char* te_tensor(const std::string& operand) { return te::tensor_of(operand_from_name(operand).value_or(Operand::kX)).name; }
 
 std::string regex_escape(const std::string& s) {
   static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
@@ -174,69 +173,108 @@ std::map<ModulePlan, std::set<std::string>> te_sections(std::map<std::string, Mo
   return sections;
 }
 
+te::ConfigNode enabled() { return te::ConfigNode::scalar("True"); }
+
+te::ConfigNode strings(const std::set<std::string>& items) {
+  return te::ConfigNode::list_of(std::vector<std::string>(items.begin(), items.end()));
+}
+
 // Section `n`: its layers selector, then the features of its plan under transformer_engine.
-void write_te_section(int n, const ModulePlan& plan, const std::set<std::string>& names, std::uint64_t sampling_interval,
-                      std::ostream& out) {
+te::SectionConfig te_section(int n, const ModulePlan& plan, const std::set<std::string>& names,
+                             std::uint64_t sampling_interval) {
+  using te::ConfigNode;
   std::set<std::string> escaped;
   for (const std::string& m : names) escaped.insert(regex_escape(m));
-  out << "fp8scope_" << n << ":\n  enabled: True\n  layers:\n    layer_name_regex_pattern: '^(" << join(escaped, "|")
-      << ")$'\n  transformer_engine:\n";
+  te::SectionConfig s;
+  s.name = "fp8scope_" + std::to_string(n);
+  s.enabled = enabled();
+  s.layers = ConfigNode::map({{"layer_name_regex_pattern", ConfigNode::scalar("^(" + join(escaped, "|") + ")$", false)}});
   if (!plan.bf16_gemms.empty() && plan.bf16_gemms == plan.sampled_gemms) {
-    out << "    DisableQuantizationLayer:\n      enabled: True\n";
-    return;
+    s.features.push_back({"DisableQuantizationLayer", true, ConfigNode::map({{"enabled", enabled()}})});
+    return s;
   }
   if (!plan.bf16_gemms.empty()) {
-    out << "    DisableQuantizationGEMM:\n      enabled: True\n      gemms: [" << join(plan.bf16_gemms, ", ") << "]\n";
+    s.features.push_back(
+        {"DisableQuantizationGEMM", true, ConfigNode::map({{"enabled", enabled()}, {"gemms", strings(plan.bf16_gemms)}})});
   }
   if (!plan.per_tensor.empty()) {
-    out << "    PerTensorScaling:\n      enabled: True\n      gemms_struct:\n";
+    std::vector<ConfigNode> gemms;
     for (const auto& [gemm, tensors] : plan.per_tensor) {
-      out << "        - gemm: " << gemm << "\n          tensors: [" << join(tensors, ", ") << "]\n";
+      gemms.push_back(ConfigNode::map({{"gemm", ConfigNode::scalar(gemm)}, {"tensors", strings(tensors)}}));
     }
+    s.features.push_back(
+        {"PerTensorScaling", true, ConfigNode::map({{"enabled", enabled()}, {"gemms_struct", ConfigNode::list(gemms)}})});
   }
   if (!plan.autoswitch_gemms.empty()) {
     // TE PR #2883's AutoswitchGemm: high precision while a watched tensor crosses the thresholds.
-    out << "    AutoswitchGemm:\n      enabled: True\n      gemms: [" << join(plan.autoswitch_gemms, ", ")
-        << "]\n      tensors: [" << join(plan.autoswitch_tensors, ", ") << "]\n      underflow_threshold_pct: "
-        << number(plan.underflow_pct, "%.4g") << "\n      mse_threshold: " << number(plan.mse, "%.4g")
-        << "\n      freq: " << sampling_interval << "\n";
+    s.features.push_back({"AutoswitchGemm", true,
+                          ConfigNode::map({{"enabled", enabled()},
+                                           {"gemms", strings(plan.autoswitch_gemms)},
+                                           {"tensors", strings(plan.autoswitch_tensors)},
+                                           {"underflow_threshold_pct", ConfigNode::scalar(number(plan.underflow_pct, "%.4g"))},
+                                           {"mse_threshold", ConfigNode::scalar(number(plan.mse, "%.4g"))},
+                                           {"freq", ConfigNode::scalar(std::to_string(sampling_interval))}})});
   }
+  return s;
 }
 
 // The closing comments: what the written features leave out, and where to find it.
-void write_te_notes(const TeDebugPlan& plan, const RunAdvice& a, const TeYamlOptions& options, std::ostream& out) {
+std::vector<std::string> te_notes(const TeDebugPlan& plan, const RunAdvice& a, const TeYamlOptions& options) {
+  std::vector<std::string> notes;
   if (!plan.autoswitch_notes.empty() && options.autoswitch_gemm) {
-    out << "# AutoswitchGemm (TE PR #2883, not on TE's main branch) thresholds sit between each tensor's\n"
-        << "# typical and worst sampled step; a section takes the lowest of its tensors':\n";
-    for (const std::string& n : plan.autoswitch_notes) out << "#   " << n << "\n";
+    notes.push_back("AutoswitchGemm (TE PR #2883, not on TE's main branch) thresholds sit between each tensor's");
+    notes.push_back("typical and worst sampled step; a section takes the lowest of its tensors':");
+    for (const std::string& n : plan.autoswitch_notes) notes.push_back("  " + n);
   } else if (!plan.autoswitch_notes.empty()) {
-    out << "# These tensors are fine most steps but lossy at some. TE PR #2883's AutoswitchGemm (not on TE's\n"
-        << "# main branch) would run their GEMMs in high precision only then; fp8scope advise\n"
-        << "# --te-features autoswitch_gemm writes it, with these thresholds (underflow %, MSE):\n";
-    for (const std::string& n : plan.autoswitch_notes) out << "#   " << n << "\n";
+    notes.push_back("These tensors are fine most steps but lossy at some. TE PR #2883's AutoswitchGemm (not on TE's");
+    notes.push_back("main branch) would run their GEMMs in high precision only then; fp8scope advise");
+    notes.push_back("--te-features autoswitch_gemm writes it, with these thresholds (underflow %, MSE):");
+    for (const std::string& n : plan.autoswitch_notes) notes.push_back("  " + n);
   }
   if (!a.ladder.gemms.empty()) {
-    out << "# The recipe each GEMM can take (NVFP4, MXFP8, ...) is no feature of the debug API, whose features\n"
-        << "# on TE's main branch only disable quantization: fp8scope advise --format te-recipe writes it as a\n"
-        << "# CustomRecipe, hybrid where a layer's GEMMs differ (TE PR #2817).\n";
+    notes.push_back("The recipe each GEMM can take (NVFP4, MXFP8, ...) is no feature of the debug API, whose features");
+    notes.push_back("on TE's main branch only disable quantization: fp8scope advise --format te-recipe writes it as a");
+    notes.push_back("CustomRecipe, hybrid where a layer's GEMMs differ (TE PR #2817).");
   }
   if (!plan.recipe_level.empty()) {
-    out << "# Recipe settings the debug API cannot express (set them in the FP8 recipe):\n";
-    for (const std::string& r : plan.recipe_level) out << "#   " << r << "\n";
+    notes.push_back("Recipe settings the debug API cannot express (set them in the FP8 recipe):");
+    for (const std::string& r : plan.recipe_level) notes.push_back("  " + r);
   }
+  return notes;
 }
 
 }  // namespace
 
-void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOptions& options) {
+te::DebugConfig te_debug_config(const RunAdvice& a, const TeYamlOptions& options) {
   TeDebugPlan plan = plan_te_debug(a, options);
   const std::map<ModulePlan, std::set<std::string>> sections = te_sections(plan.modules);
-  out << "# Transformer Engine precision debug tools (nvdlfw_inspect) config written by fp8scope advise\n"
-      << "# for run " << a.run << ". Load it with debug_api.initialize(config_file=...).\n";
-  if (sections.empty()) out << "# No layer needs BF16, per-tensor current scaling or automatic switching.\n";
+  te::DebugConfig config;
+  config.leading_comments = {
+      "Transformer Engine precision debug tools (nvdlfw_inspect) config written by fp8scope advise",
+      "for run " + a.run + ". Load it with debug_api.initialize(config_file=...)."};
+  if (sections.empty()) config.leading_comments.push_back("No layer needs BF16, per-tensor current scaling or automatic switching.");
   int n = 0;
-  for (const auto& [module_plan, names] : sections) write_te_section(++n, module_plan, names, a.sampling_interval, out);
-  write_te_notes(plan, a, options, out);
+  for (const auto& [module_plan, names] : sections) config.sections.push_back(te_section(++n, module_plan, names, a.sampling_interval));
+  config.trailing_comments = te_notes(plan, a, options);
+  return config;
+}
+
+void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOptions& options) {
+  te::write_debug_config(te_debug_config(a, options), out);
+}
+
+void write_te_recipe(const RecipeLadder& ladder, const std::string& run, std::ostream& out) {
+  te::ModulePrecisions modules;
+  std::map<std::string, std::size_t> takes;
+  for (const GemmRecipe& g : ladder.gemms) {
+    modules[module_name(g.layer)][gemm_from_name(g.gemm).value_or(GemmRole::kUnknown)] = recipe_kind_from_name(g.recipe);
+    ++takes[g.recipe];
+  }
+  std::string fallback = "bf16";
+  for (const auto& [recipe, n] : takes) {
+    if (n > takes[fallback]) fallback = recipe;
+  }
+  te::write_te_custom_recipe(modules, recipe_kind_from_name(fallback), run, out);
 }
 
 void write_megatron_layers(const RunAdvice& a, std::ostream& out) {

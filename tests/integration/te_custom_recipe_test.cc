@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "fp8scope/insight/te_custom_recipe.h"
+#include "fp8scope/insight/advice_formats.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
 
@@ -32,7 +32,7 @@ GemmRecipe gemm(const std::string& layer, const std::string& gemm, const std::st
 testing::ProcessResult check(const RecipeLadder& ladder, const std::string& fallback, TempDir& dir,
                              const std::string& edit_from = "", const std::string& edit_to = "") {
   std::ostringstream module;
-  write_te_custom_recipe(ladder, "run1", module);
+  write_te_recipe(ladder, "run1", module);
   std::string text = module.str();
   if (!edit_from.empty()) {
     const std::size_t at = text.find(edit_from);

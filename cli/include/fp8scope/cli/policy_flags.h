@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "fp8scope/cli/connection_flags.h"
-#include "fp8scope/cli/te_config.h"
+#include "fp8scope/te/sampling_config.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/v1/fp8scope.pb.h"
 
@@ -34,10 +34,10 @@ struct PolicyFlags {
   bool selects() const { return layer_regex || !operands.empty() || every || start_step || end_step; }
   // --te-config's file, read the first time a command asks: what is applied, printed and passed to
   // the hook is one reading of the file, however often it is asked for.
-  const Result<TeConfig>& te_config_read() const;
+  const Result<te::TeConfig>& te_config_read() const;
 
  private:
-  mutable std::shared_ptr<const Result<TeConfig>> te_config_read_;
+  mutable std::shared_ptr<const Result<te::TeConfig>> te_config_read_;
 };
 
 void add_policy_flags(CLI::App* cmd, PolicyFlags& flags);

@@ -15,7 +15,7 @@
 #include "fp8scope/analysis/sample_analysis.h"
 #include "fp8scope/export/sample_publisher.h"
 #include "fp8scope/kernels/cpu_engine.h"
-#include "fp8scope/te_log/nvdlfw_log.h"
+#include "fp8scope/te/nvdlfw_log.h"
 #include "support/server_samples.h"
 #include "support/stored_records.h"
 #include "support/temp_dir.h"
@@ -91,9 +91,9 @@ TEST_CASE("the daemon's TE log lines are history --format nvdlfw's, in the job's
   writer.reset();  // writes what is queued
 
   std::string expected;
-  te_log::NvdlfwLog log;
+  te::NvdlfwLog log;
   for (const history::HistoryRecord& r : fp8scope::testing::stored_records(*history)) {
-    for (const te_log::NvdlfwLine& line : log.lines(r)) expected += line.text + "\n";
+    for (const te::NvdlfwLine& line : log.lines(r)) expected += line.text + "\n";
   }
   const std::string file = dir.path() + "/job/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log";
   const std::string written = read(file);
@@ -107,7 +107,7 @@ TEST_CASE("the daemon's TE log lines are history --format nvdlfw's, in the job's
 TEST_CASE("lines the writer cannot take are counted by reason, and writing resumes by itself", "[te_log_writer]") {
   fp8scope::testing::TempDir dir, outside;
   const std::vector<history::HistoryRecord> records = sample_records(1);
-  te_log::NvdlfwLog log;
+  te::NvdlfwLog log;
   std::uint64_t lines = 0;
   for (const history::HistoryRecord& r : records) lines += log.lines(r).size();
   REQUIRE(lines > 0);
@@ -137,9 +137,9 @@ TEST_CASE("lines the writer cannot take are counted by reason, and writing resum
   SECTION("the byte limit: size_limit, and what was written stays") {
     TeLogLimits small;
     std::string one;
-    te_log::NvdlfwLog sample_log;
+    te::NvdlfwLog sample_log;
     for (const history::HistoryRecord& r : records) {
-      for (const te_log::NvdlfwLine& line : sample_log.lines(r)) one += line.text + "\n";
+      for (const te::NvdlfwLine& line : sample_log.lines(r)) one += line.text + "\n";
     }
     small.max_bytes = one.size() + one.size() / 2;  // one sample's lines fit, two do not
     auto writer = open_writer(dir.path(), small);

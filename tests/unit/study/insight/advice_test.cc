@@ -23,6 +23,15 @@ using namespace fp8scope::insight;
 
 namespace {
 
+// The YAML advise writes, read back through fp8scope's own reader, is the config it wrote.
+bool reads_back(const RunAdvice& advice, const TeYamlOptions& options = {}) {
+  std::ostringstream yaml;
+  write_te_debug_yaml(advice, yaml, options);
+  const Result<te::DebugConfig> back = te::parse_debug_config(yaml.str(), "advise.yaml");
+  INFO(yaml.str() << back.message());
+  return back.ok() && back.value() == te_debug_config(advice, options) && !back.value().sections.empty();
+}
+
 RecordPoint point(std::uint64_t step, std::initializer_list<std::pair<const char*, double>> stats, double scale = 1.0,
                   double scale_current = 1.0) {
   RecordPoint p;
@@ -168,6 +177,7 @@ TEST_CASE("advice: thresholds lead to the recommendation the README promises", "
     CHECK_THAT(y, Catch::Contains("#   blocks.3.mlp dgrad dy: E5M2 for Dy"));
     CHECK(testing::te_debug_config_violations(y, {"blocks.0.attn", "blocks.1.mlp", "blocks.2.mlp", "blocks.3.mlp"}) ==
           std::vector<std::string>{});
+    CHECK(reads_back(advice));
   }
   SECTION("the Megatron list: layer 1 in BF16 is neither first nor last") {
     std::ostringstream m;
@@ -335,6 +345,7 @@ TEST_CASE("advice: a tensor fine most steps but lossy at some gets AutoswitchGem
         std::vector<std::string>{"the config has no sections"});
   CHECK(testing::te_debug_config_violations(yaml.str(), {"blocks.4.attn.qkv", "blocks.5.attn.qkv"}, true) ==
         std::vector<std::string>{});
+  CHECK(reads_back(advice, TeYamlOptions{true}));
 }
 
 TEST_CASE("the TE config checker refuses what TE main or nvdlfw_inspect would", "[advice]") {

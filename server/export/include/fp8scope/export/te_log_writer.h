@@ -19,7 +19,7 @@
 
 #include "fp8scope/history/records.h"
 #include "fp8scope/kernels/status.h"
-#include "fp8scope/te_log/nvdlfw_log_files.h"
+#include "fp8scope/te/nvdlfw_log_files.h"
 
 namespace fp8scope::server {
 
@@ -60,12 +60,12 @@ class TeLogWriter {
     std::string text;
     std::uint64_t lines = 0;
   };
-  TeLogWriter(std::unique_ptr<te_log::NvdlfwLogFiles> files, TeLogLimits limits);
+  TeLogWriter(std::unique_ptr<te::NvdlfwLogFiles> files, TeLogLimits limits);
   void run();
   void write(const Block& b);
   void drop(TeLogDrop why, std::uint64_t lines);  // with mu_ held
 
-  std::unique_ptr<te_log::NvdlfwLogFiles> files_;  // the writer thread's alone
+  std::unique_ptr<te::NvdlfwLogFiles> files_;  // the writer thread's alone
   const TeLogLimits limits_;
   mutable std::mutex mu_;
   std::condition_variable wake_;

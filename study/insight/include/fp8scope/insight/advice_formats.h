@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fp8scope/insight/advice.h"
+#include "fp8scope/te/debug_config.h"
 
 namespace fp8scope::insight {
 
@@ -18,8 +19,12 @@ struct TeYamlOptions {
 // An nvdlfw_inspect config with the feature names of TE's main branch (checked at d0067d0:
 // DisableQuantizationGEMM and DisableQuantizationLayer, whose old DisableFP8* names TE keeps only
 // as deprecated aliases, transformer_engine/debug/features/disable_fp8_gemm.py:7).
+te::DebugConfig te_debug_config(const RunAdvice& advice, const TeYamlOptions& options = {});
 void write_te_debug_yaml(const RunAdvice& advice, std::ostream& out, const TeYamlOptions& options = {});
 void write_megatron_layers(const RunAdvice& advice, std::ostream& out);
+// The recipe ladder as TE's CustomRecipe (te/custom_recipe.h): each sampled GEMM in its rung, the
+// rest in the rung most GEMMs took (of a tie, the first by name).
+void write_te_recipe(const RecipeLadder& ladder, const std::string& run, std::ostream& out);
 std::string advice_json(const RunAdvice& advice);
 
 // The layer name TE would know: fp8scope's label without its "#<ordinal>" suffix.

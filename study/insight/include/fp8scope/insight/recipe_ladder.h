@@ -6,7 +6,7 @@
 // operand it sampled. A rung none of a GEMM's operands was sampled under is passed over. The
 // NVFP4 training papers keep roughly 15% of layers in higher precision: the share of GEMMs ready
 // for FP4 says how close a run is to that. GEMMs of one layer may take different rungs: TE runs
-// that as hybrid quantization (te_custom_recipe.h).
+// that as hybrid quantization (te/custom_recipe.h).
 #pragma once
 
 #include <cstddef>

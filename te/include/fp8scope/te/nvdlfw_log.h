@@ -25,7 +25,7 @@
 
 #include "fp8scope/history/records.h"
 
-namespace fp8scope::te_log {
+namespace fp8scope::te {
 
 struct NvdlfwLine {
   std::uint32_t rank = 0;
@@ -47,4 +47,4 @@ class NvdlfwLog {
   std::set<std::tuple<std::uint32_t, std::string, std::string, std::uint64_t>> tensor_stats_written_;
 };
 
-}  // namespace fp8scope::te_log
+}  // namespace fp8scope::te

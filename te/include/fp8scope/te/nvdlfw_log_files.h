@@ -20,7 +20,7 @@
 
 #include "fp8scope/kernels/status.h"
 
-namespace fp8scope::te_log {
+namespace fp8scope::te {
 
 struct NvdlfwLogFilesOptions {
   bool per_job = false;   // <dir>/<job>/nvdlfw_inspect_statistics_logs/... instead of <dir>/nvdlfw_...
@@ -77,4 +77,4 @@ class NvdlfwLogFiles {
 // %XX ("" becomes "%"), so "../x" or "a/b" stay inside the log dir and no two names share one.
 std::string escape_job(const std::string& job);
 
-}  // namespace fp8scope::te_log
+}  // namespace fp8scope::te

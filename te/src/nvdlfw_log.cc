@@ -1,4 +1,4 @@
-#include "fp8scope/te_log/nvdlfw_log.h"
+#include "fp8scope/te/nvdlfw_log.h"
 
 #include <cmath>
 #include <cstdio>
@@ -6,38 +6,12 @@
 #include <optional>
 
 #include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/te/te_names.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 
-namespace fp8scope::te_log {
+namespace fp8scope::te {
 namespace {
 
-// fp8scope's what-if recipes as LogFp8TensorStats names them, and the operands each stands for:
-// TE's Float8BlockScaling casts activations and gradients 1x128 and weights 128x128.
-struct TeRecipe {
-  RecipeKind kind;
-  const char* prefix;
-  bool weights, inputs;  // W; X and Dy
-};
-constexpr TeRecipe kTeRecipes[] = {
-    {RecipeKind::kTensorCurrent, "fp8_current_scaling_", true, true},
-    {RecipeKind::kTensorDelayed, "fp8_delayed_scaling_", true, true},
-    {RecipeKind::kMxfp8, "mxfp8_", true, true},
-    {RecipeKind::kBlock1x128, "fp8_block_scaling_", false, true},
-    {RecipeKind::kBlock128x128, "fp8_block_scaling_", true, false},
-    {RecipeKind::kNvfp4, "nvfp4_", true, true},
-};
-
-const char* te_tensor(Operand o) {
-  switch (o) {
-    case Operand::kX: return "activation";
-    case Operand::kW: return "weight";
-    case Operand::kDy: return "gradient";
-  }
-  return "";
-}
-
-// The GEMM whose input TE logs a tensor as: the first to quantize it in an iteration.
-GemmRole first_gemm(Operand o) { return o == Operand::kDy ? GemmRole::kDgrad : GemmRole::kFprop; }
 
 // TE's layer: the module (fp8scope's label without its "#ordinal"); an expert of a grouped layer
 // is its GEMM n, as TE names GroupedLinear's (docs/debug/2_config_file_structure.rst:113).
@@ -47,15 +21,15 @@ std::string te_layer(const history::HistoryRecord& r) {
   return layer;
 }
 
-// The recipe prefix of a record's LogFp8TensorStats names; nothing for what TE has no name for.
+// The recipe prefix of a record's stat names; nothing for what TE has no name for.
 std::optional<std::string> te_prefix(const history::HistoryRecord& r) {
   if (r.recipe == "observed") {  // the job's own quantization: TE's bare names, NVFP4's prefixed anyway
     return r.format == "e2m1" && r.scale_layout.rfind("vec16_ue4m3", 0) == 0 ? "nvfp4_" : "";
   }
-  for (const TeRecipe& t : kTeRecipes) {
-    if (r.recipe == recipe_name(t.kind) && (r.operand == Operand::kW ? t.weights : t.inputs)) return t.prefix;
-  }
-  return std::nullopt;
+  const std::optional<RecipeKind> kind = recipe_kind_from_name(r.recipe);
+  const RecipeName* name = kind ? recipe_for(*kind, r.operand) : nullptr;
+  if (name == nullptr) return std::nullopt;
+  return std::string(name->prefix) + "_";
 }
 
 double statistic_of(const history::HistoryRecord& r, const char* key) {
@@ -89,10 +63,12 @@ std::string asctime_of(double seconds) {
 
 std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   std::vector<NvdlfwLine> out;
-  if (r.gemm != first_gemm(r.operand)) return out;
+  const TensorName& tensor = tensor_of(r.operand);
+  // The GEMM whose input TE logs a tensor as: the first to quantize it in an iteration.
+  if (r.gemm != tensor.rowwise_gemm) return out;
   const std::optional<std::string> prefix = te_prefix(r);
   if (!prefix) return out;
-  const std::string name = te_layer(r) + "_" + te_tensor(r.operand) + "_";
+  const std::string name = te_layer(r) + "_" + tensor.name + "_";
   const std::string time = asctime_of(r.time);
   char iteration[32];
   std::snprintf(iteration, sizeof iteration, "%06llu", static_cast<unsigned long long>(r.step));
@@ -101,7 +77,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
                                " \t\t\t\t value=" + python_4f(value)});
   };
   // LogTensorStats: the high-precision tensor's, once a tensor and step whatever the recipes.
-  if (tensor_stats_written_.insert({r.rank, te_layer(r), te_tensor(r.operand), r.step}).second) {
+  if (tensor_stats_written_.insert({r.rank, te_layer(r), tensor.name, r.step}).second) {
     line("cur_amax", statistic_of(r, "amax"));
     line("dynamic_range", statistic_of(r, "dynamic_range_log2"));
     line("mean", statistic_of(r, "mean"));
@@ -124,4 +100,4 @@ std::string NvdlfwLog::file_of(const std::string& dir, std::uint32_t rank) {
   return dir + "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-" + std::to_string(rank) + ".log";
 }
 
-}  // namespace fp8scope::te_log
+}  // namespace fp8scope::te

@@ -1,4 +1,4 @@
-#include "fp8scope/te_log/nvdlfw_log_files.h"
+#include "fp8scope/te/nvdlfw_log_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,9 +9,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "fp8scope/te_log/nvdlfw_log.h"
+#include "fp8scope/te/nvdlfw_log.h"
 
-namespace fp8scope::te_log {
+namespace fp8scope::te {
 namespace {
 
 constexpr const char* kLogsDir = "nvdlfw_inspect_statistics_logs";
@@ -166,4 +166,4 @@ AppendOutcome NvdlfwLogFiles::append(const std::string& job, std::uint32_t rank,
   return AppendOutcome::kWritten;
 }
 
-}  // namespace fp8scope::te_log
+}  // namespace fp8scope::te

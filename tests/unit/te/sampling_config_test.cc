@@ -7,15 +7,13 @@
 #include <optional>
 #include <string>
 
-#include "fp8scope/cli/policy_flags.h"
-#include "fp8scope/cli/te_config.h"
+#include "fp8scope/te/sampling_config.h"
 #include "fp8scope/pattern/layer_pattern.h"
-#include "fp8scope/wire/wire.h"
 #include "support/temp_dir.h"
 
 using namespace fp8scope;
-using fp8scope::cli::read_te_config;
-using fp8scope::cli::TeConfig;
+using fp8scope::te::read_te_config;
+using fp8scope::te::TeConfig;
 
 namespace {
 
@@ -151,45 +149,4 @@ TEST_CASE("malformed configs are refused with the file, line and key", "[te_conf
   CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_numbers: 3}\n"), Catch::Contains("s.layers.layer_numbers"));
   CHECK_THAT(error_of("s: [\n"), Catch::Contains("not YAML"));
   CHECK_THAT(error_of("s: {enabled: false}\n"), Catch::Contains("no enabled section"));
-}
-
-TEST_CASE("a TE config (--te-config) replaces the policy's selection with the rules, and refuses what would contradict it",
-          "[te_config]") {
-  cli::PolicyFlags flags;
-  flags.te_config = kConfigs + "/te_stats_collection.yaml";
-  v1::Policy base;
-  base.set_layer_regex("mlp");
-  base.add_operands(v1::OPERAND_W);
-  Result<v1::Policy> p = cli::apply_policy_flags(flags, base);
-  REQUIRE(p.ok());
-  CHECK(p.value().rules_size() == 5);
-  CHECK(p.value().layer_regex().empty());
-  CHECK(p.value().operands().empty());
-  CHECK(p.value().recipes_size() == 3);
-  CHECK_THAT(p.value().rules(0).source(), Catch::Contains("te_stats_collection.yaml:8: collection_1.LogTensorStats activation"));
-  // The hook hears the same rules from its environment before the daemon's policy reaches it.
-  const std::string env = cli::policy_environment(flags).at("FP8SCOPE_RULES");
-  std::string error;
-  const auto rules = parse_rules(env, &error);
-  REQUIRE(rules);
-  REQUIRE(rules->size() == 5);
-  CHECK(wire::to_wire((*rules)[4]).SerializeAsString() ==
-        [&] { v1::SamplingRule r = p.value().rules(4); r.clear_source(); return r.SerializeAsString(); }());
-
-  flags.every = 5;
-  CHECK_FALSE(cli::apply_policy_flags(flags, base).ok());
-  cli::PolicyFlags plain;
-  plain.every = 5;
-  CHECK_THAT(cli::apply_policy_flags(plain, p.value()).message(), Catch::Contains("rules of a TE config"));
-  plain.reset = true;  // a --reset policy starts from the default, which has no rules
-  CHECK(cli::apply_policy_flags(plain, v1::Policy()).ok());
-
-  testing::TempDir dir;
-  std::ofstream(dir.file("only_fake_quant.yaml"))
-      << "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n  transformer_engine:\n"
-         "    FakeQuant: {enabled: true, gemms: [fprop], tensors: [activation], quant_format: FP8E4M3}\n";
-  cli::PolicyFlags nothing;
-  nothing.te_config = dir.file("only_fake_quant.yaml");
-  CHECK_THAT(cli::apply_policy_flags(nothing, base).message(), Catch::Contains("asks for nothing fp8scope samples"));
-  CHECK_THAT(cli::te_config_notes(nothing).front(), Catch::Contains("FakeQuant: changes the job's numerics: not applied"));
 }

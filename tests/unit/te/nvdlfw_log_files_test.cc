@@ -1,6 +1,6 @@
 // The files TE debug log lines go to: laid out as nvdlfw_inspect lays them out, whole lines only
 // whatever the disk does, bounded, and never led outside the log dir by a link or a job's name.
-#include "fp8scope/te_log/nvdlfw_log_files.h"
+#include "fp8scope/te/nvdlfw_log_files.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -17,7 +17,7 @@
 
 #include "support/temp_dir.h"
 
-namespace fp8scope::te_log {
+namespace fp8scope::te {
 namespace {
 
 using testing::TempDir;
@@ -197,4 +197,4 @@ TEST_CASE("a log dir that cannot be made is an error naming it") {
 }
 
 }  // namespace
-}  // namespace fp8scope::te_log
+}  // namespace fp8scope::te

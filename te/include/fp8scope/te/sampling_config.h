@@ -1,9 +1,9 @@
-// A Transformer Engine debug-API config (the nvdlfw_inspect YAML of `debug_api.initialize(config_file=
-// ...)`) as sampling rules: `fp8scope run --te-config` and `policy set --te-config`. The structure
-// and every rule are from the source (nvidia-dlfw-inspect dc19d10, TE d0067d0):
-//  - every top-level key is a section with `enabled` (required) and, when enabled, `layers` and
-//    features: under `transformer_engine:` TE's, directly under the section nvdlfw's own
-//    LogTensorStats (nvdlfw_inspect/config_manager.py:186-222); one YAML document;
+// A Transformer Engine debug-API config (debug_config.h) as sampling rules: `fp8scope run
+// --te-config` and `policy set --te-config`. Every rule is from the source (nvidia-dlfw-inspect
+// dc19d10, TE d0067d0):
+//  - every section has `enabled` (required) and, when enabled, `layers` and features: under
+//    `transformer_engine:` TE's, directly under the section nvdlfw's own LogTensorStats
+//    (nvdlfw_inspect/config_manager.py:186-222);
 //  - layers: exact_layer_names decides alone, else layer_name_regex_pattern (re.search) alone,
 //    else layer_types (substrings; "all") and layer_numbers (the one number findall(r"(?<!fc)\d+")
 //    finds; "a-b" inclusive; "all") together (config_manager.py:58-122, 250-304);
@@ -25,10 +25,11 @@
 #include <vector>
 
 #include "fp8scope/kernels/status.h"
+#include "fp8scope/te/debug_config.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 #include "fp8scope/wire/sampling_rule.h"
 
-namespace fp8scope::cli {
+namespace fp8scope::te {
 
 struct TeConfigRule {
   SamplingRule rule;
@@ -41,7 +42,9 @@ struct TeConfig {
   std::vector<std::string> not_applied;  // "config.yaml:14: log_fc1: FakeQuant changes the run: not applied"
 };
 
-// The config at `path`; an error names the file, line and key.
+// The rules of a config; an error names the file, line and key.
+Result<TeConfig> sampling_config(const DebugConfig& config);
+// read_debug_config, then sampling_config.
 Result<TeConfig> read_te_config(const std::string& path);
 
-}  // namespace fp8scope::cli
+}  // namespace fp8scope::te
