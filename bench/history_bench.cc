@@ -54,10 +54,10 @@ history::HistoryRecord record(int i) {
   r.layer = "blocks." + std::to_string(i % 128) + ".mlp.fc1";
   r.gemm = GemmRole::kFprop;
   r.operand = Operand::kX;
-  r.dtype = "bf16";
+  r.dtype = DType::kBF16;
   r.numel = 1 << 24;
-  r.recipe = recipe_name(kDefaultRecipeKinds[i % std::size(kDefaultRecipeKinds)]);
-  r.format = "e4m3";
+  r.caster = Caster::recipe(kDefaultRecipeKinds[i % std::size(kDefaultRecipeKinds)]);
+  r.format = CastFormat::kE4M3;
   r.scale = 448.0 / (1 + i % 97);
   r.scale_current = r.scale * 1.01;
   for (std::size_t k = 0; k < statistics().size(); ++k) r.statistics.push_back(1.0 / (1 + k + i % 13));

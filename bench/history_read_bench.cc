@@ -47,10 +47,10 @@ void write_history(const std::string& dir) {
         r.layer = "blocks." + std::to_string(t / 8) + ".linear" + std::to_string(t % 8);
         r.gemm = GemmRole::kFprop;
         r.operand = Operand::kX;
-        r.dtype = "bf16";
+        r.dtype = DType::kBF16;
         r.numel = 1 << 20;
-        r.recipe = recipe_name(kDefaultRecipeKinds[k]);
-        r.format = "e4m3";
+        r.caster = Caster::recipe(kDefaultRecipeKinds[k]);
+        r.format = CastFormat::kE4M3;
         r.scale = 448.0 / (1 + (step + t) % 7);
         r.scale_current = r.scale * (1 + 0.01 * (step % 5));
         r.statistics.assign(statistics().size(), 0.0);

@@ -337,7 +337,7 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
     const std::string expert = r.expert >= 0 ? std::to_string(r.expert) : "-";
     std::snprintf(line, sizeof line, "%7llu %-10s %-28s %6s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
                   static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), expert.c_str(), gemm_name(r.gemm),
-                  operand_name(r.operand), r.rank, r.recipe.c_str(), number(value("underflow_ratio")).c_str(),
+                  operand_name(r.operand), r.rank, r.caster.name(), number(value("underflow_ratio")).c_str(),
                   number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
                   number(value("cosine"), "%.6f").c_str());
     out << line;
@@ -369,7 +369,14 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       return kUsage;
     }
   }
-  f.recipe = o.recipe;
+  if (!o.recipe.empty()) {
+    f.caster = Caster::from_name(o.recipe);
+    if (!f.caster) {
+      err << "fp8scope history: --recipe: expected observed or one of " << recipe_name_list() << ", got " << o.recipe
+          << "\n";
+      return kUsage;
+    }
+  }
   if (o.expert) f.expert = *o.expert;
   f.min_step = o.min_step;
   f.max_step = o.max_step;

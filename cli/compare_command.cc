@@ -27,7 +27,7 @@ std::string spike_cell(const insight::Spike* s) {
 
 nlohmann::json to_json(const insight::Suspect& s) {
   return {{"layer", s.tensor.layer}, {"gemm", s.tensor.gemm}, {"operand", s.tensor.operand},
-          {"recipe", s.recipe.recipe}, {"format", s.recipe.format}, {"signal", s.signal},
+          {"recipe", s.recipe.caster.name()}, {"format", s.recipe.format->name}, {"signal", s.signal},
           {"before", s.before},        {"at", s.at},                {"at_step", s.at_step},
           {"score", s.score}};
 }
@@ -111,12 +111,12 @@ nlohmann::json to_json(const insight::InferenceCheck& c) {
                        {"verdict", insight::weight_verdict_name(w.verdict)},
                        {"detail", w.detail},
                        {"step", w.step},
-                       {"format", w.format},
+                       {"format", w.format != nullptr ? w.format->name : ""},
                        {"scale", w.scale},
                        {"training_step", w.training_step},
-                       {"training_format", w.training_format},
+                       {"training_format", w.training_format != nullptr ? w.training_format->name : ""},
                        {"training_scale", w.training_scale},
-                       {"training_source", w.training_source}});
+                       {"training_source", w.training_source ? w.training_source->name() : ""}});
   }
   for (const insight::OutputCheck& x : c.outputs) {
     outputs.push_back({{"layer", x.layer},
@@ -274,8 +274,8 @@ void print_text(const CompareOptions& o, const Comparison& c, std::ostream& out)
       const insight::Suspect& x = a.suspects[i];
       std::snprintf(line, sizeof line, "  %zu. %-40s %-6s %-3s %-15s %.3g -> %.3g at step %llu (%.1f sigma, %s %s)\n",
                     i + 1, x.tensor.layer.c_str(), x.tensor.gemm.c_str(), x.tensor.operand.c_str(), x.signal.c_str(),
-                    x.before, x.at, static_cast<unsigned long long>(x.at_step), x.score, x.recipe.recipe.c_str(),
-                    x.recipe.format.c_str());
+                    x.before, x.at, static_cast<unsigned long long>(x.at_step), x.score, x.recipe.caster.name(),
+                    x.recipe.format->name);
       out << line;
     }
     if (a.suspects.empty()) out << "  no tensor was sampled both before and around this step\n";

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/wire/wire.h"
 
@@ -19,17 +20,17 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   key->set_operand(to_wire(r.operand));
   row.set_host(r.host);
   row.set_step(r.step);
-  row.set_dtype(r.dtype);
+  row.set_dtype(dtype_name(r.dtype));
   row.set_numel(static_cast<std::uint64_t>(r.numel));
-  row.set_recipe(r.recipe);
-  row.set_format(r.format);
+  row.set_recipe(r.caster.name());
+  row.set_format(format_name(r.format));
   row.set_scale(r.scale);
   row.set_scale_max(r.scale_max);
   row.set_scale_current(r.scale_current);
   for (std::size_t k = 0; k < statistics().size() && k < r.statistics.size(); ++k) {
     if (!std::isnan(r.statistics[k])) (*row.mutable_statistics())[statistics()[k].key] = r.statistics[k];
   }
-  if (const ScaleLayoutTerm* layout = scale_layout_from_name(r.scale_layout)) row.set_scale_mode(to_wire(layout->value));
+  if (r.scale_layout != ScaleLayout::kNone) row.set_scale_mode(to_wire(r.scale_layout));
   row.set_gemm_alpha(r.gemm_alpha);
   row.set_codes_digest(r.codes_digest);
   row.mutable_histogram()->Add(r.histogram.begin(), r.histogram.end());
@@ -41,7 +42,7 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   row.mutable_outlier_channels()->Add(r.outlier_channels.begin(), r.outlier_channels.end());
 }
 
-history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
+std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row) {
   history::HistoryRecord r;
   r.id = row.id();
   r.time = row.time();
@@ -53,10 +54,14 @@ history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
   r.layer = row.key().layer();
   r.gemm = from_wire(row.key().gemm()).value_or(GemmRole::kUnknown);
   r.operand = from_wire(row.key().operand()).value_or(Operand::kX);
-  r.dtype = row.dtype();
+  const std::optional<DType> dtype = dtype_from_name(row.dtype());
+  const std::optional<Caster> caster = Caster::from_name(row.recipe());
+  const std::optional<CastFormat> format = format_from_name(row.format());
+  if (!dtype || !caster || !format) return std::nullopt;
+  r.dtype = *dtype;
+  r.caster = *caster;
+  r.format = *format;
   r.numel = static_cast<std::int64_t>(row.numel());
-  r.recipe = row.recipe();
-  r.format = row.format();
   r.scale = row.scale();
   r.scale_max = row.scale_max();
   r.scale_current = row.scale_current();
@@ -64,8 +69,10 @@ history::HistoryRecord record_from_wire(const v1::HistoryRow& row) {
     const auto it = row.statistics().find(s.key);
     r.statistics.push_back(it == row.statistics().end() ? std::nan("") : it->second);
   }
-  if (const std::optional<ScaleLayout> layout = from_wire(row.scale_mode())) {
-    if (const ScaleLayoutTerm* info = scale_layout_info(*layout)) r.scale_layout = info->name;
+  if (row.scale_mode() != v1::SCALE_MODE_UNSPECIFIED) {
+    const std::optional<ScaleLayout> layout = from_wire(row.scale_mode());
+    if (!layout) return std::nullopt;
+    r.scale_layout = *layout;
   }
   r.gemm_alpha = row.gemm_alpha();
   r.codes_digest = row.codes_digest();
@@ -124,7 +131,7 @@ v1::HistoryQuery filter_to_wire(const history::HistoryFilter& f) {
   q.set_layer_regex(f.layer_regex);
   if (f.gemm) q.set_gemm(to_wire(*f.gemm));
   if (f.operand) q.set_operand(to_wire(*f.operand));
-  q.set_recipe(f.recipe);
+  if (f.caster) q.set_recipe(f.caster->name());
   q.set_min_step(f.min_step);
   q.set_max_step(f.max_step);
   q.set_limit(f.limit);
@@ -133,14 +140,19 @@ v1::HistoryQuery filter_to_wire(const history::HistoryFilter& f) {
   return q;
 }
 
-history::HistoryFilter filter_from_wire(const v1::HistoryQuery& q) {
+Result<history::HistoryFilter> filter_from_wire(const v1::HistoryQuery& q) {
   history::HistoryFilter f;
   f.job = q.job();
   f.run = q.run();
   f.layer_regex = q.layer_regex();
   f.gemm = from_wire(q.gemm());
   f.operand = from_wire(q.operand());
-  f.recipe = q.recipe();
+  if (!q.recipe().empty()) {
+    f.caster = Caster::from_name(q.recipe());
+    if (!f.caster) {
+      return Status::error("recipe: expected observed or one of " + recipe_name_list() + ", got '" + q.recipe() + "'");
+    }
+  }
   f.min_step = q.min_step();
   f.max_step = q.max_step();
   f.limit = q.limit();

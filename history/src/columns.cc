@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
 
 namespace fp8scope::history {
@@ -17,6 +18,17 @@ Column<R> text(std::string name, std::string R::*field, Null null = Null::kNever
           [=](const FieldSource& s, R& r) {
             r.*field = s.text();
             return true;
+          }};
+}
+
+// A vocabulary word stored by its name; a name `from` does not know refuses the row.
+template <class R, class V>
+Column<R> named(std::string name, V R::*field, const char* (*to)(V), std::optional<V> (*from)(std::string_view)) {
+  return {std::move(name), SqlType::kText, true, [=](const R& r, FieldSink& s) { s.text(to(r.*field)); },
+          [=](const FieldSource& s, R& r) {
+            const std::optional<V> v = from(s.text());
+            if (v) r.*field = *v;
+            return v.has_value();
           }};
 }
 
@@ -89,16 +101,23 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
                  r.operand = op.value_or(Operand::kX);
                  return op.has_value();
                }});
-  c.push_back(text<R>("dtype", &R::dtype));
+  // The vocabulary's words, stored by name; a row naming one this build does not know is refused.
+  c.push_back(named<R, DType>("dtype", &R::dtype, dtype_name, dtype_from_name));
   c.push_back(integer<R>("numel", &R::numel));
-  c.push_back(text<R>("recipe", &R::recipe));
-  c.push_back(text<R>("format", &R::format));
+  c.push_back(named<R, Caster>("recipe", &R::caster, [](Caster k) { return k.name(); }, Caster::from_name));
+  c.push_back(named<R, CastFormat>("format", &R::format, format_name, format_from_name));
   c.push_back(real<R>("scale", &R::scale, Null::kNaN));
   c.push_back(real<R>("scale_max", &R::scale_max, Null::kNaN));
   c.push_back(real<R>("scale_current", &R::scale_current, Null::kNaN));
   c.push_back(counts<R>("histogram", &R::histogram));
   c.push_back(text<R>("codes_digest", &R::codes_digest, Null::kEmpty));
-  c.push_back(text<R>("scale_layout", &R::scale_layout, Null::kEmpty));
+  c.push_back({"scale_layout", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.scale_layout == ScaleLayout::kNone ? s.null() : s.text(scale_layout_name(r.scale_layout)); },
+               [](const FieldSource& s, R& r) {
+                 const ScaleLayoutTerm* info = s.null() ? nullptr : scale_layout_from_name(s.text());
+                 r.scale_layout = info != nullptr ? info->value : ScaleLayout::kNone;
+                 return s.null() || info != nullptr;
+               }});
   c.push_back(real<R>("gemm_alpha", &R::gemm_alpha, Null::kZero));
   c.push_back(counts<R>("scale_histogram", &R::scale_histogram));
   c.push_back(optional_integer<R, std::int64_t>("expert", &R::expert, -1));

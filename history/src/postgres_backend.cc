@@ -232,7 +232,7 @@ std::string filter_where(const HistoryFilter& f, std::vector<std::string>& param
   if (!f.run.empty()) add("run", f.run);
   if (f.gemm) add("gemm", gemm_name(*f.gemm));
   if (f.operand) add("operand", operand_name(*f.operand));
-  if (!f.recipe.empty()) add("recipe", f.recipe);
+  if (f.caster) add("recipe", f.caster->name());
   if (f.expert) add("expert", std::to_string(*f.expert));
   return where;
 }

@@ -29,7 +29,7 @@ void bind_filter(Statement& q, const HistoryFilter& f) {
   q.text(5, f.layer_regex);
   q.text(6, f.gemm ? gemm_name(*f.gemm) : "");
   q.text(7, f.operand ? operand_name(*f.operand) : "");
-  q.text(8, f.recipe);
+  q.text(8, f.caster ? f.caster->name() : "");
   q.integer(10, bound(f.after_id));
   if (f.expert) q.integer(11, *f.expert);
 }

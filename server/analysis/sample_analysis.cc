@@ -92,7 +92,7 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingP
     const RecipeResult& r = report.value().recipes[k];
     if (delayed[k] != nullptr) delayed[k]->update(a.te_amax);  // this step's amax joins the history
     RecipeOutcome o;
-    o.recipe = recipe_name(r.plan.recipe.kind);
+    o.caster = Caster::recipe(r.plan.recipe.kind);
     o.format = r.plan.format;
     o.scale = r.tensor_scale();
     o.scale_min = r.stats.scale_min;
@@ -126,9 +126,8 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   a.moments = analyzed.value().moments;
   a.te_amax = analyzed.value().te_amax;
   RecipeOutcome o;
-  o.recipe = "observed";
+  o.caster = Caster::job();
   o.format = code_format(s.header.dtype);
-  o.observed = true;
   o.scale_layout = s.header.scale_layout;
   o.stats = analyzed.value().stats;
   o.scale_min = o.stats.scale_min;

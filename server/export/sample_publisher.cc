@@ -65,9 +65,9 @@ SamplePublisher::SamplePublisher(TensorSeries& series, TensorTable& tensors, his
 }
 
 bool SamplePublisher::exported(const RecipeOutcome& o) const {
-  if (o.observed) return true;
+  if (o.caster.is_job()) return true;
   for (RecipeKind k : export_.recipes) {
-    if (o.recipe == recipe_name(k)) return true;
+    if (o.caster.is(k)) return true;
   }
   return false;
 }
@@ -79,15 +79,15 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   rec.layer = s.header.layer;
   rec.gemm = s.header.gemm;
   rec.operand = s.header.operand;
-  rec.dtype = dtype_name(s.header.dtype);
+  rec.dtype = s.header.dtype;
   rec.numel = static_cast<std::int64_t>(a.moments.numel);
-  rec.recipe = o.recipe;
-  rec.format = format_name(o.format);
+  rec.caster = o.caster;
+  rec.format = o.format;
   rec.scale = o.scale.value_or(o.scale_min);
   rec.scale_max = o.scale_max;
   rec.scale_current = scale_current;
   for (const Statistic& st : statistics()) {
-    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())
+    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled())
                                  ? st.value(a.moments, o.stats, a.channels)
                                  : std::nan(""));
   }
@@ -95,7 +95,7 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   rec.outlier_channels.assign(persistent.begin(),
                               persistent.begin() + static_cast<std::ptrdiff_t>(
                                                        std::min(persistent.size(), history::kRecordedOutlierChannels)));
-  if (!o.observed) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
+  if (!o.caster.is_job()) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
   rec.codes_digest = o.codes_digest;
   if (s.header.expert) {
     rec.expert = *s.header.expert;
@@ -105,8 +105,8 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   }
   rec.padding_nonzero = a.padding.nonzero;
   rec.padding_nonfinite = a.padding.nonfinite;
-  if (o.observed) {
-    if (const ScaleLayoutTerm* info = scale_layout_info(o.scale_layout)) rec.scale_layout = info->name;
+  if (o.caster.is_job()) {
+    rec.scale_layout = o.scale_layout;
     rec.gemm_alpha = s.header.gemm_alpha;
     if (o.block_scaled()) {
       rec.scale_histogram.assign(std::begin(o.stats.scale_histogram), std::end(o.stats.scale_histogram));
@@ -143,27 +143,27 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     if (as_metrics) current_by_format[o.format] = current;
     prometheus::Labels labels = tensor_labels;
     labels["format"] = format_name(o.format);
-    labels["recipe"] = o.recipe;
+    labels["recipe"] = o.caster.name();
     RecipeSummary& rs = summary.recipes.emplace_back();
-    rs.recipe = o.recipe;
+    rs.caster = o.caster;
     rs.format = o.format;
     rs.scale = o.scale.value_or(o.scale_min);
     rs.scale_max = o.scale_max;
     rs.scale_current = current;
-    if (o.observed) rs.scale_layout = o.scale_layout;
+    if (o.caster.is_job()) rs.scale_layout = o.scale_layout;
     for (const Statistic& st : statistics()) {
-      if (!st.per_recipe() || st.applies_to(o.observed, o.block_scaled())) {
+      if (!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled())) {
         rs.statistics.emplace_back(&st, st.value(a.moments, o.stats, a.channels));
       }
     }
     records.push_back(record(s, a, o, time, current));
     if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
-      if (m.statistic->applies_to(o.observed, o.block_scaled())) {
+      if (m.statistic->applies_to(o.caster.is_job(), o.block_scaled())) {
         series_.set(*m.metric, labels, member, m.statistic->value(a.moments, o.stats, a.channels));
       }
     }
-    if (export_.log2_histogram && !o.observed && o.recipe == recipe_name(RecipeKind::kTensorCurrent)) {
+    if (export_.log2_histogram && o.caster.is(RecipeKind::kTensorCurrent)) {
       // Current scaling maps amax to the format's max, so no bin above floor(log2 max) has mass:
       // those series are left out.
       const int top_bin = std::min(kHistogramBins - 1, std::ilogb(format_max(o.format)) - kHistogramMinLog2);
@@ -209,11 +209,11 @@ void SamplePublisher::publish_experts(const Sample& s, const SampleAnalysis& a, 
       if (!exported(o)) continue;
       prometheus::Labels labels = tensor_labels;
       labels["format"] = format_name(o.format);
-      labels["recipe"] = o.recipe;
+      labels["recipe"] = o.caster.name();
       for (const char* statistic : {"overflow_ratio", "underflow_ratio"}) {
         const MetricDef* m = find_metric(std::string("fp8scope_") + statistic);
         const Statistic* st = m != nullptr ? m->statistic : nullptr;
-        if (st != nullptr && st->applies_to(o.observed, o.block_scaled())) publish_spread(*m, labels, statistic);
+        if (st != nullptr && st->applies_to(o.caster.is_job(), o.block_scaled())) publish_spread(*m, labels, statistic);
       }
     }
   }

@@ -20,9 +20,9 @@ constexpr SortRule kSorts[] = {{"underflow", "underflow_ratio", false},
                                {"cosine", "cosine", true}};
 
 // The value a summary is sorted by; NaN when the recipe or statistic is missing.
-double sort_value(const TensorSummary& s, const std::string& statistic, const std::string& recipe) {
+double sort_value(const TensorSummary& s, const std::string& statistic, Caster caster) {
   for (const RecipeSummary& r : s.recipes) {
-    if (r.recipe == recipe) return r.statistic(statistic);
+    if (r.caster == caster) return r.statistic(statistic);
   }
   return std::nan("");
 }
@@ -44,7 +44,7 @@ void TensorTable::update(TensorSummary summary) {
   entries_.get_or_insert(key, [] { return TensorSummary(); }) = std::move(summary);
 }
 
-Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uint32_t top, const std::string& recipe_in,
+Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uint32_t top, std::optional<Caster> recipe_in,
                                                std::optional<std::uint32_t> expert) const {
   const SortRule* rule = nullptr;
   for (const SortRule& r : kSorts) {
@@ -53,19 +53,19 @@ Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uin
   if (!sort.empty() && rule == nullptr) {
     return Status::error("sort: expected underflow, overflow, mse or cosine, got " + sort);
   }
-  const std::string recipe = recipe_in.empty() ? "tensor_current" : recipe_in;
+  const Caster recipe = recipe_in.value_or(Caster::recipe(RecipeKind::kTensorCurrent));
   // Sorted as pointers under the lock, and only what is shown is copied: a listing of every tensor
   // of a large table used to copy them all.
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const TensorSummary*> out;
   out.reserve(entries_.size());
   entries_.for_each([&](const std::string&, const TensorSummary& s) { out.push_back(&s); });
-  // Asked for a recipe: only the tensors that have it (FP8 tensors have "observed" only), so
+  // Asked for a recipe: only the tensors that have it (FP8 tensors have the job's own only), so
   // --top counts what will be shown.
   if (expert) std::erase_if(out, [&](const TensorSummary* s) { return s->expert != expert; });
-  if (!recipe_in.empty()) {
+  if (recipe_in) {
     std::erase_if(out, [&](const TensorSummary* s) {
-      return std::none_of(s->recipes.begin(), s->recipes.end(), [&](const RecipeSummary& r) { return r.recipe == recipe_in; });
+      return std::none_of(s->recipes.begin(), s->recipes.end(), [&](const RecipeSummary& r) { return r.caster == *recipe_in; });
     });
   }
   auto key = [](const TensorSummary* s) {
@@ -77,7 +77,7 @@ Result<TensorTable::Listing> TensorTable::list(const std::string& sort, std::uin
     // FP8 tensors have no what-if recipes: they sort by what was observed.
     auto value = [&](const TensorSummary* s) {
       double v = sort_value(*s, rule->statistic, recipe);
-      if (std::isnan(v)) v = sort_value(*s, rule->statistic, "observed");
+      if (std::isnan(v)) v = sort_value(*s, rule->statistic, Caster::job());
       return v;
     };
     std::stable_sort(out.begin(), out.end(), [&](const auto* a, const auto* b) {

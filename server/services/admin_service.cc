@@ -114,7 +114,9 @@ class HistoryPageWriter final : public grpc::ServerWriteReactor<v1::HistoryBatch
 };
 
 Result<history::HistoryFilter> history_filter(const v1::HistoryQuery& q) {
-  history::HistoryFilter f = wire::filter_from_wire(q);
+  Result<history::HistoryFilter> read = wire::filter_from_wire(q);
+  if (!read.ok()) return read.status();
+  history::HistoryFilter f = std::move(read).value();
   if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
     return Status::error("layer_regex: not a layer pattern: " + error);
   }
@@ -174,7 +176,7 @@ void tensor_to_wire(const TensorSummary& t, v1::TensorSummary& w) {
   if (t.expert_tokens) w.set_expert_tokens(*t.expert_tokens);
   for (const RecipeSummary& r : t.recipes) {
     v1::RecipeStats* rs = w.add_recipes();
-    rs->set_recipe(r.recipe);
+    rs->set_recipe(r.caster.name());
     rs->set_format(format_name(r.format));
     rs->set_scale(r.scale);
     rs->set_scale_max(r.scale_max);
@@ -190,7 +192,12 @@ grpc::ServerUnaryReactor* AdminService::ListTensors(grpc::CallbackServerContext*
                                                     const v1::ListTensorsRequest* request,
                                                     v1::ListTensorsResponse* response) {
   if (grpc::Status a = deps_.access->check(*context); !a.ok()) return finish(context, a);
-  auto listed = deps_.tensors->list(request->sort(), request->top(), request->recipe(),
+  const std::optional<Caster> recipe = Caster::from_name(request->recipe());
+  if (!request->recipe().empty() && !recipe) {
+    return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, "recipe: expected observed or one of " +
+                                                                    recipe_name_list() + ", got '" + request->recipe() + "'"});
+  }
+  auto listed = deps_.tensors->list(request->sort(), request->top(), recipe,
                                     request->has_expert() ? std::optional<std::uint32_t>(request->expert()) : std::nullopt);
   if (!listed.ok()) return finish(context, {grpc::StatusCode::INVALID_ARGUMENT, listed.message()});
   for (const TensorSummary& t : listed.value().tensors) tensor_to_wire(t, *response->add_tensors());

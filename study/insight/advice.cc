@@ -111,7 +111,7 @@ struct Sources {
   const std::vector<RecordPoint>* delayed = nullptr;   // delayed scaling (per-tensor jobs only)
   const std::vector<RecordPoint>* observed = nullptr;  // the job's own codes
   const std::vector<RecordPoint>* mxfp8 = nullptr;     // the finer recipe an FP4 tensor may take
-  std::string current_format = "e4m3";
+  const FloatFormat* current_format = &kE4M3;
   bool block = false;  // the job cast with block scales
   bool fp4 = false;    // judged by FP4's levels
 };
@@ -126,19 +126,18 @@ Sources choose_sources(const TensorKey& key, const TensorRecords& own, const Run
   src.fp4 = fp4_recipe(a.what_if_recipe);
   const TensorRecords* what_if = &own;
   a.what_if_source = run.run;
-  if (own.find(a.what_if_recipe) == nullptr && own.find("tensor_delayed") == nullptr && baseline != nullptr) {
+  if (own.find(a.what_if_recipe) == nullptr && own.find(RecipeKind::kTensorDelayed) == nullptr && baseline != nullptr) {
     if (auto it = baseline->tensors.find(key); it != baseline->tensors.end()) {
       what_if = &it->second;
       a.what_if_source = baseline->run;
     }
   }
   src.current = what_if->find(a.what_if_recipe, &src.current_format);
-  src.delayed = src.block ? nullptr : what_if->find("tensor_delayed", src.current != nullptr ? nullptr : &src.current_format);
+  src.delayed =
+      src.block ? nullptr : what_if->find(RecipeKind::kTensorDelayed, src.current != nullptr ? nullptr : &src.current_format);
   if (src.current == nullptr && src.delayed == nullptr) a.what_if_source.clear();
-  std::string observed_format;
-  src.observed = own.find("observed", &observed_format);
-  if (src.observed != nullptr) a.observed_format = observed_format;
-  src.mxfp8 = what_if->find("mxfp8");
+  src.observed = own.find(Caster::job(), &a.observed_format);
+  src.mxfp8 = what_if->find(RecipeKind::kMxfp8);
   return src;
 }
 
@@ -170,11 +169,11 @@ void measure(const TensorKey& key, const Sources& src, const std::vector<Attribu
   // The run's own amaxes when it has them (the observed FP8 data dequantized), for the replay of
   // delayed scaling (which block-scaled jobs do not use).
   const auto* amax_source = src.observed != nullptr ? src.observed : src.current != nullptr ? src.current : src.delayed;
-  const std::string amax_format = src.observed != nullptr ? a.observed_format : src.current_format;
+  const FloatFormat* amax_format = src.observed != nullptr ? a.observed_format : src.current_format;
   if (amax_source != nullptr && !src.block) {
     std::vector<AmaxPoint> amax;
     for (const RecordPoint& p : *amax_source) amax.push_back({p.step, statistic(p, "amax")});
-    a.replay = suggest_delayed_scaling(amax, format_from_name(amax_format).value_or(CastFormat::kE4M3), sampling_interval);
+    a.replay = suggest_delayed_scaling(amax, amax_format == &kE5M2 ? CastFormat::kE5M2 : CastFormat::kE4M3, sampling_interval);
   }
 }
 
@@ -242,17 +241,18 @@ void recommend(const TensorKey& key, const Sources& src, TensorAdvice& a) {
   const bool mxfp8_holds = src.fp4 && src.mxfp8 != nullptr &&
                            !at_least("underflow_ratio", median_of(series(src.mxfp8, "underflow_ratio")), true) &&
                            !at_least("sqnr_db", mxfp8_sqnr, true);
-  const std::string cast_by = src.block ? std::string("the job's recipe (") + a.what_if_recipe + ")" : "current scaling";
+  const std::string cast_by =
+      src.block ? std::string("the job's recipe (") + recipe_name(a.what_if_recipe) + ")" : "current scaling";
   const std::string underflow = shown(a.underflow_current, "%.3g"), sqnr = shown(a.sqnr_current_db, "%.1f");
-  if (!src.block && key.operand == "dy" && a.observed_format == "e4m3" && std::isfinite(range) && range > range_limit) {
+  if (!src.block && key.operand == "dy" && a.observed_format == &kE4M3 && std::isfinite(range) && range > range_limit) {
     a.recommendation = Recommendation::kE5m2ForDy;
     a.reason = format("the gradient spans %.1f binades%s; E4M3 holds %.1f, E5M2 %.1f", range,
                       bf16_source != nullptr ? "" : " of E4M3 codes", binades(kE4M3), binades(kE5M2));
   } else if (lossy_even_current && mxfp8_holds) {
     a.recommendation = Recommendation::kFinerRecipe;
-    a.finer_recipe = "mxfp8";
-    a.reason = format("%s loses too much (underflow %s, SQNR %s dB); mxfp8 keeps SQNR at %s dB", cast_by.c_str(),
-                      underflow.c_str(), sqnr.c_str(), shown(mxfp8_sqnr, "%.1f").c_str());
+    a.finer_recipe = RecipeKind::kMxfp8;
+    a.reason = format("%s loses too much (underflow %s, SQNR %s dB); %s keeps SQNR at %s dB", cast_by.c_str(),
+                      underflow.c_str(), sqnr.c_str(), recipe_name(*a.finer_recipe), shown(mxfp8_sqnr, "%.1f").c_str());
   } else if (lossy_even_current) {
     a.recommendation = Recommendation::kFallBackToBf16;
     a.reason = format("even %s loses too much: underflow %s, SQNR %s dB, 1-cosine %s", cast_by.c_str(),
@@ -264,7 +264,7 @@ void recommend(const TensorKey& key, const Sources& src, TensorAdvice& a) {
     a.reason = lag_reason(src, a, lagging, tuning_fixes);
   } else {
     a.recommendation = Recommendation::kKeepFp8;
-    a.reason = src.block ? format("under %s: underflow %s, SQNR %s dB: within the thresholds", a.what_if_recipe.c_str(),
+    a.reason = src.block ? format("under %s: underflow %s, SQNR %s dB: within the thresholds", recipe_name(a.what_if_recipe),
                                   underflow.c_str(), sqnr.c_str())
                          : format("underflow %s, SQNR %s dB, delayed overflow %s: within the thresholds",
                                   underflow.c_str(), sqnr.c_str(), shown(a.overflow_delayed, "%.3g").c_str());

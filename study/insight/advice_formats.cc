@@ -80,7 +80,7 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
       break;
     }
     std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
-                  t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(), t.what_if_recipe.c_str(),
+                  t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(), recipe_name(t.what_if_recipe),
                   number(t.underflow_current).c_str(), number(t.overflow_delayed).c_str(),
                   number(t.sqnr_current_db, "%.1f").c_str(), number(t.one_minus_cosine).c_str(),
                   number(t.saturation_observed).c_str(), t.spike_blame, recommendation_name(t.recommendation));
@@ -112,12 +112,14 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
   if (a.ladder.gemms.empty()) return;
   std::string rungs;
   for (const LadderRung& r : kLadderRungs) {
-    rungs += (rungs.empty() ? "" : ", ") + std::string(r.recipe) + (r.only_gemm ? std::string(" (") + r.only_gemm + ")" : "");
+    rungs += (rungs.empty() ? "" : ", ") + std::string(recipe_name(r.recipe)) +
+             (r.only_gemm ? std::string(" (") + r.only_gemm + ")" : "");
   }
   out << "\nthe recipe each GEMM can take (the first of " << rungs << " that holds every operand; GEMMs of a layer that\n"
       << "differ run as TE's hybrid quantization: --format te-recipe):\n";
   for (const GemmRecipe& g : a.ladder.gemms) {
-    std::snprintf(line, sizeof line, "  %-40s %-6s %-15s ", g.layer.c_str(), g.gemm.c_str(), g.recipe.c_str());
+    std::snprintf(line, sizeof line, "  %-40s %-6s %-15s ", g.layer.c_str(), g.gemm.c_str(),
+                  te::precision_name(g.recipe).c_str());
     out << line << g.evidence << "\n";
   }
   std::snprintf(line, sizeof line, "%zu of %zu GEMMs (%.0f%%) are ready for FP4", a.ladder.fp4_ready,
@@ -265,16 +267,18 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOpti
 
 void write_te_recipe(const RecipeLadder& ladder, const std::string& run, std::ostream& out) {
   te::ModulePrecisions modules;
-  std::map<std::string, std::size_t> takes;
+  std::map<std::string, std::size_t> takes;  // by name: of a tie, the first by name
+  std::map<std::string, te::GemmPrecision> named;
   for (const GemmRecipe& g : ladder.gemms) {
-    modules[module_name(g.layer)][gemm_from_name(g.gemm).value_or(GemmRole::kUnknown)] = recipe_kind_from_name(g.recipe);
-    ++takes[g.recipe];
+    modules[module_name(g.layer)][gemm_from_name(g.gemm).value_or(GemmRole::kUnknown)] = g.recipe;
+    ++takes[te::precision_name(g.recipe)];
+    named[te::precision_name(g.recipe)] = g.recipe;
   }
-  std::string fallback = "bf16";
+  std::string fallback = te::precision_name(std::nullopt);
   for (const auto& [recipe, n] : takes) {
     if (n > takes[fallback]) fallback = recipe;
   }
-  te::write_te_custom_recipe(modules, recipe_kind_from_name(fallback), run, out);
+  te::write_te_custom_recipe(modules, named[fallback], run, out);
 }
 
 void write_megatron_layers(const RunAdvice& a, std::ostream& out) {
@@ -326,10 +330,10 @@ std::string advice_json(const RunAdvice& a) {
                         {"lagging_share", finite(t.lagging_share)},
                         {"saturation_observed", finite(t.saturation_observed)},
                         {"what_if_source", t.what_if_source},
-                        {"what_if_recipe", t.what_if_recipe},
-                        {"observed_layout", t.observed_layout},
+                        {"what_if_recipe", recipe_name(t.what_if_recipe)},
+                        {"observed_layout", t.observed_layout == ScaleLayout::kNone ? "" : scale_layout_name(t.observed_layout)},
                         {"spike_blame", t.spike_blame}};
-    if (!t.finer_recipe.empty()) j["finer_recipe"] = t.finer_recipe;
+    if (t.finer_recipe) j["finer_recipe"] = recipe_name(*t.finer_recipe);
     if (t.autoswitch) {
       j["autoswitch"] = {{"underflow_threshold_pct", t.autoswitch->underflow_pct}, {"mse_threshold", t.autoswitch->mse}};
     }
@@ -349,7 +353,7 @@ std::string advice_json(const RunAdvice& a) {
                        {"gemm", e.tensor.gemm},
                        {"operand", e.tensor.operand},
                        {"statistic", e.statistic},
-                       {"recipe", e.recipe},
+                       {"recipe", e.caster.name()},
                        {"experts", e.experts},
                        {"values", e.values},
                        {"median", e.median},
@@ -363,7 +367,7 @@ std::string advice_json(const RunAdvice& a) {
     for (const OperandRungs& o : g.operands) {
       nlohmann::json rungs = nlohmann::json::array();
       for (const RungEvidence& r : o.rungs) {
-        rungs.push_back({{"recipe", r.recipe},
+        rungs.push_back({{"recipe", recipe_name(r.recipe)},
                          {"holds", r.holds},
                          {"underflow", finite(r.underflow)},
                          {"sqnr_db", finite(r.sqnr_db)},
@@ -372,7 +376,7 @@ std::string advice_json(const RunAdvice& a) {
       }
       operands.push_back({{"operand", o.operand}, {"rungs", rungs}});
     }
-    gemms.push_back({{"layer", g.layer}, {"gemm", g.gemm}, {"recipe", g.recipe}, {"evidence", g.evidence},
+    gemms.push_back({{"layer", g.layer}, {"gemm", g.gemm}, {"recipe", te::precision_name(g.recipe)}, {"evidence", g.evidence},
                      {"operands", operands}});
   }
   const nlohmann::json ladder = {{"gemms", gemms},

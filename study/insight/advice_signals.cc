@@ -69,10 +69,7 @@ double level(const Levels& t, double v) {
   return std::min(1.0, 0.5 + 0.5 * (v - t.concern) / (t.severe - t.concern));
 }
 
-bool fp4_recipe(const std::string& name) {
-  const std::optional<RecipeKind> kind = recipe_kind_from_name(name);
-  return kind && default_recipe(*kind).fp4();
-}
+bool fp4_recipe(RecipeKind kind) { return default_recipe(kind).fp4(); }
 
 bool at_least(const char* signal, double v, bool severe, bool fp4) {
   const Levels& t = levels(signal, fp4);

@@ -29,8 +29,8 @@ RobustBaseline robust_baseline(const std::vector<double>& values, double floor);
 const Levels& levels(const char* signal, bool fp4);
 // 0 at `fine`, 0.5 at `concern`, 1 at `severe`, linear between; works for both directions.
 double level(const Levels& t, double v);
-// Whether a recipe (by name) casts to FP4, and so is judged by FP4's levels.
-bool fp4_recipe(const std::string& name);
+// Whether a recipe casts to FP4, and so is judged by FP4's levels.
+bool fp4_recipe(RecipeKind kind);
 // Whether v reaches the signal's level of concern (or severe); never for NaN.
 bool at_least(const char* signal, double v, bool severe, bool fp4 = false);
 

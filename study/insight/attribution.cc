@@ -70,7 +70,7 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
       }
       if (past.size() > o.before_samples) past.erase(past.begin(), past.end() - static_cast<std::ptrdiff_t>(o.before_samples));
       if (past.empty() || window.empty()) continue;
-      const bool lagging = recipe.recipe == "tensor_delayed" || recipe.recipe == "observed";
+      const bool lagging = recipe.caster.is(RecipeKind::kTensorDelayed) || recipe.caster.is_job();
       for (const Signal& s : signals()) {
         if (s.lagging_recipes_only && !lagging) continue;
         std::vector<double> before;

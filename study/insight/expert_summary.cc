@@ -11,10 +11,10 @@ namespace fp8scope::insight {
 
 const std::vector<ExpertStatistic>& expert_statistics() {
   static const std::vector<ExpertStatistic> kStatistics = {
-      {"underflow_ratio", nullptr, "underflow", 1e-4},
-      {"overflow_ratio", "tensor_delayed", "overflow under delayed scaling", 1e-6},
-      {"saturation_ratio", "observed", "saturate the job's own casts", 1e-4},
-      {"mse", nullptr, "lose (MSE)", 0},
+      {"underflow_ratio", std::nullopt, "underflow", 1e-4},
+      {"overflow_ratio", Caster::recipe(RecipeKind::kTensorDelayed), "overflow under delayed scaling", 1e-6},
+      {"saturation_ratio", Caster::job(), "saturate the job's own casts", 1e-4},
+      {"mse", std::nullopt, "lose (MSE)", 0},
   };
   return kStatistics;
 }
@@ -33,13 +33,13 @@ std::map<TensorKey, Experts> moe_tensors(const RunRecords& run) {
   return out;
 }
 
-const char* recipe_for(const ExpertStatistic& s, const TensorRecords& t) {
-  return s.recipe != nullptr ? s.recipe : t.matching_recipe();
+Caster caster_for(const ExpertStatistic& s, const TensorRecords& t) {
+  return s.caster.value_or(Caster::recipe(t.matching_recipe()));
 }
 
 // The mean of a statistic over an expert's sampled steps; NaN when it has none.
 double expert_mean(const TensorRecords& t, const ExpertStatistic& s) {
-  const std::vector<RecordPoint>* points = t.find(recipe_for(s, t));
+  const std::vector<RecordPoint>* points = t.find(caster_for(s, t));
   if (points == nullptr) return std::nan("");
   double sum = 0;
   std::size_t n = 0;
@@ -80,7 +80,7 @@ std::string sentence_of(const ExpertOutlier& o, const ExpertStatistic& s) {
   std::string text = expert_list(o.experts) + " of " + o.tensor.name() + " " + s.words + " ";
   text += std::isinf(o.factor) ? "where the layer's median is 0" : number(o.factor) + "x the layer's median";
   return text + " (" + number(o.values.front()) + " against " + number(o.median) + ", " +
-         std::to_string(o.experts_in_layer) + " experts, " + o.recipe + ")";
+         std::to_string(o.experts_in_layer) + " experts, " + o.caster.name() + ")";
 }
 
 std::optional<ExpertOutlier> outlier_of(const TensorKey& tensor, const Experts& experts, const ExpertStatistic& s,
@@ -104,7 +104,7 @@ std::optional<ExpertOutlier> outlier_of(const TensorKey& tensor, const Experts& 
   if (o.experts.empty()) return std::nullopt;
   o.tensor = tensor;
   o.statistic = s.statistic.key;
-  o.recipe = recipe_for(s, *experts.begin()->second);
+  o.caster = caster_for(s, *experts.begin()->second);
   o.factor = o.median > 0 ? o.values.front() / o.median : std::numeric_limits<double>::infinity();
   o.experts_in_layer = means.size();
   o.sentence = sentence_of(o, s);
@@ -122,17 +122,17 @@ ExpertGrid grid_of(const TensorKey& tensor, const Experts& experts, const Expert
   ExpertGrid g;
   g.tensor = tensor;
   g.statistic = s.statistic.key;
-  g.recipe = recipe_for(s, *experts.begin()->second);
+  g.caster = caster_for(s, *experts.begin()->second);
   std::set<std::uint64_t> steps;
   for (const auto& [expert, records] : experts) {
-    if (const auto* points = records->find(recipe_for(s, *records))) {
+    if (const auto* points = records->find(caster_for(s, *records))) {
       for (const RecordPoint& p : *points) steps.insert(p.step);
     }
   }
   g.steps.assign(steps.begin(), steps.end());
   for (const auto& [expert, records] : experts) {
     std::vector<double> row(g.steps.size(), std::nan(""));
-    if (const auto* points = records->find(recipe_for(s, *records))) {
+    if (const auto* points = records->find(caster_for(s, *records))) {
       for (const RecordPoint& p : *points) {
         const auto at = std::lower_bound(g.steps.begin(), g.steps.end(), p.step) - g.steps.begin();
         row[static_cast<std::size_t>(at)] = statistic(p, s.statistic);

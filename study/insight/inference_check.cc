@@ -38,24 +38,23 @@ bool same_scale(double a, double b) { return std::fabs(a - b) <= kScaleTolerance
 // A block-scaled weight (MXFP8, NVFP4, 1x128, 128x128): only training's own codes of the same
 // layout can be compared, by their fingerprint and their smallest and largest block scale; the
 // daemon fingerprints a BF16 weight's per-tensor cast, not its block casts.
-void check_block_scaled(WeightCheck& c, const RecordPoint& inf, const std::string& inf_layout,
-                        const TensorRecords& training) {
-  std::string fmt;
-  const RecordPoint* ref = latest(training.find("observed", &fmt));
-  if (ref == nullptr || training.scale_layout.empty()) {
+void check_block_scaled(WeightCheck& c, const RecordPoint& inf, ScaleLayout inf_layout, const TensorRecords& training) {
+  const FloatFormat* fmt = nullptr;
+  const RecordPoint* ref = latest(training.find(Caster::job(), &fmt));
+  if (ref == nullptr || !training.block_scaled()) {
     c.verdict = WeightVerdict::kNotComparable;
-    c.detail = "inference casts this weight with " + inf_layout +
+    c.detail = std::string("inference casts this weight with ") + scale_layout_name(inf_layout) +
                " block scales; training has no block-scaled codes of it to compare with";
     return;
   }
   c.training_step = ref->step;
   c.training_format = fmt;
   c.training_scale = ref->scale;
-  c.training_source = "observed";
+  c.training_source = Caster::job();
   if (fmt != c.format || training.scale_layout != inf_layout) {
     c.verdict = WeightVerdict::kFormatDiffers;
-    c.detail = "inference casts to " + c.format + " with " + inf_layout + " scales, training to " + fmt + " with " +
-               training.scale_layout;
+    c.detail = std::string("inference casts to ") + c.format->name + " with " + scale_layout_name(inf_layout) +
+               " scales, training to " + fmt->name + " with " + scale_layout_name(training.scale_layout);
   } else if (!same_scale(inf.scale, ref->scale) || !same_scale(inf.scale_max, ref->scale_max)) {
     c.verdict = WeightVerdict::kScaleDiffers;
     c.detail = format("block scales %.7g to %.7g, training ended with %.7g to %.7g", inf.scale, inf.scale_max,
@@ -72,8 +71,8 @@ void check_block_scaled(WeightCheck& c, const RecordPoint& inf, const std::strin
   }
 }
 
-WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std::string& inf_format,
-                         const std::string& inf_layout, const TensorRecords* training) {
+WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const FloatFormat* inf_format,
+                         ScaleLayout inf_layout, const TensorRecords* training) {
   WeightCheck c;
   c.tensor = key;
   c.step = inf.step;
@@ -84,17 +83,18 @@ WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std
     c.detail = "training captured no weight of this layer and GEMM";
     return c;
   }
-  if (!inf_layout.empty()) {
+  if (inf_layout != ScaleLayout::kNone) {
     check_block_scaled(c, inf, inf_layout, *training);
     return c;
   }
   // Trained in FP8: the codes and scale training's last step used. Trained in BF16: the scale and
   // codes a per-tensor cast of the final weight gives.
-  std::string source = "observed", fmt;
-  const RecordPoint* ref = latest(training->find("observed", &fmt));
+  Caster source = Caster::job();
+  const FloatFormat* fmt = nullptr;
+  const RecordPoint* ref = latest(training->find(source, &fmt));
   if (ref == nullptr) {
-    source = "tensor_current";
-    ref = latest(training->find("tensor_current", &fmt));
+    source = Caster::recipe(RecipeKind::kTensorCurrent);
+    ref = latest(training->find(source, &fmt));
   }
   if (ref == nullptr) {
     c.verdict = WeightVerdict::kNotComparable;
@@ -107,10 +107,11 @@ WeightCheck check_weight(const TensorKey& key, const RecordPoint& inf, const std
   c.training_source = source;
   if (fmt != inf_format) {
     c.verdict = WeightVerdict::kFormatDiffers;
-    c.detail = "inference casts to " + inf_format + ", training to " + fmt;
-  } else if (!training->scale_layout.empty()) {
+    c.detail = std::string("inference casts to ") + inf_format->name + ", training to " + fmt->name;
+  } else if (training->block_scaled()) {
     c.verdict = WeightVerdict::kFormatDiffers;
-    c.detail = "inference casts with one per-tensor scale, training with " + training->scale_layout + " block scales";
+    c.detail = std::string("inference casts with one per-tensor scale, training with ") +
+               scale_layout_name(training->scale_layout) + " block scales";
   } else if (!same_scale(inf.scale, ref->scale)) {
     c.verdict = WeightVerdict::kScaleDiffers;
     c.detail = format("scale %.7g, training ended with %.7g (%+.2f binades)", inf.scale, ref->scale,
@@ -153,8 +154,8 @@ std::optional<InferenceCheck> check_inference(const RunRecords& inference, const
   out.training = training.run;
   for (const auto& [key, records] : inference.tensors) {
     if (key.gemm != "fprop" || key.operand != "w") continue;
-    std::string fmt;
-    const RecordPoint* inf = latest(records.find("observed", &fmt));
+    const FloatFormat* fmt = nullptr;
+    const RecordPoint* inf = latest(records.find(Caster::job(), &fmt));
     if (inf == nullptr) continue;  // inference ran this GEMM in high precision
     auto it = training.tensors.find(key);
     out.weights.push_back(

@@ -11,7 +11,7 @@
 namespace fp8scope::insight {
 namespace {
 
-RungEvidence rung(const std::string& recipe, const std::vector<RecordPoint>& points) {
+RungEvidence rung(RecipeKind recipe, const std::vector<RecordPoint>& points) {
   RungEvidence r;
   r.recipe = recipe;
   r.underflow = median_of(series(&points, "underflow_ratio"));
@@ -39,7 +39,7 @@ const TensorRecords* what_ifs(const TensorKey& key, const TensorRecords& own, co
   return it == baseline->tensors.end() ? nullptr : &it->second;
 }
 
-const RungEvidence* find_rung(const OperandRungs& o, const std::string& recipe) {
+const RungEvidence* find_rung(const OperandRungs& o, RecipeKind recipe) {
   for (const RungEvidence& r : o.rungs) {
     if (r.recipe == recipe) return &r;
   }
@@ -54,10 +54,10 @@ std::string figures(const RungEvidence& r) {
 
 // The GEMM's rung and the sentence behind it.
 void choose(GemmRecipe& g) {
-  g.recipe = "bf16";
+  g.recipe.reset();
   std::string above;  // why the rung above did not hold
   for (const LadderRung& rung : kLadderRungs) {
-    const char* recipe = rung.recipe;
+    const RecipeKind recipe = rung.recipe;
     const bool sampled = std::any_of(g.operands.begin(), g.operands.end(),
                                      [&](const OperandRungs& o) { return find_rung(o, recipe) != nullptr; });
     if (!rung.applies(g.gemm) || !sampled) continue;
@@ -78,10 +78,10 @@ void choose(GemmRecipe& g) {
       for (const OperandRungs& o : g.operands) {
         held += (held.empty() ? "" : "; ") + o.operand + " " + figures(*find_rung(o, recipe));
       }
-      g.evidence = std::string(recipe) + " holds every operand (" + held + ")" + above;
+      g.evidence = std::string(recipe_name(recipe)) + " holds every operand (" + held + ")" + above;
       return;
     }
-    above += std::string(above.empty() ? "; not " : ", not ") + recipe + ": " + failed;
+    above += std::string(above.empty() ? "; not " : ", not ") + recipe_name(recipe) + ": " + failed;
   }
   g.evidence = "no recipe of the ladder holds every operand" + above;
 }
@@ -108,7 +108,7 @@ RecipeLadder recipe_ladder(const RunRecords& run, const RunRecords* baseline) {
   RecipeLadder ladder;
   for (auto& [at, g] : gemms) {
     choose(g);
-    ladder.fp4_ready += fp4_recipe(g.recipe);
+    ladder.fp4_ready += g.recipe && fp4_recipe(*g.recipe);
     ladder.gemms.push_back(std::move(g));
   }
   return ladder;

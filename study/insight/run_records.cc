@@ -10,31 +10,31 @@
 
 namespace fp8scope::insight {
 
-const std::vector<RecordPoint>* TensorRecords::find(const std::string& recipe, std::string* format) const {
+const std::vector<RecordPoint>* TensorRecords::find(Caster caster, const FloatFormat** format) const {
   for (const auto& [key, points] : recipes) {
-    if (key.recipe != recipe) continue;
+    if (key.caster != caster) continue;
     if (format != nullptr) *format = key.format;
     return &points;
   }
   return nullptr;
 }
 
-const char* TensorRecords::matching_recipe() const {
+RecipeKind TensorRecords::matching_recipe() const {
   struct Match {
-    const char* layout;
-    const char* fp8;  // the recipe for FP8 codes
-    const char* fp4;  // for FP4 codes
+    ScaleLayout layout;
+    RecipeKind fp8, fp4;  // the recipe for FP8 codes, and for FP4 codes
   };
   // OUTER_VEC_32F (rowwise) has no recipe of its own: per-tensor current scaling is the nearest.
-  static constexpr Match kMatches[] = {{"vec32_ue8m0", "mxfp8", "mxfp4"},
-                                       {"vec16_ue4m3", "nvfp4", "nvfp4"},
-                                       {"vec16_ue4m3_row_scaled", "nvfp4_row", "nvfp4_row"},
-                                       {"vec128_32f", "block_1x128", "block_1x128"},
-                                       {"blk128x128_32f", "block_128x128", "block_128x128"}};
+  static constexpr Match kMatches[] = {
+      {ScaleLayout::kVec32Ue8m0, RecipeKind::kMxfp8, RecipeKind::kMxfp4},
+      {ScaleLayout::kVec16Ue4m3, RecipeKind::kNvfp4, RecipeKind::kNvfp4},
+      {ScaleLayout::kVec16Ue4m3RowScaled, RecipeKind::kNvfp4Row, RecipeKind::kNvfp4Row},
+      {ScaleLayout::kVec128F32, RecipeKind::kBlock1x128, RecipeKind::kBlock1x128},
+      {ScaleLayout::kBlock128x128F32, RecipeKind::kBlock128x128, RecipeKind::kBlock128x128}};
   for (const Match& m : kMatches) {
-    if (scale_layout == m.layout) return dtype == "e2m1" ? m.fp4 : m.fp8;
+    if (scale_layout == m.layout) return dtype == DType::kE2M1 ? m.fp4 : m.fp8;
   }
-  return "tensor_current";
+  return RecipeKind::kTensorCurrent;
 }
 
 std::optional<std::size_t> studied_statistic_index(std::string_view key) {
@@ -174,11 +174,10 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
     const std::string layer = r.expert >= 0 ? expert_layer_name(r.layer, r.expert) : r.layer;
     TensorBuilder& tensor = building[TensorKey{layer, gemm_name(r.gemm), operand_name(r.operand)}];
     tensor.records.dtype = r.dtype;
-    if (r.recipe == "observed" && r.scale_layout != "scalar_32f") tensor.records.scale_layout = r.scale_layout;
-    auto series = tensor.series.find(RecipeKey{r.recipe, r.format});
-    if (series == tensor.series.end()) {
-      series = tensor.series.emplace(RecipeKey{r.recipe, r.format}, SeriesBuilder(sorted, &gaps)).first;
-    }
+    if (r.caster.is_job() && r.scale_layout != ScaleLayout::kTensorScalar) tensor.records.scale_layout = r.scale_layout;
+    const RecipeKey key{r.caster, &format_row(r.format)};
+    auto series = tensor.series.find(key);
+    if (series == tensor.series.end()) series = tensor.series.emplace(key, SeriesBuilder(sorted, &gaps)).first;
     RecordPoint p;
     p.step = r.step;
     p.rank = r.rank;

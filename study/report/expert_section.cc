@@ -11,7 +11,7 @@ namespace {
 
 Heatmap heatmap_of(const insight::ExpertGrid& g, std::size_t max_columns) {
   Heatmap map;
-  map.title = g.tensor.name() + ": " + g.statistic + " per expert and step (" + g.recipe + ")";
+  map.title = g.tensor.name() + ": " + g.statistic + " per expert and step (" + g.caster.name() + ")";
   map.value_label = g.statistic;
   const std::size_t columns = std::min(max_columns, g.steps.size());
   map.cell_width = std::clamp(900 / static_cast<int>(std::max<std::size_t>(columns, 1)), 4, 24);

@@ -45,9 +45,9 @@ void inference_check_section(const insight::InferenceCheck& c, std::ostringstrea
       << "</p><table><tr><th>layer</th><th>verdict</th><th>format</th><th>scale</th><th>training scale</th>"
          "<th>training source</th><th>detail</th></tr>";
   for (const insight::WeightCheck& w : c.weights) {
-    out << "<tr>" << cell(w.tensor.layer) << cell(insight::weight_verdict_name(w.verdict)) << cell(w.format)
-        << cell(number(w.scale, "%.7g"), true) << cell(number(w.training_scale, "%.7g"), true)
-        << cell(w.training_source) << cell(w.detail) << "</tr>";
+    out << "<tr>" << cell(w.tensor.layer) << cell(insight::weight_verdict_name(w.verdict))
+        << cell(w.format != nullptr ? w.format->name : "") << cell(number(w.scale, "%.7g"), true) << cell(number(w.training_scale, "%.7g"), true)
+        << cell(w.training_source ? w.training_source->name() : "") << cell(w.detail) << "</tr>";
   }
   out << "</table>";
   if (c.outputs.empty()) return;

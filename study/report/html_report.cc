@@ -93,7 +93,7 @@ void attribution_section(const insight::RunStudy& s, std::ostringstream& out) {
       for (std::size_t i = 0; i < std::min<std::size_t>(8, a.suspects.size()); ++i) {
         const insight::Suspect& x = a.suspects[i];
         out << "<tr>" << cell(std::to_string(i + 1), true) << cell(x.tensor.layer) << cell(x.tensor.gemm)
-            << cell(x.tensor.operand) << cell(x.recipe.recipe + " " + x.recipe.format) << cell(x.signal)
+            << cell(x.tensor.operand) << cell(x.recipe.name()) << cell(x.signal)
             << cell(number(x.before), true) << cell(number(x.at), true) << cell(std::to_string(x.at_step), true)
             << cell(number(x.score, "%.1f"), true) << "</tr>";
       }
@@ -141,11 +141,11 @@ void inference_section(const insight::RunStudy& s, std::ostringstream& out) {
   if (s.inference) inference_check_section(*s.inference, out);
 }
 
-// The series of `recipe` for a tensor: the run's own, else (an FP8 run has only what it cast
+// The series `caster` cast for a tensor: the run's own, else (an FP8 run has only what it cast
 // itself) the same tensor's in the baseline; with the run name it came from.
 std::pair<const std::vector<insight::RecordPoint>*, std::string> series_of(const insight::RunStudy& s,
                                                                             const insight::TensorKey& key,
-                                                                            const char* recipe) {
+                                                                            Caster recipe) {
   if (const auto* own = s.records.tensors.at(key).find(recipe)) return {own, s.records.run};
   if (s.baseline_records) {
     auto it = s.baseline_records->tensors.find(key);
@@ -159,24 +159,24 @@ std::pair<const std::vector<insight::RecordPoint>*, std::string> series_of(const
 // Rows: the riskiest tensors; columns: sampled steps bucketed; a cell holds the bucket's worst value.
 void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::ostringstream& out) {
   out << "<h2>Underflow and overflow per tensor and step</h2>";
-  // The recipe a row reads: nullptr = the what-if that casts as the job did (tensor_current, or a
-  // block-scaled job's own block recipe). Delayed scaling is drawn only for per-tensor tensors.
+  // What cast the series a row reads: none = the what-if that casts as the job did (tensor_current,
+  // or a block-scaled job's own block recipe). Delayed scaling is drawn only for per-tensor tensors.
   struct Map {
-    const char* recipe;
+    std::optional<Caster> recipe;
     insight::StudiedStatistic statistic;
     const char* title;
     bool block_scaled_rows;
   };
   const Map maps[] = {
-      {nullptr, "underflow_ratio", "underflow ratio, ", true},
-      {"tensor_delayed", "overflow_ratio", "overflow ratio, delayed scaling", false},
-      {"observed", "saturation_ratio", "codes at +-max, the job's own casts", true},
-      {"observed", "block_scale_floor_ratio", "block scales at the scale format's floor, the job's own", true}};
+      {std::nullopt, "underflow_ratio", "underflow ratio, ", true},
+      {Caster::recipe(RecipeKind::kTensorDelayed), "overflow_ratio", "overflow ratio, delayed scaling", false},
+      {Caster::job(), "saturation_ratio", "codes at +-max, the job's own casts", true},
+      {Caster::job(), "block_scale_floor_ratio", "block scales at the scale format's floor, the job's own", true}};
   auto recipe_of = [](const Map& spec, const insight::TensorAdvice& t) {
-    return spec.recipe != nullptr ? spec.recipe : t.what_if_recipe.c_str();
+    return spec.recipe.value_or(Caster::recipe(t.what_if_recipe));
   };
   auto drawn = [](const Map& spec, const insight::TensorAdvice& t) {
-    return spec.block_scaled_rows || t.observed_layout.empty();
+    return spec.block_scaled_rows || t.observed_layout == ScaleLayout::kNone;
   };
   // The columns: every step any drawn series sampled.
   std::vector<std::uint64_t> steps;
@@ -200,7 +200,8 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
     Heatmap map;
     map.value_label = spec.statistic.key;
     map.cell_width = std::clamp(900 / static_cast<int>(columns), 4, 24);  // about 900 px wide
-    std::set<std::string> sources, recipes;
+    std::set<std::string> sources;
+    std::set<Caster> recipes;
     for (std::size_t c = 0; c < columns; ++c) map.columns.push_back(static_cast<double>(steps[c * steps.size() / columns]));
     for (const insight::TensorAdvice& t : s.advice.tensors) {
       if (map.rows.size() == o.heatmap_rows) break;
@@ -224,10 +225,11 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
     std::string from;
     for (const std::string& r : sources) from += (from.empty() ? "" : ", ") + r;
     std::string title = spec.title;
-    if (spec.recipe == nullptr) {  // name the recipes the rows were cast with
+    if (!spec.recipe) {  // name the recipes the rows were cast with
       std::string names;
-      for (const std::string& r : recipes) names += (names.empty() ? "" : ", ") + r;
-      title += recipes == std::set<std::string>{"tensor_current"} ? "current scaling" : "the job's recipe (" + names + ")";
+      for (const Caster r : recipes) names += (names.empty() ? "" : ", ") + std::string(r.name());
+      title += recipes == std::set<Caster>{Caster::recipe(RecipeKind::kTensorCurrent)} ? "current scaling"
+                                                                                       : "the job's recipe (" + names + ")";
     }
     map.title = title + " (run " + from + ")";
     if (!map.rows.empty()) out << "<div>" << render(map) << "</div>";
@@ -244,16 +246,16 @@ void scale_section(const insight::RunStudy& s, const ReportOptions& o, std::ostr
   for (const insight::TensorAdvice& t : s.advice.tensors) {
     if (drawn == o.scale_plots) break;
     // The job's own scales first (what really happened), else the delayed what-if.
-    auto [points, source] = series_of(s, t.tensor, "observed");
-    const bool block = !t.observed_layout.empty();
+    auto [points, source] = series_of(s, t.tensor, Caster::job());
+    const bool block = t.observed_layout != ScaleLayout::kNone;
     const char* label = block ? "smallest block scale" : "the job's own";
     if (points == nullptr) {
-      std::tie(points, source) = series_of(s, t.tensor, "tensor_delayed");
+      std::tie(points, source) = series_of(s, t.tensor, Caster::recipe(RecipeKind::kTensorDelayed));
       label = "delayed";
     }
     if (points == nullptr) continue;
     LineChart chart;
-    chart.title = t.tensor.name() + " (run " + source + (block ? ", " + t.observed_layout + " block scales" : "") + ")";
+    chart.title = t.tensor.name() + " (run " + source + (block ? std::string(", ") + scale_layout_name(t.observed_layout) + " block scales" : "") + ")";
     chart.x_label = "step";
     chart.y_label = "scale";
     chart.log_y = true;
@@ -266,7 +268,7 @@ void scale_section(const insight::RunStudy& s, const ReportOptions& o, std::ostr
     }
     // An FP4 block's UE4M3 scale multiplies the tensor's global scale (NVFP4's two levels): no one
     // per-tensor scale sits on the same axis, so only the blocks' spread is drawn.
-    if (t.observed_format == "e2m1") {
+    if (t.observed_format == &kE2M1) {
       chart.series = {d, top};
     } else {
       chart.series = {d, c};

@@ -23,11 +23,11 @@ std::string te_layer(const history::HistoryRecord& r) {
 
 // The recipe prefix of a record's stat names; nothing for what TE has no name for.
 std::optional<std::string> te_prefix(const history::HistoryRecord& r) {
-  if (r.recipe == "observed") {  // the job's own quantization: TE's bare names, NVFP4's prefixed anyway
-    return r.format == "e2m1" && r.scale_layout.rfind("vec16_ue4m3", 0) == 0 ? "nvfp4_" : "";
+  if (r.caster.is_job()) {  // the job's own quantization: TE's bare names, NVFP4's prefixed anyway
+    const bool nvfp4 = r.format == CastFormat::kE2M1 && storage_of(r.scale_layout) == ScaleLayout::kVec16Ue4m3;
+    return nvfp4 ? std::string(recipe_for(RecipeKind::kNvfp4, r.operand)->prefix) + "_" : "";
   }
-  const std::optional<RecipeKind> kind = recipe_kind_from_name(r.recipe);
-  const RecipeName* name = kind ? recipe_for(*kind, r.operand) : nullptr;
+  const RecipeName* name = recipe_for(*r.caster.recipe_kind(), r.operand);
   if (name == nullptr) return std::nullopt;
   return std::string(name->prefix) + "_";
 }
@@ -86,9 +86,9 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   }
   line(*prefix + "underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
   line(*prefix + "mse", statistic_of(r, "mse"));
-  if (r.recipe == recipe_name(RecipeKind::kTensorDelayed)) line(*prefix + "overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
-  const bool per_tensor_scale = r.recipe == recipe_name(RecipeKind::kTensorCurrent) ||
-                                r.recipe == recipe_name(RecipeKind::kTensorDelayed) || r.scale_layout == "scalar_32f";
+  if (r.caster.is(RecipeKind::kTensorDelayed)) line(*prefix + "overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
+  const bool per_tensor_scale = r.caster.is(RecipeKind::kTensorCurrent) || r.caster.is(RecipeKind::kTensorDelayed) ||
+                                r.scale_layout == ScaleLayout::kTensorScalar;
   if (per_tensor_scale && r.scale > 0) {
     line(*prefix + "scale_inv_min", 1.0 / r.scale);
     line(*prefix + "scale_inv_max", 1.0 / r.scale);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "fp8scope/insight/advice_formats.h"
+#include "fp8scope/te/custom_recipe.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
 
@@ -20,11 +21,13 @@ using fp8scope::testing::TempDir;
 
 namespace {
 
+// A ladder rung by name: a recipe's, or "bf16".
 GemmRecipe gemm(const std::string& layer, const std::string& gemm, const std::string& recipe) {
   GemmRecipe g;
   g.layer = layer + "#0";
   g.gemm = gemm;
-  g.recipe = recipe;
+  g.recipe = recipe_kind_from_name(recipe);
+  if (!g.recipe) REQUIRE(recipe == "bf16");
   return g;
 }
 
@@ -41,7 +44,7 @@ testing::ProcessResult check(const RecipeLadder& ladder, const std::string& fall
   }
   std::ofstream(dir.file("my_recipe.py")) << text;
   nlohmann::json plan = {{"fallback", fallback}, {"gemms", nlohmann::json::object()}};
-  for (const GemmRecipe& g : ladder.gemms) plan["gemms"][g.layer.substr(0, g.layer.rfind('#'))][g.gemm] = g.recipe;
+  for (const GemmRecipe& g : ladder.gemms) plan["gemms"][g.layer.substr(0, g.layer.rfind('#'))][g.gemm] = te::precision_name(g.recipe);
   std::ofstream(dir.file("plan.json")) << plan.dump();
   return run_process({FP8SCOPE_PYTHON, std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/te_custom_recipe_check.py",
                       dir.file("my_recipe.py"), dir.file("plan.json")});

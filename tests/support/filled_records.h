@@ -21,6 +21,9 @@ class DistinctValue final : public history::FieldSource {
     if (column_ == "gemm") return "wgrad";
     if (column_ == "operand") return "dy";
     if (column_ == "scale_layout") return "vec16_ue4m3";
+    if (column_ == "dtype") return "e4m3";
+    if (column_ == "recipe") return "nvfp4_sr";
+    if (column_ == "format") return "e5m2";
     return column_ + "-" + std::to_string(n_) + "\t\\\n";  // COPY's escapes
   }
   std::vector<std::uint64_t> counts() const override { return {static_cast<std::uint64_t>(n_), 0, 7}; }

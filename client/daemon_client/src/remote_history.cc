@@ -65,7 +65,8 @@ Status RemoteHistoryReader::query(const history::HistoryFilter& filter,
       for (const v1::HistoryRow& row : batch.rows()) {
         ++rows;
         q.set_after_id(row.id());
-        if (!each(wire::record_from_wire(row))) {
+        const std::optional<history::HistoryRecord> record = wire::record_from_wire(row);
+        if (record && !each(*record)) {
           stopped = true;
           break;
         }

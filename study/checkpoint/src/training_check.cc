@@ -55,8 +55,8 @@ Result<ExportRun> export_as_run(const std::string& export_path, const insight::R
     p.statistics.fill(std::nan(""));
     p.codes_digest = hex(code_digest(codes.value().bytes()));
     insight::TensorRecords& t = out.records.tensors[training_key(training, w.module)];
-    t.dtype = w.codes_format->name;
-    t.recipes[insight::RecipeKey{"observed", w.codes_format->name}].push_back(p);
+    t.dtype = w.codes_format == &kE5M2 ? DType::kE5M2 : DType::kE4M3;
+    t.recipes[insight::RecipeKey{Caster::job(), w.codes_format}].push_back(p);
     ++out.records.records;
   }
   return out;

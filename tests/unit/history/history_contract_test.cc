@@ -54,10 +54,10 @@ HistoryRecord record(const std::string& run, const std::string& layer, std::uint
   r.layer = layer;
   r.gemm = GemmRole::kFprop;
   r.operand = Operand::kX;
-  r.dtype = "bf16";
+  r.dtype = DType::kBF16;
   r.numel = 4096;
-  r.recipe = "tensor_current";
-  r.format = "e4m3";
+  r.caster = Caster::recipe(RecipeKind::kTensorCurrent);
+  r.format = CastFormat::kE4M3;
   r.scale = 2.0;
   r.statistics.assign(statistics().size(), std::nan(""));
   r.statistics[stat_index("underflow_ratio")] = underflow;
@@ -206,14 +206,14 @@ TEST_CASE("every field reads back exactly as written", "[history]") {
   r.rank = 63;
   r.gemm = GemmRole::kDgrad;
   r.operand = Operand::kDy;
-  r.dtype = "e2m1";
-  r.recipe = "observed";
-  r.format = "e2m1";
+  r.dtype = DType::kE2M1;
+  r.caster = Caster::job();
+  r.format = CastFormat::kE2M1;
   r.scale = std::numeric_limits<double>::infinity();
   r.scale_max = 0x1p-127;
   r.scale_current = 448.0 / 3.0;
   r.codes_digest = "0123456789abcdef";
-  r.scale_layout = "vec16_ue4m3";
+  r.scale_layout = ScaleLayout::kVec16Ue4m3;
   r.gemm_alpha = 0.125;
   r.scale_histogram = {0, 5, 1ull << 40};
   r.histogram = {std::numeric_limits<std::uint64_t>::max() >> 1, 0, 7};
@@ -236,8 +236,9 @@ TEST_CASE("every field reads back exactly as written", "[history]") {
   CHECK(back.step == r.step);
   CHECK(back.gemm == GemmRole::kDgrad);
   CHECK(back.operand == Operand::kDy);
-  CHECK(back.dtype == "e2m1");
-  CHECK(back.recipe == "observed");
+  CHECK(back.dtype == DType::kE2M1);
+  CHECK(back.caster.is_job());
+  CHECK(back.format == CastFormat::kE2M1);
   CHECK(std::isinf(back.scale));
   CHECK(back.scale_max == r.scale_max);
   CHECK(back.scale_current == r.scale_current);
@@ -257,7 +258,7 @@ TEST_CASE("every field reads back exactly as written", "[history]") {
   }
   // Empty optional fields read back empty.
   CHECK(rows[1].codes_digest.empty());
-  CHECK(rows[1].scale_layout.empty());
+  CHECK(rows[1].scale_layout == ScaleLayout::kNone);
   CHECK(rows[1].gemm_alpha == 0);
   CHECK(rows[1].scale_histogram.empty());
 }

@@ -11,8 +11,12 @@
 #include <string_view>
 #include <vector>
 
+#include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/vocabulary/caster.h"
+#include "fp8scope/vocabulary/dtype.h"
 #include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::history {
 
@@ -27,18 +31,18 @@ struct HistoryRecord {
   std::string layer;
   GemmRole gemm = GemmRole::kUnknown;
   Operand operand = Operand::kX;
-  std::string dtype;
+  DType dtype = DType::kF32;                 // as sampled
   std::int64_t numel = 0;
-  std::string recipe, format;                // recipe name, or "observed" for the job's own codes
+  Caster caster = Caster::job();             // a recipe's what-if, or the job's own codes
+  CastFormat format = CastFormat::kE4M3;
   double scale = 0, scale_max = 0, scale_current = 0;
   std::vector<double> statistics;            // in statistics() order; NaN = not computed
   std::vector<std::uint64_t> histogram;      // log2|x*s| bins (kHistogramBins)
   std::string codes_digest;                  // hex code_digest() of the FP8 codes: the job's own
                                              // (observed) or a weight's under tensor_current; "" = none
-  // The job's own codes ("observed"): how its scales were laid out (scale_layout.h's names, "" for
-  // the what-ifs), the GEMM's alpha when read (0 = not), and its block scales' log2 histogram
-  // (kScaleHistogramBins).
-  std::string scale_layout;
+  // The job's own codes: how its scales were laid out (kNone for the what-ifs), the GEMM's alpha
+  // when read (0 = not), and its block scales' log2 histogram (kScaleHistogramBins).
+  ScaleLayout scale_layout = ScaleLayout::kNone;
   double gemm_alpha = 0;
   std::vector<std::uint64_t> scale_histogram;
   // Mixture-of-experts GEMMs: the expert (-1: none), the tokens routed to it (-1: not known), and
@@ -79,7 +83,8 @@ struct ScalarRecord {
 };
 
 struct HistoryFilter {
-  std::string job, run, layer_regex, recipe;  // "" = any
+  std::string job, run, layer_regex;          // "" = any
+  std::optional<Caster> caster;
   std::optional<GemmRole> gemm;
   std::optional<Operand> operand;
   std::optional<std::int64_t> expert;         // one expert's records (mixture-of-experts layers)

@@ -38,18 +38,18 @@ TEST_CASE("the policy's recipes in its order, the default recipes when it names 
   Result<SampleAnalysis> a = analyzer.analyze(s, recipes({RecipeKind::kMxfp8, RecipeKind::kTensorCurrent}));
   REQUIRE(a.ok());
   REQUIRE(a.value().recipes.size() == 2);
-  CHECK(a.value().recipes[0].recipe == "mxfp8");
-  CHECK(a.value().recipes[1].recipe == "tensor_current");
+  CHECK(a.value().recipes[0].caster == Caster::recipe(RecipeKind::kMxfp8));
+  CHECK(a.value().recipes[1].caster == Caster::recipe(RecipeKind::kTensorCurrent));
   CHECK(a.value().te_amax == 2.0f);
   Result<SampleAnalysis> all = analyzer.analyze(s, SamplingPolicy{});
   REQUIRE(all.ok());
   REQUIRE(all.value().recipes.size() == std::size(kDefaultRecipeKinds));
   for (std::size_t i = 0; i < std::size(kDefaultRecipeKinds); ++i) {
-    CHECK(all.value().recipes[i].recipe == recipe_name(kDefaultRecipeKinds[i]));
+    CHECK(all.value().recipes[i].caster == Caster::recipe(kDefaultRecipeKinds[i]));
   }
   Result<SampleAnalysis> asked = analyzer.analyze(s, recipes({RecipeKind::kMxfp8_2d}));
   REQUIRE(asked.ok());
-  CHECK(asked.value().recipes.at(0).recipe == "mxfp8_2d");
+  CHECK(asked.value().recipes.at(0).caster == Caster::recipe(RecipeKind::kMxfp8_2d));
 }
 
 TEST_CASE("current scaling maps the amax to the format's max: E4M3 forward, E5M2 for gradients", "[sample_analysis]") {
@@ -105,8 +105,7 @@ TEST_CASE("a job's own E4M3 codes are read with their scale: the observed recipe
   REQUIRE(a.ok());
   REQUIRE(a.value().recipes.size() == 1);
   const RecipeOutcome& o = a.value().recipes[0];
-  CHECK(o.recipe == "observed");
-  CHECK(o.observed);
+  CHECK(o.caster.is_job());
   CHECK(*o.scale == 2.0);  // 1 / scale_inv
   CHECK(stat(a.value(), o, "amax") == 224.0);
   CHECK(stat(a.value(), o, "saturation_ratio") == 0.25);  // one code of four at +-max

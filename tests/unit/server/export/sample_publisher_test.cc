@@ -73,7 +73,7 @@ TEST_CASE("a sample's statistics reach its series, the tensor table and the hist
   mxfp8["format"] = "e4m3";
   CHECK(std::isnan(series_value(st.registry, "fp8scope_underflow_ratio", mxfp8)));  // not an exported recipe
 
-  const auto listed = st.tensors.list("", 0, "").value();
+  const auto listed = st.tensors.list("", 0, std::nullopt).value();
   REQUIRE(listed.tensors.size() == 1);
   const TensorSummary& t = listed.tensors[0];
   CHECK(t.layer == "blocks.0.fc1");
@@ -81,11 +81,11 @@ TEST_CASE("a sample's statistics reach its series, the tensor table and the hist
   CHECK(t.step == 7);
   REQUIRE(t.recipes.size() == 2);
   CHECK(t.recipes[0].statistic("underflow_ratio") == underflow);
-  CHECK(t.recipes[1].recipe == "mxfp8");
+  CHECK(t.recipes[1].caster == Caster::recipe(RecipeKind::kMxfp8));
 
   const std::vector<history::HistoryRecord> rows = st.records();
   REQUIRE(rows.size() == 2);  // one per recipe, exported or not
-  CHECK(rows[0].recipe == "tensor_current");
+  CHECK(rows[0].caster == Caster::recipe(RecipeKind::kTensorCurrent));
   CHECK(rows[0].host == "node-a");
   CHECK(rows[0].rank == 3);
   CHECK(rows[0].step == 7);
@@ -93,7 +93,7 @@ TEST_CASE("a sample's statistics reach its series, the tensor table and the hist
   CHECK(rows[0].scale == static_cast<double>(448.0f / 3.0f));
   CHECK(rows[0].scale_current == static_cast<double>(448.0f / 3.0f));
   CHECK(rows[0].histogram.size() == static_cast<std::size_t>(kHistogramBins));
-  CHECK(rows[1].recipe == "mxfp8");
+  CHECK(rows[1].caster == Caster::recipe(RecipeKind::kMxfp8));
 }
 
 TEST_CASE("scalars and GEMM checks become history records of their own", "[sample_publisher]") {

@@ -67,13 +67,18 @@ RunRecords run_of(std::initializer_list<std::pair<TensorKey, TensorRecords>> ten
   return r;
 }
 
+// A series key in the history's words: "observed" or a recipe's name, and a format's.
+RecipeKey key(const char* caster, const char* format) {
+  return RecipeKey{Caster::from_name(caster).value(), &format_row(format_from_name(format).value())};
+}
+
 TensorRecords with(std::initializer_list<std::pair<RecipeKey, std::vector<RecordPoint>>> recipes) {
   TensorRecords t;
   for (const auto& [k, v] : recipes) t.recipes[k] = v;
   return t;
 }
 
-const RecipeKey kCurrent{"tensor_current", "e4m3"}, kDelayed{"tensor_delayed", "e4m3"};
+const RecipeKey kCurrent = key("tensor_current", "e4m3"), kDelayed = key("tensor_delayed", "e4m3");
 
 }  // namespace
 
@@ -147,8 +152,8 @@ TEST_CASE("advice: thresholds lead to the recommendation the README promises", "
       {{"blocks.1.mlp", "fprop", "x"}, with({{kCurrent, lossy}, {kDelayed, lossy}})},
       {{"blocks.1.mlp", "fprop", "w"}, with({{kCurrent, lossy}, {kDelayed, lossy}})},
       {{"blocks.2.mlp", "wgrad", "x"}, with({{kCurrent, healthy(30)}, {kDelayed, lagging}})},
-      {{"blocks.3.mlp", "dgrad", "dy"}, with({{{"observed", "e4m3"}, e4m3_dy}})},
-      {{"blocks.3.mlp", "wgrad", "dy"}, with({{{"observed", "e4m3"}, e4m3_dy}, {kCurrent, narrow_bf16_dy}})},
+      {{"blocks.3.mlp", "dgrad", "dy"}, with({{key("observed", "e4m3"), e4m3_dy}})},
+      {{"blocks.3.mlp", "wgrad", "dy"}, with({{key("observed", "e4m3"), e4m3_dy}, {kCurrent, narrow_bf16_dy}})},
   });
   const RunAdvice advice = advise(run, {});
   REQUIRE(advice.tensors.size() == 6);
@@ -201,12 +206,12 @@ TEST_CASE("inference check: scale, codes and format against training's last capt
     p.codes_digest = digest;
     return p;
   };
-  const RecipeKey observed{"observed", "e4m3"};
+  const RecipeKey observed = key("observed", "e4m3");
   RunRecords training = run_of({
       {{"a", "fprop", "w"}, with({{kCurrent, {weight(1, 100.0, "01"), weight(9, 448.0, "aa")}}})},
       {{"b", "fprop", "w"}, with({{observed, {weight(9, 64.0, "bb")}}})},
       {{"c", "fprop", "w"}, with({{kCurrent, {weight(9, 2.0, "cc")}}})},
-      {{"d", "fprop", "w"}, with({{{"observed", "e5m2"}, {weight(9, 2.0, "dd")}}})},
+      {{"d", "fprop", "w"}, with({{key("observed", "e5m2"), {weight(9, 2.0, "dd")}}})},
   });
   training.run = "train";
   RunRecords inference = run_of({
@@ -249,9 +254,9 @@ TEST_CASE("advice: a block-scaled job is judged by its own recipe's what-if, and
   std::vector<RecordPoint> observed_blocks = healthy(30);
   for (RecordPoint& p : observed_blocks) p.scale = 64 * p.scale_current;
   auto fp4 = [&](std::vector<RecordPoint> observed) {
-    TensorRecords t = with({{{"observed", "e2m1"}, std::move(observed)}});
-    t.dtype = "e2m1";
-    t.scale_layout = "vec16_ue4m3";
+    TensorRecords t = with({{key("observed", "e2m1"), std::move(observed)}});
+    t.dtype = DType::kE2M1;
+    t.scale_layout = ScaleLayout::kVec16Ue4m3;
     return t;
   };
   RunRecords run = run_of({{{"blocks.0.mlp", "fprop", "x"}, fp4(observed_blocks)},
@@ -259,9 +264,9 @@ TEST_CASE("advice: a block-scaled job is judged by its own recipe's what-if, and
   run.run = "nvfp4";
   RunRecords baseline = run_of({
       {{"blocks.0.mlp", "fprop", "x"},
-       with({{{"nvfp4", "e2m1"}, healthy(30)}, {{"mxfp8", "e4m3"}, healthy(30)}, {kCurrent, nvfp4_lossy}})},
+       with({{key("nvfp4", "e2m1"), healthy(30)}, {key("mxfp8", "e4m3"), healthy(30)}, {kCurrent, nvfp4_lossy}})},
       {{"blocks.1.mlp", "fprop", "x"},
-       with({{{"nvfp4", "e2m1"}, nvfp4_lossy}, {{"mxfp8", "e4m3"}, healthy(30)}, {kCurrent, healthy(30)}})},
+       with({{key("nvfp4", "e2m1"), nvfp4_lossy}, {key("mxfp8", "e4m3"), healthy(30)}, {kCurrent, healthy(30)}})},
   });
   baseline.run = "bf16";
   const RunAdvice advice = advise(run, {}, &baseline);
@@ -271,21 +276,21 @@ TEST_CASE("advice: a block-scaled job is judged by its own recipe's what-if, and
   const TensorAdvice& held = *by["blocks.0.mlp"];
   const TensorAdvice& lost = *by["blocks.1.mlp"];
   // Judged by the baseline's nvfp4 what-if, not by tensor_current (which says the opposite).
-  CHECK(held.what_if_recipe == "nvfp4");
+  CHECK(held.what_if_recipe == RecipeKind::kNvfp4);
   CHECK(held.what_if_source == "bf16");
-  CHECK(held.observed_layout == "vec16_ue4m3");
+  CHECK(held.observed_layout == ScaleLayout::kVec16Ue4m3);
   CHECK(held.recommendation == Recommendation::kKeepFp8);
   CHECK(held.sqnr_current_db == 31.0);
   CHECK(std::isnan(held.lagging_share));
   CHECK_FALSE(held.replay);
   CHECK(lost.recommendation == Recommendation::kFinerRecipe);
-  CHECK(lost.finer_recipe == "mxfp8");
+  CHECK(lost.finer_recipe == RecipeKind::kMxfp8);
   CHECK(lost.sqnr_current_db == 12.0);
   CHECK_THAT(lost.reason, Catch::Contains("the job's recipe (nvfp4)"));
   CHECK_THAT(lost.reason, Catch::Contains("mxfp8 keeps SQNR at 31.0 dB"));
 
   SECTION("without an MXFP8 what-if that holds, the answer is BF16") {
-    baseline.tensors[{"blocks.1.mlp", "fprop", "x"}].recipes.erase({"mxfp8", "e4m3"});
+    baseline.tensors[{"blocks.1.mlp", "fprop", "x"}].recipes.erase(key("mxfp8", "e4m3"));
     const RunAdvice no_mxfp8 = advise(run, {}, &baseline);
     for (const TensorAdvice& t : no_mxfp8.tensors) {
       if (t.tensor.layer == "blocks.1.mlp") CHECK(t.recommendation == Recommendation::kFallBackToBf16);
@@ -401,14 +406,14 @@ TEST_CASE("advice: N(0, 1) data is fine under every recipe by that recipe's leve
     for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
       p.statistics[i] = find_statistic(kStudiedStatistics[i])->value(a.moments, a.quant[0], ChannelSummary{});
     }
-    TensorRecords own = with({{{name, recipe.fp4() ? "e2m1" : "e4m3"}, {p}}});
-    own.dtype = recipe.fp4() ? "e2m1" : "e4m3";
-    own.scale_layout = layout;
+    TensorRecords own = with({{key(name, recipe.fp4() ? "e2m1" : "e4m3"), {p}}});
+    own.dtype = recipe.fp4() ? DType::kE2M1 : DType::kE4M3;
+    own.scale_layout = *layout != '\0' ? scale_layout_from_name(layout)->value : ScaleLayout::kNone;
     RunRecords run = run_of({{{"l", "fprop", "x"}, own}});
     const RunAdvice advice = advise(run, {});
     REQUIRE(advice.tensors.size() == 1);
     const TensorAdvice& t = advice.tensors[0];
-    CHECK(t.what_if_recipe == name);
+    CHECK(t.what_if_recipe == recipe_kind_from_name(name));
     CHECK(t.recommendation == Recommendation::kKeepFp8);
     CHECK(t.risk < 0.5);
     if (recipe.fp4()) {
@@ -428,8 +433,8 @@ TEST_CASE("inference check: block-scaled weights against training's own codes of
     return p;
   };
   auto blocks = [](const char* format, const char* layout, RecordPoint p) {
-    TensorRecords t = with({{{"observed", format}, {p}}});
-    t.scale_layout = layout;
+    TensorRecords t = with({{key("observed", format), {p}}});
+    t.scale_layout = scale_layout_from_name(layout)->value;
     return t;
   };
   RunRecords training = run_of({
@@ -445,7 +450,7 @@ TEST_CASE("inference check: block-scaled weights against training's own codes of
       {{"rescaled", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(3, 0.5, 128.0, "bb"))},
       {{"other_recipe", "fprop", "w"}, blocks("e2m1", "vec16_ue4m3", weight(3, 0.5, 64.0, "cc"))},
       {{"bf16", "fprop", "w"}, blocks("e4m3", "vec32_ue8m0", weight(3, 0.5, 64.0, "dd"))},
-      {{"per_tensor", "fprop", "w"}, with({{{"observed", "e4m3"}, {weight(3, 2.0, 2.0, "ee")}}})},
+      {{"per_tensor", "fprop", "w"}, with({{key("observed", "e4m3"), {weight(3, 2.0, 2.0, "ee")}}})},
   });
   inference.run = "serve";
   const auto c = check_inference(inference, training);

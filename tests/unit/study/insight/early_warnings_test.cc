@@ -8,14 +8,15 @@
 #include <cmath>
 #include <functional>
 
+using namespace fp8scope;
 using namespace fp8scope::insight;
 
 namespace {
 
 // One tensor sampled every 2 steps from step 0 to 98, its `key` statistic given by value(step).
 void add_tensor(RunRecords& run, const std::string& layer, const char* key, const std::function<double(int)>& value,
-                const std::string& recipe = "tensor_current") {
-  std::vector<RecordPoint>& series = run.tensors[TensorKey{layer, "fprop", "x"}].recipes[RecipeKey{recipe, "e4m3"}];
+                Caster recipe = Caster::recipe(RecipeKind::kTensorCurrent)) {
+  std::vector<RecordPoint>& series = run.tensors[TensorKey{layer, "fprop", "x"}].recipes[RecipeKey{recipe, &kE4M3}];
   const std::size_t index = studied_statistic_index(key).value();
   for (int step = 0; step < 100; step += 2) {
     RecordPoint p;
@@ -64,7 +65,7 @@ TEST_CASE("a rise that fell back, a rise after the onset, and a short series giv
 TEST_CASE("persistent outlier channels warn from the first sample that had one, longest lead first", "[early_warnings]") {
   RunRecords run;
   add_tensor(run, "blocks.2.fc2", "persistent_outlier_channels", [](int step) { return step >= 50 ? 2.0 : 0.0; },
-             "mxfp8");
+             Caster::recipe(RecipeKind::kMxfp8));
   add_tensor(run, "blocks.3.fc2", "kurtosis", [](int step) { return step >= 70 ? 12.0 : 3.0; });
   const std::vector<EarlyWarning> w = early_warnings(run, 90);
   REQUIRE(w.size() == 2);

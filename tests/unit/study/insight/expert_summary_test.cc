@@ -10,6 +10,7 @@
 #include "fp8scope/insight/advice_formats.h"
 #include "fp8scope/insight/expert_summary.h"
 
+using namespace fp8scope;
 using namespace fp8scope::insight;
 
 namespace {
@@ -29,8 +30,7 @@ void add_layer(RunRecords& run, const std::string& layer, int experts, double (*
                std::pair<int, std::uint64_t> idle_at = {-1, 0}) {
   for (int e = 0; e < experts; ++e) {
     TensorRecords& t = run.tensors[TensorKey{expert_layer_name(layer, e), "fprop", "x"}];
-    t.dtype = "bf16";
-    auto& points = t.recipes[RecipeKey{"tensor_current", "e4m3"}];
+    auto& points = t.recipes[RecipeKey{Caster::recipe(RecipeKind::kTensorCurrent), &kE4M3}];
     for (std::uint64_t s = 0; s < steps; ++s) {
       if (idle_at.first == e && idle_at.second == s) continue;
       points.push_back(point(s * 10, underflow(e)));
@@ -115,6 +115,8 @@ TEST_CASE("advise carries the outliers into its table and JSON, and dense runs h
   CHECK(advice_json(advice).find("\"experts\":[{\"experts\":[0]") != std::string::npos);
   RunRecords dense;
   dense.run = "dense";
-  dense.tensors[TensorKey{"fc1", "fprop", "x"}].recipes[RecipeKey{"tensor_current", "e4m3"}].push_back(point(0, 0.5));
+  dense.tensors[TensorKey{"fc1", "fprop", "x"}]
+      .recipes[RecipeKey{Caster::recipe(RecipeKind::kTensorCurrent), &kE4M3}]
+      .push_back(point(0, 0.5));
   CHECK(advise(dense, {}).experts.empty());
 }

@@ -19,12 +19,11 @@ using namespace fp8scope::insight;
 namespace {
 
 // One sampled step of the tensor under each recipe named, as the history would hold it.
-TensorRecords what_ifs(const std::vector<float>& data, Operand operand, std::vector<const char*> recipes) {
+TensorRecords what_ifs(const std::vector<float>& data, Operand operand, std::vector<RecipeKind> recipes) {
   auto engine = make_cpu_engine(1);
   TensorRecords t;
-  t.dtype = "f32";
-  for (const char* name : recipes) {
-    const Recipe recipe = default_recipe(recipe_kind_from_name(name).value());
+  for (const RecipeKind kind : recipes) {
+    const Recipe recipe = default_recipe(kind);
     const CastFormat format = recipe.format_for(operand);
     const QuantSpec spec = quant_spec_for(recipe, format, operand, {}).value();
     TensorAnalysis a;
@@ -33,7 +32,7 @@ TensorRecords what_ifs(const std::vector<float>& data, Operand operand, std::vec
     for (std::size_t i = 0; i < kStudiedStatisticCount; ++i) {
       p.statistics[i] = find_statistic(kStudiedStatistics[i])->value(a.moments, a.quant[0], ChannelSummary{});
     }
-    t.recipes[RecipeKey{name, format_name(format)}] = {p};
+    t.recipes[RecipeKey{Caster::recipe(kind), &format_row(format)}] = {p};
   }
   return t;
 }
@@ -55,7 +54,7 @@ std::vector<float> log_uniform(double binades, std::uint32_t seed) {
   return v;
 }
 
-const std::vector<const char*> kAll = {"nvfp4", "mxfp8", "tensor_current"};
+const std::vector<RecipeKind> kAll = {RecipeKind::kNvfp4, RecipeKind::kMxfp8, RecipeKind::kTensorCurrent};
 
 }  // namespace
 
@@ -73,9 +72,9 @@ TEST_CASE("each GEMM takes the first recipe that holds every operand, and a thir
   std::map<std::string, const GemmRecipe*> by_layer;
   for (const GemmRecipe& g : ladder.gemms) by_layer[g.layer] = &g;
   INFO(by_layer["wide"]->evidence << " | " << by_layer["vast"]->evidence);
-  CHECK(by_layer["gauss"]->recipe == "nvfp4");
-  CHECK(by_layer["wide"]->recipe == "mxfp8");
-  CHECK(by_layer["vast"]->recipe == "bf16");
+  CHECK(by_layer["gauss"]->recipe == RecipeKind::kNvfp4);
+  CHECK(by_layer["wide"]->recipe == RecipeKind::kMxfp8);
+  CHECK(by_layer["vast"]->recipe == std::nullopt);
   CHECK(by_layer["wide"]->evidence.find("not nvfp4: x reaches the level of concern in underflow_ratio") !=
         std::string::npos);
   CHECK(by_layer["gauss"]->evidence.rfind("nvfp4 holds every operand (", 0) == 0);
@@ -95,15 +94,15 @@ TEST_CASE("an operand not sampled under a recipe keeps its GEMM off that rung, a
           "[recipe_ladder]") {
   RunRecords run;
   run.tensors[{"l", "wgrad", "x"}] = what_ifs(gaussian(7), Operand::kX, kAll);
-  run.tensors[{"l", "wgrad", "dy"}] = what_ifs(gaussian(8), Operand::kDy, {"mxfp8", "tensor_current"});
+  run.tensors[{"l", "wgrad", "dy"}] = what_ifs(gaussian(8), Operand::kDy, {RecipeKind::kMxfp8, RecipeKind::kTensorCurrent});
   const RecipeLadder ladder = recipe_ladder(run);
   REQUIRE(ladder.gemms.size() == 1);
-  CHECK(ladder.gemms[0].recipe == "mxfp8");
+  CHECK(ladder.gemms[0].recipe == RecipeKind::kMxfp8);
   CHECK(ladder.gemms[0].evidence.find("not nvfp4: dy was not sampled under it") != std::string::npos);
   CHECK(ladder.fp4_ready == 0);
 
   RunRecords codes_only;
-  codes_only.tensors[{"l", "fprop", "x"}].recipes[RecipeKey{"observed", "e4m3"}] = {RecordPoint{}};
+  codes_only.tensors[{"l", "fprop", "x"}].recipes[RecipeKey{Caster::job(), &kE4M3}] = {RecordPoint{}};
   CHECK(recipe_ladder(codes_only).gemms.empty());
   // ...unless the baseline captured the same tensor in high precision.
   CHECK(recipe_ladder(codes_only, &run).gemms.empty());  // the baseline has no fprop x
@@ -111,5 +110,5 @@ TEST_CASE("an operand not sampled under a recipe keeps its GEMM off that rung, a
   baseline.tensors[{"l", "fprop", "x"}] = what_ifs(gaussian(9), Operand::kX, kAll);
   const RecipeLadder from_baseline = recipe_ladder(codes_only, &baseline);
   REQUIRE(from_baseline.gemms.size() == 1);
-  CHECK(from_baseline.gemms[0].recipe == "nvfp4");
+  CHECK(from_baseline.gemms[0].recipe == RecipeKind::kNvfp4);
 }

@@ -32,7 +32,7 @@ std::unique_ptr<history::HistoryReader> write_run(const std::string& dir, std::u
   for (std::uint64_t step = 0; step < steps; step += kInterval) {
     for (std::uint32_t rank : {1u, 0u}) {
       for (int t = 0; t < 3; ++t) {
-        for (const char* recipe : {"tensor_current", "tensor_delayed"}) {
+        for (const RecipeKind recipe : {RecipeKind::kTensorCurrent, RecipeKind::kTensorDelayed}) {
           history::HistoryRecord r;
           r.job = "job";
           r.run = "fp8";
@@ -41,9 +41,9 @@ std::unique_ptr<history::HistoryReader> write_run(const std::string& dir, std::u
           r.layer = "blocks." + std::to_string(t);
           r.gemm = GemmRole::kFprop;
           r.operand = Operand::kX;
-          r.dtype = "bf16";
-          r.recipe = recipe;
-          r.format = "e4m3";
+          r.dtype = DType::kBF16;
+          r.caster = Caster::recipe(recipe);
+          r.format = CastFormat::kE4M3;
           r.scale = 100.0 + static_cast<double>(step % 7);
           r.scale_current = 100.0;
           r.codes_digest = "digest-" + std::to_string(step) + "-" + std::to_string(rank);
@@ -111,7 +111,7 @@ TEST_CASE("a long run's series are thinned to the limit, and what the study read
 
   for (const auto& [key, tensor] : thin.value().tensors) {
     for (const auto& [recipe, points] : tensor.recipes) {
-      INFO(key.name() << " " << recipe.recipe);
+      INFO(key.name() << " " << recipe.name());
       const std::vector<RecordPoint>& whole = full.value().tensors.at(key).recipes.at(recipe);
       REQUIRE(whole.size() == 2000);
       // An evenly spaced sample and the last step.

@@ -1,6 +1,6 @@
 // One sample's analysis as a value, before anything is published: the policy's what-if recipes
 // on a high-precision tensor (delayed scaling from the tensor's own amax history, TE's update
-// order), or what a job's own low-precision codes show (recipe "observed": with their per-tensor
+// order), or what a job's own low-precision codes show (Caster::job(): with their per-tensor
 // scale or their block scales, as the GEMM read them). No metric, table or store is touched here.
 #pragma once
 
@@ -19,17 +19,17 @@
 #include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/analysis/lru_map.h"
 #include "fp8scope/ingest/sample.h"
+#include "fp8scope/vocabulary/caster.h"
 
 namespace fp8scope::server {
 
 // What one recipe, or the job's own cast, did to the sample.
 struct RecipeOutcome {
-  std::string recipe;  // recipe name, or "observed"
+  Caster caster = Caster::job();
   CastFormat format = CastFormat::kE4M3;
   std::optional<double> scale;  // the one scale of a per-tensor recipe, or of per-tensor codes
   double scale_min = 0, scale_max = 0;
   QuantStats stats;
-  bool observed = false;
   ScaleLayout scale_layout = ScaleLayout::kNone;  // observed: how the job's scales were laid out
   std::string codes_digest;  // hex FNV-1a of FP8 codes: the job's own, or a weight's current-scaling cast
 

@@ -21,7 +21,7 @@ namespace fp8scope::server {
 // Which figures become series: what one tensor costs in Prometheus (docs/operations.md
 // "Cardinality"). History and the tensor table get every recipe regardless.
 struct MetricExport {
-  std::vector<RecipeKind> recipes;  // emulated recipes exported; the job's own ("observed") always is
+  std::vector<RecipeKind> recipes;  // emulated recipes exported; the job's own codes always are
   bool log2_histogram = false;      // the log2-magnitude bins under current scaling
 };
 

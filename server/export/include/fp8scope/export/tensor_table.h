@@ -13,6 +13,7 @@
 #include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/kernels/status.h"
+#include "fp8scope/vocabulary/caster.h"
 #include "fp8scope/vocabulary/dtype.h"
 #include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
@@ -20,9 +21,9 @@
 
 namespace fp8scope::server {
 
-// What one recipe (or the job's own cast, "observed") did to a tensor's latest sample.
+// What one recipe (or the job's own cast) did to a tensor's latest sample.
 struct RecipeSummary {
-  std::string recipe;
+  Caster caster = Caster::job();
   CastFormat format = CastFormat::kE4M3;
   double scale = 0;          // per-tensor recipes: the scale applied; blocks: the smallest
   double scale_max = 0;      // blocks: the largest block scale
@@ -62,10 +63,11 @@ class TensorTable {
     std::vector<TensorSummary> tensors;
     std::size_t total = 0;  // the tensors that matched, before top and kMaxListed
   };
-  // Worst first by `sort` (underflow, overflow, mse: highest; cosine: lowest) read from `recipe`
-  // (default tensor_current, or observed for FP8 data); by key when sort is empty. top 0 = all,
-  // at most kMaxListed either way. With `expert`, only that expert's tensors (of every MoE layer).
-  Result<Listing> list(const std::string& sort, std::uint32_t top, const std::string& recipe,
+  // Worst first by `sort` (underflow, overflow, mse: highest; cosine: lowest) read from `recipe`'s
+  // statistics (none: tensor_current's, and the job's own for tensors that have no what-ifs); by
+  // key when sort is empty. With `recipe`, only the tensors that have it. top 0 = all, at most
+  // kMaxListed either way. With `expert`, only that expert's tensors (of every MoE layer).
+  Result<Listing> list(const std::string& sort, std::uint32_t top, std::optional<Caster> recipe,
                        std::optional<std::uint32_t> expert = std::nullopt) const;
 
   std::size_t size() const;

@@ -61,7 +61,7 @@ struct TensorAdvice {
   // Medians over the run's samples (NaN when not sampled), under the what-if recipe that casts as
   // the job does (what_if_recipe: tensor_current for per-tensor scaling and BF16 runs, else the
   // block recipe of the job's scale layout); overflow under delayed scaling.
-  std::string what_if_recipe = "tensor_current";
+  RecipeKind what_if_recipe = RecipeKind::kTensorCurrent;
   double underflow_current = 0, overflow_delayed = 0, sqnr_current_db = 0, one_minus_cosine = 0;
   double lagging_share = 0;        // sampled steps where delayed scaling clipped (scale above current)
   double saturation_observed = 0;  // share of the job's own FP8 codes at +-max (mean; informational:
@@ -69,9 +69,9 @@ struct TensorAdvice {
   std::size_t spike_blame = 0;     // onsets at which this tensor was the first suspect
   std::string what_if_source;      // whose BF16 tensor the what-ifs come from: the run or its baseline
   std::optional<ReplaySuggestion> replay;
-  std::string observed_format;     // the FP8 format the job cast this tensor to, if it was FP8
-  std::string observed_layout;     // the job's block-scale layout, if it used one
-  std::string finer_recipe;        // kFinerRecipe: the recipe that holds this tensor (mxfp8)
+  const FloatFormat* observed_format = nullptr;    // the format the job cast this tensor to, if it did
+  ScaleLayout observed_layout = ScaleLayout::kNone;  // the job's block-scale layout, if it used one
+  std::optional<RecipeKind> finer_recipe;          // kFinerRecipe: the recipe that holds this tensor (mxfp8)
   // Set when the tensor is fine at most sampled steps but crosses a level of concern at some:
   // switch its GEMM to high precision then, rather than for good.
   std::optional<AutoswitchThresholds> autoswitch;
@@ -85,7 +85,7 @@ struct RunAdvice {
   RecipeLadder ladder;                  // the recipe each GEMM can take, and the share ready for FP4
 };
 
-// An FP8 run captures its tensors already cast (its own scale and codes, recipe "observed"), so
+// An FP8 run captures its tensors already cast (its own scale and codes, Caster::job()), so
 // what current and delayed scaling would do to them comes from the same tensor of the BF16
 // baseline when the run has no BF16 capture of its own.
 RunAdvice advise(const RunRecords& run, const std::vector<Attribution>& onsets, const RunRecords* baseline = nullptr);

@@ -12,11 +12,11 @@
 
 namespace fp8scope::insight {
 
-// The statistics an expert is compared on, each under the recipe that reads it (nullptr: the
-// what-if recipe that casts as the job did).
+// The statistics an expert is compared on, each under the caster that reads it (none: the what-if
+// recipe that casts as the job did).
 struct ExpertStatistic {
   StudiedStatistic statistic;
-  const char* recipe;
+  std::optional<Caster> caster;
   const char* words;  // how a sentence says it
   double floor;       // values below this are nothing to see, whatever the median
 };
@@ -24,7 +24,8 @@ const std::vector<ExpertStatistic>& expert_statistics();
 
 struct ExpertOutlier {
   TensorKey tensor;                    // the MoE layer's (no expert in the name)
-  std::string statistic, recipe;
+  std::string statistic;
+  Caster caster = Caster::job();
   std::vector<std::int64_t> experts;   // the outliers, worst first
   std::vector<double> values;          // theirs: each the mean over its sampled steps
   double median = 0;                   // the median over every expert of the layer
@@ -35,7 +36,8 @@ struct ExpertOutlier {
 
 struct ExpertGrid {
   TensorKey tensor;
-  std::string statistic, recipe;
+  std::string statistic;
+  Caster caster = Caster::job();
   std::vector<std::int64_t> experts;          // rows, in expert order
   std::vector<std::uint64_t> steps;           // columns
   std::vector<std::vector<double>> values;    // experts x steps; NaN: not sampled (no tokens)

@@ -20,10 +20,12 @@ const char* weight_verdict_name(WeightVerdict v);
 struct WeightCheck {
   TensorKey tensor;
   std::uint64_t step = 0, training_step = 0;  // the latest capture of each side
-  std::string format, training_format;
+  const FloatFormat* format = nullptr;           // the codes' format on each side (null: none)
+  const FloatFormat* training_format = nullptr;
   double scale = 0;                    // what inference multiplies by (1 / its scale_inv)
   double training_scale = 0;           // what training ended with
-  std::string training_source;         // "observed" (trained in FP8) or "tensor_current" (trained in BF16)
+  // What cast training's side: the job (trained in FP8) or tensor_current (trained in BF16).
+  std::optional<Caster> training_source;
   WeightVerdict verdict = WeightVerdict::kNotComparable;
   std::string detail;
 };

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,15 +19,17 @@
 namespace fp8scope::insight {
 
 struct LadderRung {
-  const char* recipe;
+  RecipeKind recipe;
   const char* only_gemm;  // the one GEMM the rung applies to, or nullptr for every GEMM
   bool applies(const std::string& gemm) const { return only_gemm == nullptr || gemm == only_gemm; }
 };
-inline constexpr LadderRung kLadderRungs[] = {
-    {"nvfp4", nullptr}, {"nvfp4_rht", "wgrad"}, {"mxfp8", nullptr}, {"tensor_current", nullptr}};
+inline constexpr LadderRung kLadderRungs[] = {{RecipeKind::kNvfp4, nullptr},
+                                             {RecipeKind::kNvfp4Rht, "wgrad"},
+                                             {RecipeKind::kMxfp8, nullptr},
+                                             {RecipeKind::kTensorCurrent, nullptr}};
 
 struct RungEvidence {
-  std::string recipe;
+  RecipeKind recipe = RecipeKind::kTensorCurrent;
   double underflow = 0, sqnr_db = 0, one_minus_cosine = 0;  // medians over the sampled steps
   bool holds = false;
   std::string failed_on;  // the first signal at its level of concern, when it does not hold
@@ -39,7 +42,7 @@ struct OperandRungs {
 
 struct GemmRecipe {
   std::string layer, gemm;
-  std::string recipe;  // the first of kLadderRungs holding every operand, or "bf16"
+  std::optional<RecipeKind> recipe;  // the first of kLadderRungs holding every operand; none: BF16
   std::string evidence;  // one sentence: what holds, and what kept it off the rung above
   std::vector<OperandRungs> operands;
 };

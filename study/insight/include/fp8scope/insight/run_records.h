@@ -12,7 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/status.h"
+#include "fp8scope/vocabulary/caster.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/scale_layout.h"
 #include "fp8scope/history/history_reader.h"
 
 namespace fp8scope::insight {
@@ -23,9 +27,18 @@ struct TensorKey {
   std::string name() const { return layer + " " + gemm + " " + operand; }
 };
 
+// A series of a tensor: what cast it (a recipe's what-if, or the job's own codes) into which
+// format (a float_formats.h row: a checkpoint's codes may be FNUZ). Ordered by caster, then by the
+// format's name.
 struct RecipeKey {
-  std::string recipe, format;  // recipe name, or "observed" for the FP8 data the job really cast
-  auto operator<=>(const RecipeKey&) const = default;
+  Caster caster = Caster::job();
+  const FloatFormat* format = &kE4M3;
+
+  bool operator==(const RecipeKey& o) const { return caster == o.caster && format == o.format; }
+  bool operator<(const RecipeKey& o) const {
+    return caster != o.caster ? caster < o.caster : std::string_view(format->name) < std::string_view(o.format->name);
+  }
+  std::string name() const { return std::string(caster.name()) + " " + format->name; }
 };
 
 // The statistics insight reads, of the many the history keeps: a run's points hold only these, so
@@ -66,21 +79,24 @@ struct RecordPoint {
 };
 
 struct TensorRecords {
-  std::string dtype;                                       // as captured (bf16, e4m3, e2m1, ...)
+  DType dtype = DType::kF32;  // as sampled: high precision for what-ifs, codes for the job's own
   // Each in step order, the lowest rank per step: every sampled step up to SeriesLimits::max_points,
   // else an evenly strided sample and the last step (see load_run_records).
   std::map<RecipeKey, std::vector<RecordPoint>> recipes;
   // Of a thinned series, the points around the loss onsets that its sample lacks, in step order:
   // attribution reads them with the sample; the medians and charts do not, so they stay unbiased.
   std::map<RecipeKey, std::vector<RecordPoint>> onset_points;
-  std::string scale_layout;  // the job's own block-scale layout (scale_layout.h's name); "" = per-tensor or none
+  ScaleLayout scale_layout = ScaleLayout::kNone;  // the job's own block-scale layout; kNone: per-tensor or none
 
-  // The series of `recipe` (its first format), and that format; nullptr when not sampled.
-  const std::vector<RecordPoint>* find(const std::string& recipe, std::string* format = nullptr) const;
+  // The series `caster` cast (its first format), and that format; nullptr when not sampled.
+  const std::vector<RecordPoint>* find(Caster caster, const FloatFormat** format = nullptr) const;
+  const std::vector<RecordPoint>* find(RecipeKind recipe, const FloatFormat** format = nullptr) const {
+    return find(Caster::recipe(recipe), format);
+  }
   // The what-if recipe that casts as the job cast this tensor: the block recipe of its scale layout
   // (mxfp8 or mxfp4, nvfp4, block_1x128, block_128x128), else tensor_current.
-  const char* matching_recipe() const;
-  bool block_scaled() const { return !scale_layout.empty(); }
+  RecipeKind matching_recipe() const;
+  bool block_scaled() const { return scale_layout != ScaleLayout::kNone; }
 };
 
 // The daemon's GEMM check of a layer at one step (one accumulation mode).
