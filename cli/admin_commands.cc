@@ -1,6 +1,8 @@
 #include "fp8scope/cli/admin_commands.h"
+
 #include "fp8scope/cli/number_checks.h"
 
+#include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
 
 #include <cmath>

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/advise_command.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fstream>
 

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/analyze_command.h"
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/checkpoint_command.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/compare_command.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cmath>

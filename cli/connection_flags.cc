@@ -1,6 +1,8 @@
 #include "fp8scope/cli/connection_flags.h"
+
 #include "fp8scope/cli/number_checks.h"
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
 #include <sstream>

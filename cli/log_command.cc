@@ -1,6 +1,8 @@
 #include "fp8scope/cli/log_command.h"
+
 #include "fp8scope/cli/number_checks.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cmath>

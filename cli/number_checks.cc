@@ -1,5 +1,6 @@
 #include "fp8scope/cli/number_checks.h"
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>

@@ -1,4 +1,7 @@
 #include "fp8scope/cli/policy_flags.h"
+
+#include <CLI/CLI.hpp>
+
 #include "fp8scope/cli/number_checks.h"
 #include "fp8scope/te/sampling_config.h"
 

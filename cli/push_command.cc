@@ -1,6 +1,8 @@
 #include "fp8scope/cli/push_command.h"
+
 #include "fp8scope/cli/number_checks.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include "fp8scope/daemon_client/sample_stream.h"

@@ -1,5 +1,6 @@
 #include "fp8scope/cli/report_command.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

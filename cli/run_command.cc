@@ -1,5 +1,6 @@
 #include "fp8scope/cli/run_command.h"
 
+#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>

@@ -1,7 +1,7 @@
 #include "fp8scope/cli/study_flags.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
-
 
 namespace fp8scope::cli {
 

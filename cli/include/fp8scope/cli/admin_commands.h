@@ -1,7 +1,6 @@
 // The commands that ask fp8scoped about its state: status, tensors, policy get|set, history.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -10,6 +9,10 @@
 
 #include "fp8scope/cli/connection_flags.h"
 #include "fp8scope/cli/policy_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

@@ -3,12 +3,15 @@
 // Transformer Engine's debug API or as a Megatron-style layer list.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "fp8scope/cli/study_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

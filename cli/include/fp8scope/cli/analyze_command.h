@@ -2,11 +2,14 @@
 // .safetensors file, without a daemon.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

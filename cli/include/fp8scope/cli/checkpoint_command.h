@@ -3,11 +3,14 @@
 // weights it came from and against what training ended with (the history's inference check).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
 
 #include "fp8scope/cli/study_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

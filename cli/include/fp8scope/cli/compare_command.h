@@ -5,11 +5,14 @@
 // FP8 inference job and the baseline its training run, the inference check (inference_check.h).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
 
 #include "fp8scope/cli/study_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

@@ -2,13 +2,16 @@
 // the token (--token-file, or FP8SCOPE_TOKEN), and the Admin stub built from them.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
 #include "fp8scope/daemon_client/daemon_channel.h"
 #include "fp8scope/history/history_reader.h"
 #include "fp8scope/v1/fp8scope.grpc.pb.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

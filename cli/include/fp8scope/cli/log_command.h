@@ -2,12 +2,15 @@
 // daemon's history (for jobs that report their loss from outside the training process).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
 #include <string>
 
 #include "fp8scope/cli/connection_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

@@ -3,7 +3,11 @@
 // nothing, or a timeout that never ends.
 #pragma once
 
-#include <CLI/CLI.hpp>
+
+namespace CLI {
+class App;
+class Validator;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

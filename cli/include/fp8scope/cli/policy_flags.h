@@ -3,7 +3,6 @@
 // reaches it.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,6 +14,10 @@
 #include "fp8scope/te/sampling_config.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/v1/fp8scope.pb.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

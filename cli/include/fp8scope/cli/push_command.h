@@ -2,13 +2,16 @@
 // a training process uses (tests, demos, replaying dumps).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "fp8scope/cli/connection_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

@@ -2,11 +2,14 @@
 // report of a run (see study/report/include/fp8scope/report/html_report.h).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
 
 #include "fp8scope/cli/study_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

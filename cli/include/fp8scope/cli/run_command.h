@@ -5,13 +5,16 @@
 // a signal ended it).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "fp8scope/cli/connection_flags.h"
 #include "fp8scope/cli/policy_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 

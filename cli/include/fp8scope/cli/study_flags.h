@@ -2,7 +2,6 @@
 // how spikes are found; plus the progress bar of their long reads.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -10,6 +9,10 @@
 #include "fp8scope/cli/connection_flags.h"
 #include "fp8scope/history/history_reader.h"
 #include "fp8scope/insight/run_study.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fp8scope::cli {
 
