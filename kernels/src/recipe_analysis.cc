@@ -43,6 +43,11 @@ Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tens
   std::vector<QuantSpec> specs;
   std::vector<std::size_t> direct, transformed;  // which plans read the tensor, which its Hadamard transform
   for (const RecipePlan& p : plans) {
+    if (p.given) {
+      direct.push_back(specs.size());
+      specs.push_back(*p.given);
+      continue;
+    }
     Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.operand, p.scale);
     if (!spec.ok()) return spec.status();
     (p.recipe.transforms(p.operand) ? transformed : direct).push_back(specs.size());

@@ -32,6 +32,7 @@ constexpr auto kTensor = StatisticScope::kTensor;
 constexpr auto kWhatIf = StatisticScope::kWhatIf;
 constexpr auto kObserved = StatisticScope::kObserved;
 constexpr auto kRecipe = StatisticScope::kRecipe;
+constexpr auto kCastCheck = StatisticScope::kCastCheck;
 
 constexpr Statistic kStatistics[] = {
     {"numel", nullptr, "elements", "Elements in the sampled tensor.", kTensor, false,
@@ -109,6 +110,12 @@ constexpr Statistic kStatistics[] = {
      [](const TensorMoments&, const QuantStats& q) {
        return q.scale_blocks ? static_cast<double>(q.max_block_dynamic_range_log2) : kNaN;
      }},
+    {"code_mismatch_ratio", nullptr, "ratio",
+     "The job's own codes (with their block scales) that fp8scope's model of the job's recipe, casting the same "
+     "high-precision input with the same scale, writes differently: a live check of the model, 0 when it is "
+     "right; NaN where the codes are random draws (stochastic rounding).",
+     kCastCheck, false,
+     [](const TensorMoments&, const QuantStats& q) { return ratio(static_cast<double>(q.code_mismatches), q.codes_compared); }},
 };
 
 }  // namespace

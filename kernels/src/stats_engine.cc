@@ -54,6 +54,7 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
 }
 
 BlockRule block_rule_for(const QuantSpec& spec, float tensor_te_amax) {
+  tensor_te_amax = spec_amax(spec, tensor_te_amax);
   BlockRule r;
   const float fmax = format_max(spec.format);
   switch (spec.rule) {

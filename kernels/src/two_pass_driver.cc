@@ -35,7 +35,7 @@ void derive_scales(AnalysisPlan& plan, float te_amax) {
   for (SpecPlan& p : plan.specs) {
     p.rule = block_rule_for(p.spec, te_amax);
     if (p.spec.rule == ScaleRule::kTensorFixed) p.tensor_scale = {p.spec.fixed_scale, 1.0f / p.spec.fixed_scale};
-    if (p.spec.rule == ScaleRule::kTensorCurrent) p.tensor_scale = current_block_scale(p.rule, te_amax);
+    if (p.spec.rule == ScaleRule::kTensorCurrent) p.tensor_scale = current_block_scale(p.rule, spec_amax(p.spec, te_amax));
   }
 }
 

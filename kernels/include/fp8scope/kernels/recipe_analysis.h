@@ -18,6 +18,9 @@ struct RecipePlan {
   CastFormat format = CastFormat::kE4M3;
   Operand operand = Operand::kX;  // which block shape applies (NVFP4 weights take 16x16)
   std::optional<float> scale;     // per-tensor recipes: a scale under study (e.g. delayed scaling's)
+  // A spec given whole instead of the recipe's (a job's own cast, with the options, scale and amax
+  // it used); `recipe` then only names it.
+  std::optional<QuantSpec> given;
 };
 
 struct RecipeResult {

@@ -12,9 +12,11 @@
 
 namespace fp8scope {
 
-// What a statistic describes: the tensor alone, or one recipe's cast of it: a what-if (a recipe
-// applied to a high-precision tensor), the job's own codes ("observed"), or either.
-enum class StatisticScope : std::uint8_t { kTensor, kWhatIf, kObserved, kRecipe };
+// What a statistic describes: the tensor alone, or one recipe's cast of it: the cast of a
+// high-precision tensor (a what-if's, or the job's own where its cast was captured with its input),
+// the job's own block scales, either cast, or the check of fp8scope's model against the job's
+// captured cast.
+enum class StatisticScope : std::uint8_t { kTensor, kWhatIf, kObserved, kRecipe, kCastCheck };
 
 struct Statistic {
   const char* key;          // JSON key, and the metric name after "fp8scope_" unless `metric` says otherwise
@@ -34,11 +36,18 @@ struct Statistic {
   const char* metric_name() const { return metric ? metric : key; }
   bool per_channel() const { return from_channels != nullptr; }
   bool per_recipe() const { return scope != StatisticScope::kTensor; }
-  // Whether the statistic means something for a recipe's result (observed: the job's own codes;
-  // the observed-only statistics describe block scales, which one per-tensor scale has not).
-  bool applies_to(bool observed, bool block_scaled = true) const {
-    if (scope == StatisticScope::kObserved) return observed && block_scaled;
-    return scope == StatisticScope::kRecipe || (scope == StatisticScope::kWhatIf && !observed);
+  // Whether the statistic means something for a recipe's result (job: the job's own codes, with
+  // their high-precision input when `referenced`; the job-only statistics describe block scales,
+  // which one per-tensor scale has not).
+  bool applies_to(bool job, bool block_scaled = true, bool referenced = false) const {
+    switch (scope) {
+      case StatisticScope::kObserved: return job && block_scaled;
+      case StatisticScope::kWhatIf: return !job || referenced;
+      case StatisticScope::kCastCheck: return job && referenced;
+      case StatisticScope::kRecipe: return true;
+      case StatisticScope::kTensor: break;
+    }
+    return false;
   }
 };
 

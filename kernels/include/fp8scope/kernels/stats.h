@@ -64,6 +64,10 @@ struct QuantStats {
   std::uint64_t scale_blocks_at_ceiling = 0;
   float max_block_dynamic_range_log2 = 0.0f;
   std::uint64_t scale_histogram[kScaleHistogramBins] = {};
+  // The job's own cast checked against fp8scope's model of its recipe (cast_check.h): elements
+  // whose code or block scale the model writes differently, of those compared.
+  std::uint64_t code_mismatches = 0;
+  std::uint64_t codes_compared = 0;
 };
 
 FP8SCOPE_HD float min_f(float a, float b) { return b < a ? b : a; }
@@ -129,6 +133,8 @@ FP8SCOPE_HD void merge(QuantStats& into, const QuantStats& other) {
   into.scale_blocks_at_ceiling += other.scale_blocks_at_ceiling;
   into.max_block_dynamic_range_log2 = max_f(into.max_block_dynamic_range_log2, other.max_block_dynamic_range_log2);
   for (int i = 0; i < kScaleHistogramBins; ++i) into.scale_histogram[i] += other.scale_histogram[i];
+  into.code_mismatches += other.code_mismatches;
+  into.codes_compared += other.codes_compared;
 }
 
 }  // namespace fp8scope

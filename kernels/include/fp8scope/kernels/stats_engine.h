@@ -63,6 +63,10 @@ struct QuantSpec {
   float fixed_scale = 1.0f;  // kTensorFixed only
   bool row_scaled = false;   // kBlockNvfp4 in one-row blocks: each row's amax makes its fp32 scale
   bool stochastic = false;   // stochastic rounding: the counts and sums are their expectation
+  // The amax a job's cast used, where it is the cast's input rather than the tensor's own (NVFP4's
+  // per-tensor amax, all-reduced across ranks or taken after the Hadamard transform; captured by
+  // the hook). NaN: the tensor's own.
+  float tensor_amax = __builtin_nanf("");
 
   bool per_block() const { return rule != ScaleRule::kTensorFixed && rule != ScaleRule::kTensorCurrent; }
 };
@@ -74,6 +78,11 @@ struct QuantSpec {
 // delayed rule applied to this amax.
 Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operand operand,
                                  std::optional<float> fixed_scale);
+
+// The amax spec's scales come from: its given tensor_amax, else the tensor's TE amax.
+inline float spec_amax(const QuantSpec& spec, float tensor_te_amax) {
+  return spec.tensor_amax == spec.tensor_amax ? spec.tensor_amax : tensor_te_amax;
+}
 
 // A block spec's rule once the tensor's TE amax (NaN skipped, Inf kept) is known: what both
 // engines apply to every block amax (scale_rules.h).
