@@ -40,6 +40,8 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   row.set_padding_nonzero(r.padding_nonzero);
   row.set_padding_nonfinite(r.padding_nonfinite);
   row.mutable_outlier_channels()->Add(r.outlier_channels.begin(), r.outlier_channels.end());
+  row.set_source(data_source_name(r.source));
+  if (r.cast_recipe) row.set_cast_recipe(recipe_name(*r.cast_recipe));
 }
 
 std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row) {
@@ -83,6 +85,14 @@ std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row
   r.padding_nonzero = row.padding_nonzero();
   r.padding_nonfinite = row.padding_nonfinite();
   r.outlier_channels.assign(row.outlier_channels().begin(), row.outlier_channels().end());
+  // A daemon from before sources says none: the job's codes alone, or a high-precision operand.
+  const std::optional<DataSource> source = row.source().empty() ? std::nullopt : data_source_from_name(row.source());
+  if (!row.source().empty() && !source) return std::nullopt;
+  r.source = source.value_or(r.caster.is_job() ? DataSource::kCodes : DataSource::kGemmOperand);
+  if (!row.cast_recipe().empty()) {
+    r.cast_recipe = recipe_kind_from_name(row.cast_recipe());
+    if (!r.cast_recipe) return std::nullopt;
+  }
   return r;
 }
 

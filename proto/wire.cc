@@ -1,5 +1,6 @@
 #include "fp8scope/wire/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,8 @@ static_assert(vocabulary::max_wire(kGemmRoles) == v1::Gemm_MAX);
 static_assert(vocabulary::max_wire(kOperands) == v1::Operand_MAX);
 static_assert(vocabulary::max_wire(kRecipeKinds) == v1::Recipe_MAX);
 static_assert(vocabulary::max_wire(kScaleLayouts) == v1::ScaleMode_MAX);
+static_assert(vocabulary::max_wire(kCastSources) == v1::CastSource_MAX);
+static_assert(vocabulary::max_wire(kActivations) == v1::Activation_MAX);
 
 template <class Wire, class Row, std::size_t N>
 Wire wire_of(const Row (&rows)[N], decltype(Row::value) value) {
@@ -36,12 +39,16 @@ v1::Gemm to_wire(GemmRole g) { return wire_of<v1::Gemm>(kGemmRoles, g); }
 v1::Operand to_wire(Operand o) { return wire_of<v1::Operand>(kOperands, o); }
 v1::Recipe to_wire(RecipeKind r) { return wire_of<v1::Recipe>(kRecipeKinds, r); }
 v1::ScaleMode to_wire(ScaleLayout l) { return wire_of<v1::ScaleMode>(kScaleLayouts, l); }
+v1::CastSource to_wire(CastSource s) { return wire_of<v1::CastSource>(kCastSources, s); }
+v1::Activation to_wire(Activation a) { return wire_of<v1::Activation>(kActivations, a); }
 
 std::optional<DType> from_wire(v1::DType d) { return ours_of(kDTypes, d); }
 std::optional<GemmRole> from_wire(v1::Gemm g) { return ours_of(kGemmRoles, g); }
 std::optional<Operand> from_wire(v1::Operand o) { return ours_of(kOperands, o); }
 std::optional<RecipeKind> from_wire(v1::Recipe r) { return ours_of(kRecipeKinds, r); }
 std::optional<ScaleLayout> from_wire(v1::ScaleMode m) { return ours_of(kScaleLayouts, m); }
+std::optional<CastSource> from_wire(v1::CastSource s) { return ours_of(kCastSources, s); }
+std::optional<Activation> from_wire(v1::Activation a) { return ours_of(kActivations, a); }
 
 v1::SamplingRule to_wire(const SamplingRule& r) {
   v1::SamplingRule w;
@@ -104,7 +111,13 @@ std::uint32_t required_protocol(const v1::TensorHeader& h) {
                           h.scale_mode() != to_wire(ScaleLayout::kTensorScalar);
   const bool protocol_2 = h.dtype() == to_wire(DType::kE2M1) || h.scale_bytes() != 0 || block_mode;
   const bool protocol_3 = h.has_expert() || h.experts() != 0 || h.expert_tokens_size() != 0 || h.valid_rows() != 0;
-  return protocol_3 ? 3 : protocol_2 ? 2 : 1;
+  return h.has_cast() ? 4 : protocol_3 ? 3 : protocol_2 ? 2 : 1;
+}
+
+void strip_cast(v1::TensorHeader& h) {
+  if (!h.has_cast()) return;
+  h.set_payload_bytes(h.payload_bytes() - std::min(h.payload_bytes(), h.cast().bytes()));
+  h.clear_cast();
 }
 
 void fold_expert_into_layer(v1::TensorHeader& h) {

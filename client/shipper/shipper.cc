@@ -115,6 +115,31 @@ Result<ShipperConfig> config_from_environment() {
   return c;
 }
 
+void add_cast(const shm::CastRecord& c, v1::CastPart& w) {
+  w.set_source(ring_to_wire<v1::CastSource>(kCastSources, c.source - 1));
+  w.set_recipe(ring_to_wire<v1::Recipe>(kRecipeKinds, c.recipe));
+  w.set_input_dtype(ring_to_wire<v1::DType>(kDTypes, c.input_dtype));
+  w.set_param_dtype(ring_to_wire<v1::DType>(kDTypes, c.param_dtype));
+  if (c.activation != 0) w.set_activation(ring_to_wire<v1::Activation>(kActivations, c.activation - 1));
+  w.set_rows(c.rows);
+  w.set_cols(c.cols);
+  w.set_columnwise((c.flags & shm::kCastColumnwise) != 0);
+  w.set_transposed((c.flags & shm::kCastTransposed) != 0);
+  w.set_zero_centered_gamma((c.flags & shm::kCastZeroCenteredGamma) != 0);
+  w.set_stochastic_rounding((c.flags & shm::kCastStochastic) != 0);
+  w.set_power_of_2_scales((c.flags & shm::kCastPowerOf2) != 0);
+  w.set_two_dimensional((c.flags & shm::kCast2d) != 0);
+  w.set_row_scaled((c.flags & shm::kCastRowScaled) != 0);
+  w.set_four_over_six((c.flags & shm::kCastFourOverSix) != 0);
+  w.set_unmodeled((c.flags & shm::kCastUnmodeled) != 0);
+  w.set_epsilon(c.epsilon);
+  w.set_activation_limit(c.limit);
+  w.set_activation_alpha(c.alpha);
+  w.set_activation_linear_offset(c.linear_offset);
+  w.set_entry_point(std::string(c.entry_point, strnlen(c.entry_point, sizeof c.entry_point)));
+  w.set_bytes(c.bytes);
+}
+
 Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
   v1::TensorHeader h;
   h.set_step(r.step);
@@ -147,6 +172,10 @@ Result<v1::TensorHeader> tensor_header(const shm::RecordHeader& r) {
     std::uint64_t t;
     std::memcpy(&t, tokens + 8 * i, 8);
     h.add_expert_tokens(t);
+  }
+  if (r.cast.source != 0) {
+    if (r.cast.bytes > r.payload_bytes - r.scale_bytes - r.tokens_bytes) return Status::error("cast part past the payload");
+    add_cast(r.cast, *h.mutable_cast());
   }
   return h;
 }
@@ -229,6 +258,9 @@ bool Shipper::handle(const shm::RecordHeader& r) {
         shm::count_drop(segment_, shm::DropReason::kUnsupportedLayout);
         return false;
       }
+      if (!stream_->reads(header.value()) && wire::required_protocol(header.value()) == 4) {
+        wire::strip_cast(header.value());  // a protocol 3 daemon gets the codes, as a GEMM sample
+      }
       if (!stream_->reads(header.value()) && wire::required_protocol(header.value()) == 3) {
         wire::fold_expert_into_layer(header.value());  // a protocol 2 daemon keeps experts apart by name
       }
@@ -236,8 +268,8 @@ bool Shipper::handle(const shm::RecordHeader& r) {
         shm::count_drop(segment_, shm::DropReason::kDaemonTooOld);
         return false;
       }
-      const std::span<const std::uint8_t> payload(
-          reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r)), r.payload_bytes - r.tokens_bytes);
+      const std::span<const std::uint8_t> payload(reinterpret_cast<const std::uint8_t*>(shm::RingReader::payload(&r)),
+                                                  header.value().payload_bytes());
       const bool by_reference = stream_->shares(payload);
       Result<std::uint64_t> sent = stream_->send(std::move(header).value(), payload);
       if (!sent.ok()) {

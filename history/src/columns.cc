@@ -125,6 +125,19 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
   c.push_back(optional_integer<R, std::uint64_t>("padding_nonzero", &R::padding_nonzero, 0));
   c.push_back(optional_integer<R, std::uint64_t>("padding_nonfinite", &R::padding_nonfinite, 0));
   c.push_back(counts<R>("outlier_channels", &R::outlier_channels));
+  // A row from before the column held the job's codes alone, or a high-precision operand.
+  c.push_back({"source", SqlType::kText, false, [](const R& r, FieldSink& s) { s.text(data_source_name(r.source)); },
+               [](const FieldSource& s, R& r) {
+                 const std::optional<DataSource> v = s.null() ? std::nullopt : data_source_from_name(s.text());
+                 r.source = v.value_or(r.caster.is_job() ? DataSource::kCodes : DataSource::kGemmOperand);
+                 return s.null() || v.has_value();
+               }});
+  c.push_back({"cast_recipe", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.cast_recipe ? s.text(recipe_name(*r.cast_recipe)) : s.null(); },
+               [](const FieldSource& s, R& r) {
+                 r.cast_recipe = s.null() ? std::nullopt : recipe_kind_from_name(s.text());
+                 return s.null() || r.cast_recipe.has_value();
+               }});
   const std::size_t n = statistics().size();
   for (std::size_t k = 0; k < n; ++k) {
     c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,

@@ -1,8 +1,11 @@
 #include "fp8scope/analysis/sample_analysis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "fp8scope/analysis/cast_analysis.h"
+#include "fp8scope/kernels/cast_check.h"
 #include "fp8scope/kernels/code_digest.h"
 #include "fp8scope/kernels/observed_analysis.h"
 #include "fp8scope/kernels/recipe_analysis.h"
@@ -45,7 +48,7 @@ std::string tensor_key(const Sample& s) {
 }  // namespace
 
 Result<SampleAnalysis> SampleAnalyzer::analyze(const Sample& s, const SamplingPolicy& policy) {
-  Result<SampleAnalysis> a = dtype_is_codes(s.header.dtype) ? observed(s) : what_ifs(s, policy);
+  Result<SampleAnalysis> a = s.header.cast ? cast(s, policy) : dtype_is_codes(s.header.dtype) ? observed(s) : what_ifs(s, policy);
   if (a.ok()) a.value().padding = padding_census(s);
   return a;
 }
@@ -62,12 +65,9 @@ std::vector<std::uint32_t> SampleAnalyzer::persistent_channels(const Sample& s, 
   return channels_.get_or_insert(tensor_key(s), [&] { return ChannelPersistence(channel_options_.window); }).add(outliers);
 }
 
-Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingPolicy& policy) {
+void SampleAnalyzer::add_what_if_plans(const Sample& s, const SamplingPolicy& policy, std::vector<RecipePlan>& plans,
+                                       std::vector<std::shared_ptr<DelayedScalingState>>& delayed) {
   const Operand operand = s.header.operand;
-  const TensorView view{s.payload.data(), s.header.dtype, s.header.analyzed_rows(), s.header.cols, 1.0f,
-                        channel_axis_for(operand)};
-  std::vector<RecipePlan> plans;
-  std::vector<std::shared_ptr<DelayedScalingState>> delayed;
   for (RecipeKind kind : policy_recipes(policy)) {
     RecipePlan p;
     p.recipe = default_recipe(kind);
@@ -81,15 +81,16 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingP
     plans.push_back(p);
     delayed.push_back(std::move(state));
   }
-  Result<TensorReport> report = analyze_recipes(engine_, view, plans, channel_options_.factor);
-  if (!report.ok()) return report.status();
-  SampleAnalysis a;
-  a.moments = report.value().moments;
-  a.te_amax = report.value().te_amax;
-  a.channels = report.value().channels;
+}
+
+void SampleAnalyzer::add_what_ifs(const Sample& s, const TensorView& view, const TensorReport& report, std::size_t first,
+                                  const std::vector<std::shared_ptr<DelayedScalingState>>& delayed, SampleAnalysis& a) {
+  a.moments = report.moments;
+  a.te_amax = report.te_amax;
+  a.channels = report.channels;
   if (a.channels.channels > 0) a.channels.persistent = persistent_channels(s, a.channels.outliers);
-  for (std::size_t k = 0; k < report.value().recipes.size(); ++k) {
-    const RecipeResult& r = report.value().recipes[k];
+  for (std::size_t k = first; k < report.recipes.size(); ++k) {
+    const RecipeResult& r = report.recipes[k];
     if (delayed[k] != nullptr) delayed[k]->update(a.te_amax);  // this step's amax joins the history
     RecipeOutcome o;
     o.caster = Caster::recipe(r.plan.recipe.kind);
@@ -98,46 +99,128 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingP
     o.scale_min = r.stats.scale_min;
     o.scale_max = r.stats.scale_max;
     o.stats = r.stats;
+    o.source = s.header.cast ? (s.header.cast->recomputed() ? DataSource::kRecomputed : DataSource::kCastInput)
+                             : DataSource::kGemmOperand;
     // The codes a weight's per-tensor current cast would write (the scale a PTQ export or TE would
     // choose), for the inference check.
-    if (operand == Operand::kW && r.plan.recipe.kind == RecipeKind::kTensorCurrent && o.scale) {
+    if (s.header.operand == Operand::kW && r.plan.recipe.kind == RecipeKind::kTensorCurrent && o.scale) {
       o.codes_digest = hex_digest(quantized_code_digest(view, o.format, static_cast<float>(*o.scale)));
     }
     a.recipes.push_back(std::move(o));
   }
+}
+
+Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingPolicy& policy) {
+  const TensorView view{s.payload.data(), s.header.dtype, s.header.analyzed_rows(), s.header.cols, 1.0f,
+                        channel_axis_for(s.header.operand)};
+  std::vector<RecipePlan> plans;
+  std::vector<std::shared_ptr<DelayedScalingState>> delayed;
+  add_what_if_plans(s, policy, plans, delayed);
+  Result<TensorReport> report = analyze_recipes(engine_, view, plans, channel_options_.factor);
+  if (!report.ok()) return report.status();
+  SampleAnalysis a;
+  add_what_ifs(s, view, report.value(), 0, delayed, a);
   return a;
 }
 
-Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
+namespace {
+
+// The job's codes as the observed analysis reads them, with the scales its GEMM read.
+ObservedTensor observed_tensor(const Sample& s) {
   ObservedTensor t;
   t.codes = s.payload.data();
   t.dtype = s.header.dtype;
   t.shape = {s.header.analyzed_rows(), s.header.cols, s.header.k_is_outer};
   t.layout = s.header.scale_layout;
-  t.scales = std::span<const std::uint8_t>(s.payload.data() + s.header.codes_bytes, s.payload.size() - s.header.codes_bytes);
+  t.scales = std::span<const std::uint8_t>(s.payload.data() + s.header.codes_bytes, s.header.scale_bytes);
+  if (s.header.scale_layout == ScaleLayout::kTensorScalar) t.scales = {};
   // Token rows of a padded expert: their scales lead the tensor (validation allows no other layout).
   if (s.header.valid_rows > 0 && is_block_layout(t.layout)) t.scales = t.scales.first(scale_tensor_bytes(t.layout, t.shape));
   const float per_tensor = s.header.scale_layout == ScaleLayout::kTensorScalar ? s.header.scale_inv
                                                                         : s.header.global_scale_inv;
   t.scale_inv = per_tensor > 0.0f ? per_tensor : 1.0f;  // 0: not given
+  return t;
+}
+
+// The job's outcome from its codes: the scale it used, the codes' fingerprint for the inference check.
+RecipeOutcome job_outcome(const Sample& s, const ObservedTensor& t, const QuantStats& stats) {
+  RecipeOutcome o;
+  o.caster = Caster::job();
+  o.format = code_format(s.header.dtype);
+  o.scale_layout = s.header.scale_layout;
+  o.stats = stats;
+  o.scale_min = o.stats.scale_min;
+  o.scale_max = o.stats.scale_max;
+  o.source = DataSource::kCodes;
+  if (s.header.scale_layout == ScaleLayout::kTensorScalar) o.scale = o.scale_min = o.scale_max = 1.0 / t.scale_inv;
+  const std::uint64_t analyzed_bytes =
+      tensor_bytes(s.header.dtype, static_cast<std::uint64_t>(s.header.analyzed_rows()), static_cast<std::uint64_t>(s.header.cols));
+  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), analyzed_bytes)));
+  return o;
+}
+
+}  // namespace
+
+Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
+  const ObservedTensor t = observed_tensor(s);
   Result<ObservedAnalysis> analyzed = engine_.analyze_observed(t);
   if (!analyzed.ok()) return analyzed.status();
   SampleAnalysis a;
   a.moments = analyzed.value().moments;
   a.te_amax = analyzed.value().te_amax;
-  RecipeOutcome o;
-  o.caster = Caster::job();
-  o.format = code_format(s.header.dtype);
-  o.scale_layout = s.header.scale_layout;
-  o.stats = analyzed.value().stats;
-  o.scale_min = o.stats.scale_min;
-  o.scale_max = o.stats.scale_max;
-  if (s.header.scale_layout == ScaleLayout::kTensorScalar) o.scale = o.scale_min = o.scale_max = 1.0 / t.scale_inv;
-  // Fingerprints of the job's own FP8 codes, for the inference check.
-  const std::uint64_t analyzed_bytes =
-      tensor_bytes(s.header.dtype, static_cast<std::uint64_t>(s.header.analyzed_rows()), static_cast<std::uint64_t>(s.header.cols));
-  o.codes_digest = hex_digest(code_digest(std::span<const std::uint8_t>(s.payload.data(), analyzed_bytes)));
-  a.recipes.push_back(std::move(o));
+  a.recipes.push_back(job_outcome(s, t, analyzed.value().stats));
+  return a;
+}
+
+Result<SampleAnalysis> SampleAnalyzer::cast(const Sample& s, const SamplingPolicy& policy) {
+  const std::span<const std::uint8_t> part = cast_part(s);
+  const CastScalars scalars = cast_scalars(part);
+  // The no-op flag was set: the cast wrote nothing, so the codes are an earlier cast's, of another
+  // input. What the codes show holds; their error against this input does not.
+  if (scalars.noop == 1.0f) {
+    Result<SampleAnalysis> a = observed(s);
+    if (a.ok()) a.value().cast_noop = true;
+    return a;
+  }
+  Result<CastTensor> hp = cast_tensor(s.header, part);
+  if (!hp.ok()) return hp.status();
+  const ObservedTensor codes = observed_tensor(s);
+  Result<CastElements> job = observed_elements(codes);
+  if (!job.ok()) return job.status();
+  Result<ObservedAnalysis> scales = engine_.analyze_observed(codes);
+  if (!scales.ok()) return scales.status();
+  const JobCast jc = job_cast(s.header, scalars);
+  // The job's cast first (its model's statistics on the input), then the policy's what-ifs.
+  std::vector<RecipePlan> plans;
+  std::vector<std::shared_ptr<DelayedScalingState>> delayed;
+  RecipePlan own;
+  own.recipe = default_recipe(jc.recipe);
+  own.format = jc.spec.format;
+  own.operand = s.header.operand;
+  own.given = jc.spec;
+  plans.push_back(own);
+  delayed.push_back(nullptr);
+  add_what_if_plans(s, policy, plans, delayed);
+  const TensorView view = hp.value().view();
+  Result<TensorReport> report = analyze_recipes(engine_, view, plans, channel_options_.factor);
+  if (!report.ok()) return report.status();
+  SampleAnalysis a;
+  add_what_ifs(s, view, report.value(), 1, delayed, a);
+  // The run's own error, measured from its codes; its block scales as the observed analysis reads them.
+  QuantStats stats = check_cast(view, job.value(), jc.spec, report.value().recipes[0].stats).stats;
+  if (!jc.modeled) stats.code_mismatches = stats.codes_compared = 0;
+  const QuantStats& seen = scales.value().stats;
+  stats.scale_min = seen.scale_min;
+  stats.scale_max = seen.scale_max;
+  stats.scale_blocks = seen.scale_blocks;
+  stats.scale_blocks_at_floor = seen.scale_blocks_at_floor;
+  stats.scale_blocks_at_ceiling = seen.scale_blocks_at_ceiling;
+  stats.max_block_dynamic_range_log2 = seen.max_block_dynamic_range_log2;
+  std::copy(std::begin(seen.scale_histogram), std::end(seen.scale_histogram), std::begin(stats.scale_histogram));
+  RecipeOutcome o = job_outcome(s, codes, stats);
+  o.source = s.header.cast->recomputed() ? DataSource::kRecomputed : DataSource::kCastInput;
+  o.job_recipe = jc.recipe;
+  a.recipes.insert(a.recipes.begin(), std::move(o));
   return a;
 }
 

@@ -57,6 +57,14 @@ void AnalysisPipeline::process(Sample& s) {
   Result<SampleAnalysis> analysis = analyzer_.analyze(s, d_.policy->get(s.client->job));
   if (!analysis.ok()) return drop(s, analysis.message());
   publisher_.publish(s, analysis.value());  // the records and the journal ticket, written together
+  if (s.header.cast) {
+    const RecipeOutcome& own = analysis.value().recipes.front();
+    d_.health->cast_analyzed(s.client->job, analysis.value().cast_noop ? "noop" : data_source_name(own.source));
+    if (own.job_recipe && own.stats.codes_compared > 0) {
+      d_.health->cast_checked(s.client->job, recipe_name(*own.job_recipe), own.stats.code_mismatches,
+                              own.stats.codes_compared);
+    }
+  }
   if (!dtype_is_codes(s.header.dtype)) {
     if (std::optional<GemmPair> pair = gemm_pairs_.offer(std::move(s))) {
       publisher_.publish_gemm_check(*pair, gemm_checker_.check(*pair));

@@ -40,7 +40,10 @@ HealthMetrics::HealthMetrics(prometheus::Registry& r, const std::string& version
       acknowledged_lost_(family(prometheus::BuildCounter(), "fp8scope_acknowledged_samples_lost_total", r).Add({})),
       unstored_samples_(family(prometheus::BuildGauge(), "fp8scope_unstored_accepted_samples", r).Add({})),
       te_log_lines_(family(prometheus::BuildCounter(), "fp8scope_te_log_lines_total", r).Add({})),
-      te_log_bytes_(family(prometheus::BuildGauge(), "fp8scope_te_log_bytes", r).Add({})) {
+      te_log_bytes_(family(prometheus::BuildGauge(), "fp8scope_te_log_bytes", r).Add({})),
+      cast_samples_(family(prometheus::BuildCounter(), "fp8scope_cast_samples_total", r)),
+      cast_mismatches_(family(prometheus::BuildCounter(), "fp8scope_cast_code_mismatches_total", r)),
+      cast_compared_(family(prometheus::BuildCounter(), "fp8scope_cast_codes_compared_total", r)) {
   auto& te_log_dropped = family(prometheus::BuildCounter(), "fp8scope_te_log_lines_dropped_total", r);
   for (std::size_t i = 0; i < te_log_dropped_.size(); ++i) {
     te_log_dropped_[i] = &te_log_dropped.Add({{"reason", kTeLogDropReasons[i]}});
@@ -115,6 +118,17 @@ std::uint64_t HealthMetrics::acknowledged_lost() const {
 std::uint64_t HealthMetrics::acknowledged_lost_before_start() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lost_before_start_;
+}
+
+void HealthMetrics::cast_analyzed(const std::string& job, const std::string& source) {
+  cast_samples_.Add({{"job", job}, {"source", source}}).Increment();
+}
+
+void HealthMetrics::cast_checked(const std::string& job, const std::string& recipe, std::uint64_t mismatches,
+                                 std::uint64_t compared) {
+  const prometheus::Labels labels{{"job", job}, {"recipe", recipe}};
+  cast_mismatches_.Add(labels).Increment(static_cast<double>(mismatches));
+  cast_compared_.Add(labels).Increment(static_cast<double>(compared));
 }
 
 }  // namespace fp8scope::server

@@ -77,6 +77,19 @@ void add_tensor_metrics(std::vector<MetricDef>& t) {
 // What the daemon says about itself: throughput, drops, queue, series and history.
 void add_daemon_metrics(std::vector<MetricDef>& t) {
   Rows rows{t};
+  // The job's own casts (Transformer Engine's, captured by the hook): what they were analyzed from,
+  // and the live check of fp8scope's model of the job's recipe against the job's codes.
+  rows.counter("fp8scope_cast_samples_total",
+               "Samples that came with the cast that wrote their codes, by what they were analyzed from: the cast's "
+               "input (cast), its recompute from a fused kernel's inputs (recompute), or the codes alone when the "
+               "cast wrote nothing (noop).",
+               "samples", {"job", "source"});
+  rows.counter("fp8scope_cast_code_mismatches_total",
+               "Codes (with their block scales) of the job's own casts that fp8scope's model of the recipe, casting "
+               "the same input with the same scale and amax, writes differently. 0 when the model is right.",
+               "elements", {"job", "recipe"});
+  rows.counter("fp8scope_cast_codes_compared_total", "Codes of the job's own casts the code check compared.",
+               "elements", {"job", "recipe"});
   rows.counter("fp8scope_samples_total", "Samples received complete and queued for analysis.", "samples", {});
   rows.counter("fp8scope_samples_analyzed_total", "Samples analyzed.", "samples", {});
   rows.counter("fp8scope_samples_dropped_total",

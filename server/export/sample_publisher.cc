@@ -87,7 +87,7 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   rec.scale_max = o.scale_max;
   rec.scale_current = scale_current;
   for (const Statistic& st : statistics()) {
-    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled())
+    rec.statistics.push_back(!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled(), o.referenced())
                                  ? st.value(a.moments, o.stats, a.channels)
                                  : std::nan(""));
   }
@@ -95,7 +95,7 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   rec.outlier_channels.assign(persistent.begin(),
                               persistent.begin() + static_cast<std::ptrdiff_t>(
                                                        std::min(persistent.size(), history::kRecordedOutlierChannels)));
-  if (!o.caster.is_job()) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
+  if (!o.caster.is_job() || o.referenced()) rec.histogram.assign(std::begin(o.stats.histogram), std::end(o.stats.histogram));
   rec.codes_digest = o.codes_digest;
   if (s.header.expert) {
     rec.expert = *s.header.expert;
@@ -103,6 +103,8 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
       rec.expert_tokens = static_cast<std::int64_t>(s.header.expert_tokens[*s.header.expert]);
     }
   }
+  rec.source = o.source;
+  rec.cast_recipe = o.job_recipe;
   rec.padding_nonzero = a.padding.nonzero;
   rec.padding_nonfinite = a.padding.nonfinite;
   if (o.caster.is_job()) {
@@ -152,14 +154,14 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     rs.scale_current = current;
     if (o.caster.is_job()) rs.scale_layout = o.scale_layout;
     for (const Statistic& st : statistics()) {
-      if (!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled())) {
+      if (!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled(), o.referenced())) {
         rs.statistics.emplace_back(&st, st.value(a.moments, o.stats, a.channels));
       }
     }
     records.push_back(record(s, a, o, time, current));
     if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
-      if (m.statistic->applies_to(o.caster.is_job(), o.block_scaled())) {
+      if (m.statistic->applies_to(o.caster.is_job(), o.block_scaled(), o.referenced())) {
         series_.set(*m.metric, labels, member, m.statistic->value(a.moments, o.stats, a.channels));
       }
     }
@@ -213,7 +215,7 @@ void SamplePublisher::publish_experts(const Sample& s, const SampleAnalysis& a, 
       for (const char* statistic : {"overflow_ratio", "underflow_ratio"}) {
         const MetricDef* m = find_metric(std::string("fp8scope_") + statistic);
         const Statistic* st = m != nullptr ? m->statistic : nullptr;
-        if (st != nullptr && st->applies_to(o.caster.is_job(), o.block_scaled())) publish_spread(*m, labels, statistic);
+        if (st != nullptr && st->applies_to(o.caster.is_job(), o.block_scaled(), o.referenced())) publish_spread(*m, labels, statistic);
       }
     }
   }

@@ -9,7 +9,7 @@ namespace fp8scope::server {
 
 TensorSeries::TensorSeries(prometheus::Registry& registry, SeriesOptions options) : options_(options) {
   for (const MetricDef& d : metric_definitions()) {
-    const bool tensor = !d.labels.empty() && d.labels.front() == "job";
+    const bool tensor = d.kind == MetricKind::kGauge && !d.labels.empty() && d.labels.front() == "job";
     if (!tensor) continue;
     families_[d.name] = &prometheus::BuildGauge().Name(d.name).Help(d.help).Register(registry);
   }

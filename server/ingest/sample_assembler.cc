@@ -55,7 +55,7 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
     current_->lease = BudgetLease(budget_, 0);
     current_->client = client_;
     current_->header = std::move(*check.header);
-    current_->payload.resize(current_->header.codes_bytes + current_->header.scale_bytes);
+    current_->payload.resize(current_->header.payload_bytes());
     received_ = 0;
   }
   if (in.unreadable) return refuse(AssemblerEvent::Kind::kRejected, in.unreadable->reason, in.unreadable->message);

@@ -119,11 +119,110 @@ Step check_scale_layout(const v1::TensorHeader& h, SampleHeader& s) {
                                       std::to_string(h.scale_bytes()));
 }
 
+// The recipes a cast names (the scaling modes of TE's casts; the flags refine them).
+bool cast_recipe(RecipeKind r) {
+  switch (r) {
+    case RecipeKind::kTensorCurrent:
+    case RecipeKind::kTensorDelayed:
+    case RecipeKind::kMxfp8:
+    case RecipeKind::kBlock1x128:
+    case RecipeKind::kBlock128x128:
+    case RecipeKind::kNvfp4: return true;
+    case RecipeKind::kMxfp4:
+    case RecipeKind::kMxfp8_2d:
+    case RecipeKind::kNvfp4Rht:
+    case RecipeKind::kNvfp4FourOverSix:
+    case RecipeKind::kNvfp4Sr:
+    case RecipeKind::kNvfp4Row: break;
+  }
+  return false;
+}
+
+bool cast_input_dtype(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+
+// A cast: known words, an input whose size is the part the header declares, and codes of the
+// tensor the cast wrote (its transpose for a transposed copy).
+Step check_cast(const v1::TensorHeader& h, SampleHeader& s) {
+  if (!h.has_cast()) return std::nullopt;
+  const v1::CastPart& w = h.cast();
+  CastHeader c;
+  const std::optional<CastSource> source = wire::from_wire(w.source());
+  const std::optional<RecipeKind> recipe = wire::from_wire(w.recipe());
+  const std::optional<DType> input = wire::from_wire(w.input_dtype()), param = wire::from_wire(w.param_dtype());
+  if (!source || !recipe || !cast_recipe(*recipe)) return refusal("bad_cast", "cast: unknown source or recipe");
+  if (!input || !param || !cast_input_dtype(*input) || !cast_input_dtype(*param)) {
+    return refusal("bad_cast", "cast: inputs must be f32, bf16 or f16");
+  }
+  if (!dtype_is_codes(s.dtype)) return refusal("bad_cast", "cast: the sample must hold the codes the cast wrote");
+  c.source = *source;
+  c.recipe = *recipe;
+  c.input_dtype = *input;
+  c.param_dtype = *param;
+  const bool activation_source = c.source == CastSource::kActivation || c.source == CastSource::kDactivation;
+  if (activation_source) {
+    c.activation = wire::from_wire(w.activation());
+    if (!c.activation) return refusal("bad_cast", "cast: an activation source names its activation");
+    if (c.source == CastSource::kDactivation && activation_gated(*c.activation)) {
+      return refusal("bad_cast", "cast: gated gradients are cast from their input");
+    }
+  }
+  c.rows = w.rows();
+  c.cols = w.cols();
+  constexpr std::int64_t kMaxSide = std::int64_t{1} << 31;
+  if (c.rows <= 0 || c.cols <= 0 || c.rows > kMaxSide || c.cols > kMaxSide) {
+    return refusal("bad_cast", "cast: expected rows and cols in 1..2^31");
+  }
+  c.columnwise = w.columnwise();
+  c.transposed = w.transposed();
+  c.zero_centered_gamma = w.zero_centered_gamma();
+  c.stochastic = w.stochastic_rounding();
+  c.power_of_2 = w.power_of_2_scales();
+  c.two_dimensional = w.two_dimensional();
+  c.row_scaled = w.row_scaled();
+  c.four_over_six = w.four_over_six();
+  c.unmodeled = w.unmodeled();
+  c.epsilon = w.epsilon();
+  c.limit = w.activation_limit();
+  c.alpha = w.activation_alpha();
+  c.linear_offset = w.activation_linear_offset();
+  for (float v : {c.epsilon, c.limit, c.alpha, c.linear_offset}) {
+    if (!std::isfinite(v)) return refusal("bad_cast", "cast: parameters must be finite");
+  }
+  if (!valid_label(w.entry_point())) return refusal("bad_cast", "cast: entry_point must be printable ASCII");
+  c.entry_point = w.entry_point();
+  if (c.source == CastSource::kActivation && activation_gated(*c.activation) && c.cols % 2 != 0) {
+    return refusal("bad_cast", "cast: a gated activation's input holds two halves: expected even cols");
+  }
+  if (c.source == CastSource::kHadamard && c.columnwise && c.rows % 16 != 0) {
+    return refusal("bad_cast", "cast: the Hadamard transform runs over 16 rows: expected rows a multiple of 16");
+  }
+  c.layout = cast_layout(c.source, static_cast<std::uint64_t>(c.rows), static_cast<std::uint64_t>(c.cols), c.input_dtype,
+                         c.param_dtype);
+  c.bytes = w.bytes();
+  if (c.bytes != c.layout.total) {
+    return refusal("size_mismatch", "cast: " + std::string(cast_source_name(c.source)) + " of this shape takes " +
+                                        std::to_string(c.layout.total) + " bytes, the header says " + std::to_string(c.bytes));
+  }
+  // The tensor cast (a Hadamard column-wise copy is the input's transpose by construction).
+  const std::int64_t out_rows = c.rows, out_cols = c.output_cols();
+  const bool transposed = c.transposed || (c.source == CastSource::kHadamard && c.columnwise);
+  const std::int64_t want_rows = transposed ? out_cols : out_rows, want_cols = transposed ? out_rows : out_cols;
+  if (s.rows != want_rows || s.cols != want_cols || s.shape.size() != 2 || s.valid_rows != 0 || s.expert) {
+    return refusal("bad_cast", "cast: the codes are " + std::to_string(s.rows) + " x " + std::to_string(s.cols) +
+                                   ", the cast wrote " + std::to_string(want_rows) + " x " + std::to_string(want_cols));
+  }
+  s.cast = std::move(c);
+  return std::nullopt;
+}
+
 Step check_payload(const v1::TensorHeader& h, const SampleHeader& s, std::uint64_t max_sample_bytes) {
-  const std::uint64_t bytes = s.codes_bytes + s.scale_bytes;
+  const std::uint64_t cast_bytes = h.has_cast() ? h.cast().bytes() : 0;
+  if (cast_bytes > std::numeric_limits<std::uint64_t>::max() / 2) return refusal("size_mismatch", "cast: bytes overflow");
+  const std::uint64_t bytes = s.codes_bytes + s.scale_bytes + cast_bytes;
   if (bytes != h.payload_bytes()) {
     return refusal("size_mismatch", "payload_bytes " + std::to_string(h.payload_bytes()) + " != shape x dtype" +
-                                        (s.scale_bytes ? " + scale tensor" : "") + " = " + std::to_string(bytes));
+                                        (s.scale_bytes ? " + scale tensor" : "") + (cast_bytes ? " + cast" : "") +
+                                        " = " + std::to_string(bytes));
   }
   if (bytes > max_sample_bytes) {
     return refusal("too_large", "sample of " + std::to_string(bytes) + " bytes exceeds the daemon's limit of " +
@@ -186,6 +285,7 @@ HeaderCheck check_header(const v1::TensorHeader& h, std::uint64_t max_sample_byt
   if (!refused) refused = check_payload(h, s, max_sample_bytes);
   if (!refused) refused = check_scales(h, s);
   if (!refused) refused = check_experts(h, s);
+  if (!refused) refused = check_cast(h, s);
   if (refused) return {std::nullopt, std::move(*refused)};
   return {std::move(s), {}};
 }

@@ -52,7 +52,7 @@ void both_ways(const Row (&rows)[N], const google::protobuf::EnumDescriptor* d, 
 
 }  // namespace
 
-TEST_CASE("every dtype, gemm, operand, recipe and scale mode maps both ways", "[wire]") {
+TEST_CASE("every dtype, gemm, operand, recipe, scale mode, cast source and activation maps both ways", "[wire]") {
   both_ways<v1::DType>(kDTypes, v1::DType_descriptor(), "DTYPE_");
   both_ways<v1::Gemm>(kGemmRoles, v1::Gemm_descriptor(), "GEMM_");
   both_ways<v1::Operand>(kOperands, v1::Operand_descriptor(), "OPERAND_");
@@ -60,6 +60,8 @@ TEST_CASE("every dtype, gemm, operand, recipe and scale mode maps both ways", "[
   // Scale layouts are named as cuBLASLt's modes (scalar_32f), the proto by what they hold.
   both_ways<v1::ScaleMode>(kScaleLayouts, v1::ScaleMode_descriptor(), nullptr);
   CHECK_FALSE(wire::from_wire(v1::SCALE_MODE_OTHER));
+  both_ways<v1::CastSource>(kCastSources, v1::CastSource_descriptor(), "CAST_SOURCE_");
+  both_ways<v1::Activation>(kActivations, v1::Activation_descriptor(), "ACTIVATION_");
 }
 
 TEST_CASE("a value with no row goes out as UNSPECIFIED, which the daemon refuses", "[wire]") {

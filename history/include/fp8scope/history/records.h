@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fp8scope/kernels/float_formats.h"
+#include "fp8scope/vocabulary/cast_capture.h"
 #include "fp8scope/vocabulary/caster.h"
 #include "fp8scope/vocabulary/dtype.h"
 #include "fp8scope/vocabulary/gemm_role.h"
@@ -52,6 +53,12 @@ struct HistoryRecord {
   // The tensor's persistent outlier channels (ChannelSummary::persistent), ascending, at most
   // kRecordedOutlierChannels: which columns of X or rows of W, kept here and never as labels.
   std::vector<std::uint64_t> outlier_channels;
+  // What the figures were computed from: the job's codes alone, a high-precision GEMM operand, the
+  // input of the job's own cast as captured, or recomputed from a fused cast's inputs.
+  DataSource source = DataSource::kGemmOperand;
+  // The job's own cast (source cast or recompute): fp8scope's name for the recipe it was made with,
+  // the one its code check models.
+  std::optional<RecipeKind> cast_recipe;
 
   bool operator==(const HistoryRecord&) const = default;
 };

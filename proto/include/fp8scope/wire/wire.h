@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fp8scope/v1/fp8scope.pb.h"
+#include "fp8scope/vocabulary/cast_capture.h"
 #include "fp8scope/vocabulary/dtype.h"
 #include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
@@ -18,9 +19,10 @@
 namespace fp8scope::wire {
 
 // Protocol 1: FP8 with per-tensor scales. Protocol 2 adds FP4 codes, scale tensors in the
-// payload (TensorHeader fields 12-15) and the FP4 recipes. Protocol 3 adds experts (fields 16-19).
-// A daemon reads all; a client learns from Welcome which it may send.
-inline constexpr std::uint32_t kProtocolVersion = 3;
+// payload (TensorHeader fields 12-15) and the FP4 recipes. Protocol 3 adds experts (fields 16-19),
+// protocol 4 the cast that wrote a sample's codes (field 20). A daemon reads all; a client learns
+// from Welcome which it may send.
+inline constexpr std::uint32_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 inline constexpr std::uint64_t kMaxChunkBytes = 4u << 20;  // the protocol's largest chunk
 // What fp8scoped asks for in Welcome: gRPC holds about a chunk and a flow-control window per
@@ -33,6 +35,8 @@ v1::Gemm to_wire(GemmRole g);
 v1::Operand to_wire(Operand o);
 v1::Recipe to_wire(RecipeKind r);
 v1::ScaleMode to_wire(ScaleLayout l);
+v1::CastSource to_wire(CastSource s);
+v1::Activation to_wire(Activation a);
 
 // The wire's to ours: nothing for UNSPECIFIED, for values this side does not model
 // (SCALE_MODE_OTHER) and for any number a peer may send.
@@ -41,15 +45,21 @@ std::optional<GemmRole> from_wire(v1::Gemm g);
 std::optional<Operand> from_wire(v1::Operand o);
 std::optional<RecipeKind> from_wire(v1::Recipe r);
 std::optional<ScaleLayout> from_wire(v1::ScaleMode m);
+std::optional<CastSource> from_wire(v1::CastSource s);
+std::optional<Activation> from_wire(v1::Activation a);
 
 // A policy's rule on the wire and back. From the wire: an error names what is wrong (bounds,
 // unknown tensors, a pattern that does not compile).
 v1::SamplingRule to_wire(const SamplingRule& rule);
 std::optional<SamplingRule> from_wire(const v1::SamplingRule& rule, std::string* error);
 
-// The oldest protocol that can carry this sample: 3 for an expert's, 2 for FP4 codes or a scale
-// tensor, else 1.
+// The oldest protocol that can carry this sample: 4 for one with its cast, 3 for an expert's, 2 for
+// FP4 codes or a scale tensor, else 1.
 std::uint32_t required_protocol(const v1::TensorHeader& header);
+
+// A cast sample for a daemon that reads protocol 3 at most: its cast part left out of the header and
+// of the payload (which then ends before it), so the codes still arrive, as a GEMM sample.
+void strip_cast(v1::TensorHeader& header);
 
 // An expert's sample for a daemon that reads protocol 2 at most: the expert folded into the layer
 // ("<layer>.expert<N>") and the expert fields cleared, so its experts stay apart there too.

@@ -116,19 +116,110 @@ TEST_CASE("a header that disagrees with itself about its scales or FP4 codes is 
   CHECK(check_header(good, 130 * 64 + 1023).refusal.reason == "too_large");
 }
 
-TEST_CASE("the daemon speaks protocols 1 to 3 and refuses others with the range it speaks", "[validation]") {
+TEST_CASE("the daemon speaks protocols 1 to 4 and refuses others with the range it speaks", "[validation]") {
   v1::Hello hello;
   hello.set_job("j");
   hello.set_run("r");
-  for (std::uint32_t v : {1u, 2u, 3u}) {
+  for (std::uint32_t v : {1u, 2u, 3u, 4u}) {
     hello.set_protocol_version(v);
     CHECK_FALSE(check_hello(hello));
   }
-  for (std::uint32_t v : {0u, 4u}) {
+  for (std::uint32_t v : {0u, 5u}) {
     hello.set_protocol_version(v);
     const auto r = check_hello(hello);
     REQUIRE(r);
     CHECK(r->reason == "bad_version");
-    CHECK_THAT(r->message, Catch::Contains("versions 1 to 3"));
+    CHECK_THAT(r->message, Catch::Contains("versions 1 to 4"));
   }
+}
+
+namespace {
+
+// A cast sample (protocol 4): E4M3 codes of a BF16 input, per tensor, its cast part after the codes.
+v1::TensorHeader cast_sample(v1::CastSource source, std::int64_t rows, std::int64_t cols, bool transposed) {
+  const std::uint64_t part = fp8scope::cast_layout(*wire::from_wire(source), static_cast<std::uint64_t>(rows),
+                                                   static_cast<std::uint64_t>(cols), DType::kBF16, DType::kBF16)
+                                 .total;
+  v1::TensorHeader h = header(transposed ? cols : rows, transposed ? rows : cols, v1::DTYPE_E4M3,
+                              v1::SCALE_MODE_TENSOR_SCALAR, static_cast<std::uint64_t>(rows * cols), 0);
+  h.set_payload_bytes(static_cast<std::uint64_t>(rows * cols) + part);
+  v1::CastPart* c = h.mutable_cast();
+  c->set_source(source);
+  c->set_recipe(v1::RECIPE_TENSOR_DELAYED);
+  c->set_input_dtype(v1::DTYPE_BF16);
+  c->set_param_dtype(v1::DTYPE_BF16);
+  c->set_rows(rows);
+  c->set_cols(cols);
+  c->set_columnwise(transposed);
+  c->set_transposed(transposed);
+  c->set_entry_point("nvte_quantize_v2");
+  c->set_bytes(part);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("a cast sample's part holds what its source needs, and its codes are the tensor it cast", "[validation]") {
+  const v1::TensorHeader rowwise = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  const HeaderCheck c = check_header(rowwise, 1 << 20);
+  REQUIRE(c.header);
+  REQUIRE(c.header->cast);
+  CHECK(c.header->cast->source == CastSource::kInput);
+  CHECK(c.header->payload_bytes() == rowwise.payload_bytes());
+  CHECK(wire::required_protocol(rowwise) == 4);
+  // The input, at 16 bytes after four fp32 scalars: 16 + 32 * 64 * 2.
+  CHECK(c.header->cast->layout.offset[0] == 16);
+  CHECK(c.header->cast->bytes == 16 + 32 * 64 * 2);
+  // A transposed column-wise copy's codes are the input's transpose.
+  CHECK(check_header(cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, true), 1 << 20).header);
+  v1::TensorHeader not_transposed = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, true);
+  not_transposed.mutable_cast()->set_transposed(false);
+  CHECK(refusal(not_transposed) == "bad_cast");
+  // A layernorm's part: x, gamma, beta, mu and rsigma, each on a 16-byte boundary.
+  const HeaderCheck ln = check_header(cast_sample(v1::CAST_SOURCE_LAYERNORM, 32, 64, false), 1 << 20);
+  REQUIRE(ln.header);
+  CHECK(ln.header->cast->bytes == 16 + 32 * 64 * 2 + 64 * 2 + 64 * 2 + 32 * 4 + 32 * 4);
+  // The part's size is checked against its source and shape, and the payload against all three parts.
+  v1::TensorHeader short_part = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  short_part.mutable_cast()->set_bytes(short_part.cast().bytes() - 16);
+  short_part.set_payload_bytes(short_part.payload_bytes() - 16);
+  CHECK(refusal(short_part) == "size_mismatch");
+  v1::TensorHeader long_payload = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  long_payload.set_payload_bytes(long_payload.payload_bytes() + 1);
+  CHECK(refusal(long_payload) == "size_mismatch");
+  // An activation source names its activation; a gated one's input holds both halves.
+  v1::TensorHeader activation = cast_sample(v1::CAST_SOURCE_ACTIVATION, 32, 64, false);
+  CHECK(refusal(activation) == "bad_cast");
+  activation.mutable_cast()->set_activation(v1::ACTIVATION_SWIGLU);
+  CHECK(refusal(activation) == "bad_cast");  // the codes are the output: half the input's columns
+  v1::TensorHeader gated = cast_sample(v1::CAST_SOURCE_ACTIVATION, 32, 128, false);
+  gated.mutable_cast()->set_activation(v1::ACTIVATION_SWIGLU);
+  gated.clear_shape();
+  gated.add_shape(32);
+  gated.add_shape(64);
+  gated.set_payload_bytes(32 * 64 + gated.cast().bytes());
+  CHECK(check_header(gated, 1 << 20).header);
+  // Unknown words, non-finite parameters and codes that are no codes are refused.
+  v1::TensorHeader unknown = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  unknown.mutable_cast()->set_source(static_cast<v1::CastSource>(77));
+  CHECK(refusal(unknown) == "bad_cast");
+  v1::TensorHeader nan_eps = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  nan_eps.mutable_cast()->set_epsilon(NAN);
+  CHECK(refusal(nan_eps) == "bad_cast");
+  v1::TensorHeader bf16 = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  bf16.set_dtype(v1::DTYPE_BF16);
+  bf16.set_scale_mode(v1::SCALE_MODE_NONE);
+  bf16.set_payload_bytes(32 * 64 * 2 + bf16.cast().bytes());
+  CHECK(refusal(bf16) == "bad_cast");
+}
+
+TEST_CASE("a cast sample for a protocol 3 daemon loses its cast part, not its codes", "[validation]") {
+  v1::TensorHeader h = cast_sample(v1::CAST_SOURCE_INPUT, 32, 64, false);
+  wire::strip_cast(h);
+  CHECK_FALSE(h.has_cast());
+  CHECK(wire::required_protocol(h) == 1);  // per-tensor FP8 codes: what protocol 1 carries
+  const HeaderCheck c = check_header(h, 1 << 20);
+  REQUIRE(c.header);
+  CHECK_FALSE(c.header->cast);
+  CHECK(c.header->payload_bytes() == 32 * 64);
 }

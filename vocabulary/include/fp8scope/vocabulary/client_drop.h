@@ -27,7 +27,10 @@ namespace fp8scope {
   ROW(DaemonTooOld, "daemon_too_old")            /* protocol 2 data for a daemon that reads 1 only */   \
   ROW(GroupedBlockScales, "grouped_block_scales") /* block scales of a pointer-array batch */          \
   ROW(GatherUnavailable, "gather_unavailable")   /* the gather kernel could not be loaded (driver JIT) */ \
-  ROW(RuleConflict, "rule_conflict")             /* two sections of a TE config select the layer */
+  ROW(RuleConflict, "rule_conflict")             /* two sections of a TE config select the layer */     \
+  ROW(CastUncovered, "cast_uncovered")  /* an FP8/FP4 operand whose TE cast was not seen: sent without its input */ \
+  ROW(CastUnreadable, "cast_unreadable") /* TE's getters refused a cast's tensors: the cast is not captured */     \
+  ROW(CastStashFull, "cast_stash_full")  /* no room to keep a cast's input until the GEMM that reads it */
 
 enum class ClientDrop : std::uint32_t { FP8SCOPE_CLIENT_DROPS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 

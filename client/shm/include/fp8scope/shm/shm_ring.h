@@ -24,7 +24,8 @@
 namespace fp8scope::shm {
 
 inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
-inline constexpr std::uint32_t kLayoutVersion = 4;  // 2: records carry scale tensors; 3: experts; 4: rules
+// 2: records carry scale tensors; 3: experts; 4: rules; 5: casts
+inline constexpr std::uint32_t kLayoutVersion = 5;
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
@@ -33,8 +34,34 @@ using DropReason = ClientDrop;
 
 enum class RecordKind : std::uint32_t { kPadding = 1, kSample = 2, kStep = 3, kScalar = 4 };
 
-// One record's header; a sample's payload (the codes, then their scale tensor, then an expert
-// sample's tokens per expert) follows it. Enum fields carry the vocabulary's values (GemmRole,
+// The Transformer Engine cast that wrote a sample's codes, captured at its call and paired with
+// the GEMM by the output's device pointer (DESIGN.md "The casts"). Its part of the payload
+// (CastScalars, then the parts vocabulary/cast_capture.h's cast_layout() places) follows the scale
+// tensor. Enum fields carry the vocabulary's values.
+struct CastRecord {
+  std::uint32_t source;                    // CastSource value + 1; 0: the sample has no cast part
+  std::uint32_t recipe;                    // RecipeKind of the job's scaling mode (flags refine it)
+  std::uint32_t input_dtype, param_dtype;  // DType of the input, and of gamma, beta, the matrix
+  std::uint32_t activation;                // Activation value + 1 of an activation source; 0: none
+  std::uint32_t flags;                     // kCast* below
+  std::int64_t rows, cols;                 // the input as a matrix (a gated activation's: both halves)
+  float epsilon;                           // the norm's eps; block scaling's amax epsilon
+  float limit, alpha, linear_offset;       // a clamped SwiGLU's
+  std::uint64_t bytes;                     // the cast part: cast_layout().total
+  char entry_point[48];                    // "nvte_quantize_v2", ...
+};
+inline constexpr std::uint32_t kCastColumnwise = 1u << 0;  // the GEMM read the column-wise copy
+inline constexpr std::uint32_t kCastTransposed = 1u << 1;  // whose codes are the input's transpose
+inline constexpr std::uint32_t kCastZeroCenteredGamma = 1u << 2;
+inline constexpr std::uint32_t kCastStochastic = 1u << 3;   // NVFP4 stochastic rounding
+inline constexpr std::uint32_t kCastPowerOf2 = 1u << 4;     // block scaling's power-of-2 scales
+inline constexpr std::uint32_t kCast2d = 1u << 5;           // NVFP4's 16x16 or MXFP8's 32x32 blocks
+inline constexpr std::uint32_t kCastRowScaled = 1u << 6;    // NVFP4 with one amax per row
+inline constexpr std::uint32_t kCastFourOverSix = 1u << 7;  // NVFP4 4over6, TE's default (MAE) pick
+inline constexpr std::uint32_t kCastUnmodeled = 1u << 8;    // an option fp8scope does not model (no code check)
+
+// One record's header; a sample's payload (the codes, then their scale tensor, then its cast's
+// part, then an expert sample's tokens per expert) follows it. Enum fields carry the vocabulary's values (GemmRole,
 // Operand, DType, ScaleLayout); the shipper turns them into wire values through its tables.
 struct alignas(kAlign) RecordHeader {
   std::uint32_t magic;
@@ -60,6 +87,7 @@ struct alignas(kAlign) RecordHeader {
   std::uint32_t experts;
   std::uint64_t valid_rows;
   std::uint64_t tokens_bytes;
+  CastRecord cast;
 };
 
 // The sampling policy as the shipper last received it (wire Policy fields, flattened).

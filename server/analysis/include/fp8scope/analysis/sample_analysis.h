@@ -19,6 +19,8 @@
 #include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/analysis/lru_map.h"
 #include "fp8scope/ingest/sample.h"
+#include "fp8scope/kernels/recipe_analysis.h"
+#include "fp8scope/vocabulary/cast_capture.h"
 #include "fp8scope/vocabulary/caster.h"
 
 namespace fp8scope::server {
@@ -32,8 +34,14 @@ struct RecipeOutcome {
   QuantStats stats;
   ScaleLayout scale_layout = ScaleLayout::kNone;  // observed: how the job's scales were laid out
   std::string codes_digest;  // hex FNV-1a of FP8 codes: the job's own, or a weight's current-scaling cast
+  // What the figures were computed from: the job's codes alone, a high-precision GEMM operand, or the
+  // input of the job's own cast (captured, or recomputed from a fused kernel's inputs).
+  DataSource source = DataSource::kGemmOperand;
+  std::optional<RecipeKind> job_recipe;  // the job's own cast: fp8scope's name for its recipe
 
   bool block_scaled() const { return scale_layout != ScaleLayout::kNone && scale_layout != ScaleLayout::kTensorScalar; }
+  // The job's codes held against the tensor they were cast from: what-if statistics apply.
+  bool referenced() const { return source == DataSource::kCastInput || source == DataSource::kRecomputed; }
 };
 
 // The rows past an expert's tokens (SampleHeader::valid_rows): padding, which must be zero. A
@@ -48,6 +56,7 @@ struct SampleAnalysis {
   std::vector<RecipeOutcome> recipes;
   PaddingCensus padding;  // statistics and recipes read the valid rows only
   ChannelSummary channels;  // of an activation's columns or a weight's rows (what-ifs only)
+  bool cast_noop = false;   // the sample's cast wrote nothing (its no-op flag): analyzed as codes alone
 };
 
 class SampleAnalyzer {
@@ -62,6 +71,15 @@ class SampleAnalyzer {
  private:
   Result<SampleAnalysis> what_ifs(const Sample& s, const SamplingPolicy& policy);
   Result<SampleAnalysis> observed(const Sample& s);
+  // The job's own cast against its captured input, and the policy's what-ifs on that input.
+  Result<SampleAnalysis> cast(const Sample& s, const SamplingPolicy& policy);
+  // The policy's recipes on a high-precision tensor: appended to `plans`, with delayed scaling's
+  // state where a plan needs it (else null), index for index.
+  void add_what_if_plans(const Sample& s, const SamplingPolicy& policy, std::vector<RecipePlan>& plans,
+                         std::vector<std::shared_ptr<DelayedScalingState>>& delayed);
+  // The what-ifs' outcomes from report.recipes[first...], and the tensor's moments and channels.
+  void add_what_ifs(const Sample& s, const TensorView& view, const TensorReport& report, std::size_t first,
+                    const std::vector<std::shared_ptr<DelayedScalingState>>& delayed, SampleAnalysis& a);
   std::shared_ptr<DelayedScalingState> delayed_state(const Sample& s, const Recipe& recipe, CastFormat format);
   std::vector<std::uint32_t> persistent_channels(const Sample& s, const std::vector<std::uint32_t>& outliers);
 

@@ -45,6 +45,10 @@ class HealthMetrics {
   void acknowledged_lost_before_start(std::uint64_t count);
   void set_unstored_samples(std::uint64_t count);
   void set_te_log(const TeLogCounts& counts);  // the --te-log-dir writer's totals now
+  // A sample that came with its cast: analyzed from `source` ("cast", "recompute", or "noop" when
+  // the cast wrote nothing), and the code check of fp8scope's model of `recipe` on it.
+  void cast_analyzed(const std::string& job, const std::string& source);
+  void cast_checked(const std::string& job, const std::string& recipe, std::uint64_t mismatches, std::uint64_t compared);
 
   // For the Admin status: the same numbers the metrics show.
   std::uint64_t samples_received() const;
@@ -77,6 +81,9 @@ class HealthMetrics {
   prometheus::Counter& te_log_lines_;
   std::array<prometheus::Counter*, std::size(kTeLogDropReasons)> te_log_dropped_{};
   prometheus::Gauge& te_log_bytes_;
+  prometheus::Family<prometheus::Counter>& cast_samples_;
+  prometheus::Family<prometheus::Counter>& cast_mismatches_;
+  prometheus::Family<prometheus::Counter>& cast_compared_;
   mutable std::mutex mu_;
   std::map<std::string, std::uint64_t> dropped_;
   std::uint64_t lost_before_start_ = 0;

@@ -14,9 +14,11 @@
 #include "fp8scope/ingest/ack_journal.h"
 #include "fp8scope/ingest/byte_budget.h"
 #include "fp8scope/ingest/payload_pool.h"
+#include "fp8scope/vocabulary/cast_capture.h"
 #include "fp8scope/vocabulary/dtype.h"
 #include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
+#include "fp8scope/vocabulary/recipe_kind.h"
 #include "fp8scope/vocabulary/scale_layout.h"
 
 namespace fp8scope::server {
@@ -27,6 +29,29 @@ using Payload = std::vector<std::uint8_t, PayloadAllocator<std::uint8_t>>;
 struct ClientInfo {
   std::string job, run, host, peer;
   std::uint32_t rank = 0, world_size = 0, pid = 0;
+};
+
+// The Transformer Engine cast that wrote a sample's codes (protocol 4, wire CastPart): its part of
+// the payload follows the codes and the scale tensor.
+struct CastHeader {
+  CastSource source = CastSource::kInput;
+  RecipeKind recipe = RecipeKind::kTensorCurrent;  // the job's scaling mode; the flags refine it
+  DType input_dtype = DType::kBF16, param_dtype = DType::kBF16;
+  std::optional<Activation> activation;
+  std::int64_t rows = 0, cols = 0;  // the input as a matrix
+  bool columnwise = false, transposed = false;
+  bool zero_centered_gamma = false, stochastic = false, power_of_2 = false, two_dimensional = false,
+       row_scaled = false, four_over_six = false, unmodeled = false;
+  float epsilon = 0, limit = 0, alpha = 0, linear_offset = 0;
+  std::string entry_point;
+  std::uint64_t bytes = 0;
+  CastLayout layout;  // where its parts lie within its bytes
+
+  // The tensor the cast quantized, as a matrix: a gated activation's output is half its input.
+  std::int64_t output_cols() const {
+    return source == CastSource::kActivation && activation && activation_gated(*activation) ? cols / 2 : cols;
+  }
+  bool recomputed() const { return cast_source_recomputed(source, columnwise); }
 };
 
 // A sample's header in the domain's words: ingest converts the wire's TensorHeader into this once
@@ -45,15 +70,18 @@ struct SampleHeader {
   float global_scale_inv = 0;  // NVFP4: the per-tensor factor the block scales multiply; 0 = not known
   float gemm_alpha = 0;        // the GEMM's alpha when the sender read it; 0 = not read
   std::string source_call;     // "cublasLtMatmul", "push", ...
-  std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes (or values), then the scale tensor
+  std::uint64_t codes_bytes = 0, scale_bytes = 0;  // the payload: codes (or values), the scale tensor, the cast
   // Mixture-of-experts GEMMs (protocol 3): the expert, the call's experts and their tokens, and the
   // rows holding tokens (0: all; the rest is padding, which must be zero).
   std::optional<std::uint32_t> expert;
   std::uint32_t experts = 0;
   std::vector<std::uint64_t> expert_tokens;
   std::int64_t valid_rows = 0;
+  std::optional<CastHeader> cast;  // the cast that wrote the codes, when it was captured
 
   std::int64_t numel() const { return rows * cols; }
+  // The payload: the codes (or values), the scale tensor, the cast's part.
+  std::uint64_t payload_bytes() const { return codes_bytes + scale_bytes + (cast ? cast->bytes : 0); }
   // The rows the statistics read: those holding tokens.
   std::int64_t analyzed_rows() const { return valid_rows > 0 ? valid_rows : rows; }
 };
