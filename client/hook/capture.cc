@@ -5,14 +5,15 @@
 
 namespace fp8scope::hook {
 
-Capture::Capture(ShipperLink& link, std::uint64_t staging_bytes)
+Capture::Capture(ShipperLink& link, std::uint64_t staging_bytes, std::uint64_t cast_stash_bytes)
     : link_(link),
       cu_(driver_api()),
       staging_(cu_, staging_bytes, link.segment(), link.segment_bytes()),
+      stash_(cu_, cast_stash_bytes),
       gather_(cu_, staging_.bytes(), link.segment() != nullptr ? link.segment()->data_bytes : 0) {
   if (link_.segment() == nullptr) return;
   writer_.emplace(link_.segment());
-  publisher_.emplace(mu_, cu_, link_, *writer_, staging_, gather_);
+  publisher_.emplace(mu_, cu_, link_, *writer_, staging_, gather_, stash_);
   publisher_->start();
 }
 
@@ -85,19 +86,81 @@ std::optional<shm::DropReason> Capture::sample(const SampleSpec& spec, const Ope
   const std::uint64_t tokens_bytes = spec.tokens != nullptr ? 8 * spec.tokens->size() : 0;
   std::unique_lock<std::mutex> lock(mu_);
   if (const auto problem = staging_.problem()) return problem;
-  // Staging: the payload, then one aligned slot for the fp32 values that go into the record's header.
+  // The cast that wrote the operand, if the stash keeps it (one matrix, not an expert's).
+  bool columnwise = false;
+  const StashedCast* cast = spec.tokens == nullptr && v.batch_count == 1 ? stash_.find(v.data, columnwise) : nullptr;
+  const std::uint64_t cast_bytes = cast != nullptr ? cast->record.bytes : 0;
+  // Staging: the payload, then one aligned slot for the fp32 values that go into the record's
+  // header, then the cast's part.
   const bool scalar_scale = v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr;
-  const bool header_slot = scalar_scale || alpha.device != nullptr;
+  const bool header_slot = scalar_scale || alpha.device != nullptr || cast != nullptr;
+  const std::uint64_t before_cast = align_up(payload, DeviceStaging::kAlign) + (header_slot ? DeviceStaging::kAlign : 0);
   PendingRecord p;
-  if (const auto full = reserve(align_up(payload, DeviceStaging::kAlign) + (header_slot ? DeviceStaging::kAlign : 0),
-                                payload + tokens_bytes, p)) {
+  if (const auto full = reserve(before_cast + align_up(cast_bytes, DeviceStaging::kAlign),
+                                payload + cast_bytes + tokens_bytes, p)) {
     return full;
   }
   fill_sample_header(*p.record, spec, v, alpha, payload);
   if (spec.tokens != nullptr) write_tokens(*p.record, payload, *spec.tokens);
-  p.payload_bytes = payload + tokens_bytes;
+  p.payload_bytes = payload + cast_bytes + tokens_bytes;
   p.device_bytes = payload;
-  return submit(lock, p, enqueue_copies(p, v, alpha, stream));
+  bool ok = enqueue_copies(p, v, alpha, stream);
+  if (ok && cast != nullptr) {
+    p.staged_cast = p.staged + before_cast;
+    ok = enqueue_cast(p, *cast, columnwise, stream);
+  }
+  return submit(lock, p, ok);
+}
+
+bool Capture::enqueue_cast(PendingRecord& p, const StashedCast& cast, bool columnwise, CUstream stream) {
+  shm::CastRecord& r = p.record->cast;
+  r = cast.record;
+  r.flags |= columnwise ? shm::kCastColumnwise : 0;
+  r.flags |= columnwise && cast.columnwise_transposed ? shm::kCastTransposed : 0;
+  p.cast_bytes = r.bytes;
+  p.cast_id = cast.id;
+  stash_.hold(cast.id);  // released by the publisher once the part is copied out
+  // Enqueued after the operand's copies, whose event (p.copied) then covers this one too: the
+  // event is recorded again behind it.
+  if (cu_.memcpy_dtod_async(p.staged_cast, cast.at, r.bytes, stream) != CUDA_SUCCESS) return false;
+  return cu_.event_record(p.copied, stream) == CUDA_SUCCESS;
+}
+
+std::uint64_t Capture::cast_bytes(const void* data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool columnwise = false;
+  const StashedCast* cast = stash_.find(data, columnwise);
+  return cast != nullptr ? cast->record.bytes : 0;
+}
+
+std::optional<shm::DropReason> Capture::stash_cast(const CastToStash& c, CUstream stream) {
+  if (!writer_) return shm::DropReason::kRingFull;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const auto problem = staging_.problem()) return problem;
+  stash_.step(c.cast.step);
+  StashedCast cast = c.cast;
+  for (int k = 0; k < kCastPartCount; ++k) {
+    if (c.layout.bytes[k] != 0 && c.parts[k] == nullptr) return shm::DropReason::kCastUnreadable;
+  }
+  if (cast.record.bytes > stash_.bytes()) return shm::DropReason::kTooLarge;
+  const std::optional<CUdeviceptr> at = stash_.reserve(cast.record.bytes, stream, cast.begin, cast.end);
+  if (!at) return shm::DropReason::kCastStashFull;
+  cast.at = *at;
+  // Stream-ordered behind the cast: its scalars (current scaling's scale lives in a buffer freed
+  // once the call returns), then its parts.
+  bool ok = true;
+  for (std::size_t i = 0; ok && i < std::size(c.scalars); ++i) {
+    const CUdeviceptr from = c.scalars[i] != nullptr ? reinterpret_cast<CUdeviceptr>(c.scalars[i]) : stash_.zeros();
+    ok = cu_.memcpy_dtod_async(cast.at + i * sizeof(float), from, sizeof(float), stream) == CUDA_SUCCESS;
+  }
+  for (int k = 0; ok && k < kCastPartCount; ++k) {
+    if (c.layout.bytes[k] == 0) continue;
+    ok = cu_.memcpy_dtod_async(cast.at + c.layout.offset[k], reinterpret_cast<CUdeviceptr>(c.parts[k]),
+                               c.layout.bytes[k], stream) == CUDA_SUCCESS;
+  }
+  if (ok && stash_.add(cast, stream)) return std::nullopt;
+  stash_.unreserve();
+  return shm::DropReason::kCudaError;
 }
 
 std::optional<shm::DropReason> Capture::submit(std::unique_lock<std::mutex>& lock, PendingRecord& p,

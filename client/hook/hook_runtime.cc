@@ -12,6 +12,7 @@ namespace {
 
 constexpr std::uint64_t kDefaultRingBytes = 64ull << 20;
 constexpr std::uint64_t kDefaultStagingBytes = 64ull << 20;
+constexpr std::uint64_t kDefaultCastStashBytes = 64ull << 20;
 constexpr std::int64_t kStepRecordEveryNs = 1'000'000'000;
 
 std::uint64_t bytes_from_environment(const char* variable, std::uint64_t fallback) {
@@ -60,7 +61,8 @@ HookRuntime::HookRuntime()
     : step_range_(configured_step_range()),
       link_(bytes_from_environment("FP8SCOPE_RING_BYTES", kDefaultRingBytes), find_shipper()),
       sampler_(policy_from_environment()),
-      capture_(link_, bytes_from_environment("FP8SCOPE_STAGING_BYTES", kDefaultStagingBytes)) {}
+      capture_(link_, bytes_from_environment("FP8SCOPE_STAGING_BYTES", kDefaultStagingBytes),
+               bytes_from_environment("FP8SCOPE_CAST_STASH_BYTES", kDefaultCastStashBytes)) {}
 
 HookRuntime* HookRuntime::existing() {
   return g_passthrough.load(std::memory_order_relaxed) ? nullptr : g_runtime.load(std::memory_order_acquire);
@@ -193,9 +195,14 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
         return;
       }
     }
-    if (!sampler_.charge(step, part.view.payload_bytes())) {
+    // An FP8 or FP4 operand carries the cast that wrote it, when TE's was seen.
+    const std::uint64_t cast_bytes = capture_.cast_bytes(part.view.data);
+    if (!sampler_.charge(step, part.view.payload_bytes() + cast_bytes)) {
       count(shm::DropReason::kBudget);
       continue;
+    }
+    if (cast_bytes == 0 && dtype_is_codes(part.view.dtype) && te_casts_seen_.load(std::memory_order_relaxed)) {
+      count(shm::DropReason::kCastUncovered);
     }
     // A GEMM named for its expert (a range or the C API) carries the layer's declared tokens.
     SampleSpec spec{step, name.layer, name.role, part.kind, call.source};

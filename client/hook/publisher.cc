@@ -13,8 +13,8 @@ constexpr auto kKeepAliveEvery = std::chrono::milliseconds(100);
 }  // namespace
 
 Publisher::Publisher(std::mutex& mu, const DriverApi& cu, ShipperLink& link, shm::RingWriter& writer,
-                     DeviceStaging& staging, ExpertGather& gather)
-    : mu_(mu), cu_(cu), link_(link), writer_(writer), staging_(staging), gather_(gather) {}
+                     DeviceStaging& staging, ExpertGather& gather, CastStash& stash)
+    : mu_(mu), cu_(cu), link_(link), writer_(writer), staging_(staging), gather_(gather), stash_(stash) {}
 
 void Publisher::start() {
   std::thread([this] { loop(); }).detach();
@@ -51,6 +51,9 @@ void Publisher::finish(PendingRecord& p, bool can_copy) {
                             (!scales_apart ||
                              cu_.memcpy_dtoh_async(reinterpret_cast<std::byte*>(r + 1) + p.device_bytes,
                                                    p.grouped->block_scales, r->scale_bytes, staging_.side()) == CUDA_SUCCESS) &&
+                            (p.cast_bytes == 0 ||
+                             cu_.memcpy_dtoh_async(reinterpret_cast<std::byte*>(r + 1) + p.device_bytes, p.staged_cast,
+                                                   p.cast_bytes, staging_.side()) == CUDA_SUCCESS) &&
                             header_value(&r->scale_inv, p.staged_scale) && header_value(&r->gemm_alpha, p.staged_alpha) &&
                             staging_.side_synchronized()));
     shm::Header* h = link_.segment();
@@ -96,6 +99,7 @@ void Publisher::loop() {
       staging_.release(batch_.back().staging_end);
       for (const PendingRecord& p : batch_) {
         if (p.copied != nullptr) staging_.recycle(p.copied);
+        if (p.cast_id != 0) stash_.release(p.cast_id);
       }
       batch_.clear();
       in_flight_ = 0;

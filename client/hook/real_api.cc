@@ -77,6 +77,7 @@ const DriverApi& driver_api() {
     get(a.ctx_set_current, FP8SCOPE_SYMBOL_NAME(cuCtxSetCurrent));
     get(a.mem_alloc, FP8SCOPE_SYMBOL_NAME(cuMemAlloc));
     get(a.mem_free, FP8SCOPE_SYMBOL_NAME(cuMemFree));
+    get(a.memcpy_htod, FP8SCOPE_SYMBOL_NAME(cuMemcpyHtoD));
     get(a.memcpy_2d_async, FP8SCOPE_SYMBOL_NAME(cuMemcpy2DAsync));
     get(a.memcpy_dtod_async, FP8SCOPE_SYMBOL_NAME(cuMemcpyDtoDAsync));
     get(a.memcpy_dtoh_async, FP8SCOPE_SYMBOL_NAME(cuMemcpyDtoHAsync));

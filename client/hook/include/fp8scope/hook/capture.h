@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 
+#include "fp8scope/hook/cast_stash.h"
 #include "fp8scope/hook/device_staging.h"
 #include "fp8scope/hook/expert_gather.h"
 #include "fp8scope/hook/gemm_operands.h"
@@ -16,15 +17,32 @@
 #include "fp8scope/hook/real_api.h"
 #include "fp8scope/hook/sample_records.h"
 #include "fp8scope/hook/shipper_link.h"
+#include "fp8scope/vocabulary/cast_capture.h"
 
 namespace fp8scope::hook {
 
+// What a Transformer Engine cast leaves for the GEMM that reads its output: where its parts and
+// the scalars it used are on the device, and what its record will say.
+struct CastToStash {
+  StashedCast cast;                              // outputs, layout of the copies, record, step
+  const void* parts[kCastPartCount] = {};         // device pointers of the parts cast_layout() places
+  const void* scalars[4] = {};                    // fp32 on the device: CastScalars' fields in order; null: 0
+  CastLayout layout;
+};
+
 class Capture {
  public:
-  Capture(ShipperLink& link, std::uint64_t staging_bytes);
+  Capture(ShipperLink& link, std::uint64_t staging_bytes, std::uint64_t cast_stash_bytes);
+
+  // On the calling thread, after TE's cast returned: copies its input and scalars into the cast
+  // stash on its stream; the reason when it was dropped instead.
+  std::optional<shm::DropReason> stash_cast(const CastToStash& c, CUstream stream);
+  // What a GEMM operand at `data` adds to its record for its cast (0: no cast of it is kept).
+  std::uint64_t cast_bytes(const void* data);
 
   // On the calling thread: stages one operand (codes and scales, and the GEMM's alpha when it
-  // carries scales); the reason when it was dropped instead.
+  // carries scales, and the cast that wrote it when the stash keeps one); the reason when it was
+  // dropped instead.
   std::optional<shm::DropReason> sample(const SampleSpec& spec, const OperandView& operand, const GemmAlpha& alpha,
                                         CUstream stream);
   // The same for expert spec.expert of a batched or grouped GEMM (operand.experts > 0), whose
@@ -54,6 +72,8 @@ class Capture {
   std::optional<shm::DropReason> submit(std::unique_lock<std::mutex>& lock, PendingRecord& p, bool copies_enqueued);
   // The copies on the caller's stream and the event after them; false when a driver call failed.
   bool enqueue_copies(PendingRecord& p, const OperandView& v, const GemmAlpha& alpha, CUstream stream);
+  // Under mu_: the cast of operand v (p's record) into the record, and its part's copy enqueued.
+  bool enqueue_cast(PendingRecord& p, const StashedCast& cast, bool columnwise, CUstream stream);
   // Under mu_: a record of no payload (a step or a scalar) queued behind the samples before it.
   shm::RecordHeader* reserve_marker(PendingRecord& p);
 
@@ -62,6 +82,7 @@ class Capture {
   std::mutex mu_;  // the training threads' reservations, and the publisher's queue
   std::optional<shm::RingWriter> writer_;
   DeviceStaging staging_;
+  CastStash stash_;
   ExpertGather gather_;
   std::optional<Publisher> publisher_;
 };

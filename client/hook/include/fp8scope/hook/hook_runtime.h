@@ -15,6 +15,7 @@
 #include "fp8scope/hook/sampler.h"
 #include "fp8scope/hook/shipper_link.h"
 #include "fp8scope/hook/step_clock.h"
+#include "fp8scope/hook/te_casts.h"
 
 namespace fp8scope::hook {
 
@@ -36,6 +37,10 @@ class HookRuntime {
                               cublasHandle_t handle);
   void observe_cublas_grouped(const char* source, const std::optional<GroupedProblems>& problems, const void* Aarray,
                               cudaDataType Atype, const void* Barray, cudaDataType Btype, cublasHandle_t handle);
+
+  // A Transformer Engine cast, after the real call returned (te_casts.cc): on a step that is or
+  // may be sampled, its input waits in the cast stash for the GEMM that reads its output.
+  void observe_cast(const TeCastCall& call);
 
   void step(std::uint64_t step);
   void scalar(const char* name, std::uint64_t step, double value);
@@ -59,10 +64,16 @@ class HookRuntime {
   // them (0: all, or not declared).
   static std::uint64_t valid_rows(const GemmName& name, Operand operand, std::int64_t expert, std::uint64_t rows);
   void count(shm::DropReason reason, std::uint64_t n = 1) { shm::count_drop(link_.segment(), reason, n); }
+  // Whether a cast (and its step) may be sampled: the step, or with steps found from the GEMMs'
+  // signatures the next one too (a step's first casts come before its first GEMM).
+  bool cast_step_selected(std::uint64_t step);
 
   std::string step_range_;
   StepClock clock_;
   std::atomic<std::int64_t> last_step_record_ns_{0};
+  // Transformer Engine's casts are interposed in this process: an FP8 or FP4 operand without its
+  // cast is then `cast_uncovered`.
+  std::atomic<bool> te_casts_seen_{false};
   ShipperLink link_;
   Sampler sampler_;
   Capture capture_;

@@ -36,6 +36,10 @@ struct PendingRecord {
   CUdeviceptr staged_scale = 0, staged_alpha = 0;  // one fp32 each, into the record's header
   std::uint64_t staging_end = 0;   // release the staging ring up to here
   std::uint64_t device_bytes = 0;  // what to copy from `staged` (the rest of the payload is written here)
+  // The operand's cast (cast_stash.h): its part, staged apart, follows the codes and scales in the
+  // record; the stash keeps it until the copy ran.
+  CUdeviceptr staged_cast = 0;
+  std::uint64_t cast_bytes = 0, cast_id = 0;
   std::optional<GroupedParts> grouped;
 };
 

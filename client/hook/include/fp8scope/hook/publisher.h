@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 
+#include "fp8scope/hook/cast_stash.h"
 #include "fp8scope/hook/device_staging.h"
 #include "fp8scope/hook/expert_gather.h"
 #include "fp8scope/hook/pending_record.h"
@@ -18,9 +19,9 @@ namespace fp8scope::hook {
 
 class Publisher {
  public:
-  // `mu`: the capture lock, which also guards `staging`'s reservations.
+  // `mu`: the capture lock, which also guards `staging`'s reservations and `stash`.
   Publisher(std::mutex& mu, const DriverApi& cu, ShipperLink& link, shm::RingWriter& writer, DeviceStaging& staging,
-            ExpertGather& gather);
+            ExpertGather& gather, CastStash& stash);
 
   // Starts the thread (detached and never destroyed: nothing at exit can race a destructor).
   void start();
@@ -45,6 +46,7 @@ class Publisher {
   shm::RingWriter& writer_;
   DeviceStaging& staging_;
   ExpertGather& gather_;
+  CastStash& stash_;
 
   // Under mu_:
   std::condition_variable work_;     // the thread waits here for records

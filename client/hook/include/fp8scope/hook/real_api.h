@@ -49,6 +49,7 @@ struct DriverApi {
   decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
   decltype(&::cuMemAlloc) mem_alloc = nullptr;
   decltype(&::cuMemFree) mem_free = nullptr;
+  decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;  // once, at set-up (cast_stash.h)
   decltype(&::cuMemcpy2DAsync) memcpy_2d_async = nullptr;
   decltype(&::cuMemcpyDtoDAsync) memcpy_dtod_async = nullptr;
   decltype(&::cuMemcpyDtoHAsync) memcpy_dtoh_async = nullptr;
