@@ -120,6 +120,11 @@ void Gemms::dgrad_nn(const DeviceOperand& w, const DeviceOperand& dy, DeviceBuff
         "cublasGemmEx");
 }
 
+void Gemms::dgrad_nn_lt(const DeviceOperand& w, const DeviceOperand& dy, DeviceBuffer& dx, int M, int N, int K) {
+  // dX (row-major M x K) is column-major K x M = w (K x N) times dy (N x M).
+  lt_matmul(false, false, w, K, N, dy, N, M, dx, K, M);
+}
+
 void Gemms::wgrad_nt(const DeviceOperand& x, const DeviceOperand& dy, DeviceBuffer& dw, int M, int N, int K) {
   // dW (row-major N x K) is column-major K x N = x (K x M) times dy^T (M x N).
   lt_matmul(false, true, x, K, M, dy, N, M, dw, K, N);

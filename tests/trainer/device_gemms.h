@@ -83,6 +83,9 @@ class Gemms {
   // to alpha (TE's NVFP4 GEMMs fold the per-tensor scales into it), else alpha is 1.
   void tn(const DeviceOperand& a, const DeviceOperand& b, DeviceBuffer& out, int P, int Q, int L,
           const float* alpha_device = nullptr);
+  // MXFP8's backward on Blackwell, as TE runs it with its column-wise copies (not transposed):
+  // dgrad NN, dX[M,K] = dY[M,N] W[N,K], and wgrad NT (wgrad_nt), both through cublasLtMatmul with scales.
+  void dgrad_nn_lt(const DeviceOperand& w, const DeviceOperand& dy, DeviceBuffer& dx, int M, int N, int K);
 
   // Every expert's problem of one pass in the given form (kCublasBatched: all of one shape).
   void experts(ExpertForm form, bool transa, bool transb, const std::vector<ExpertProblem>& problems);

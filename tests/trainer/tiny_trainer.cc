@@ -4,8 +4,9 @@
 // dgrad NN through cublasGemmEx, wgrad NT). `--mode fp8`: TE's delayed scaling (E4M3 forward, E5M2
 // gradients), every GEMM TN with transposed copies, as FP8 cuBLASLt requires on Ada and Hopper.
 // `--mode moe`: the middle layer is a mixture of experts (moe_layer.h) whose expert GEMMs run in the
-// form --moe-gemm names, in BF16 or MXFP8 (--moe-recipe), BF16 elsewhere. Losses go to --losses, one per line as hex floats, so runs
-// can be compared bit for bit.
+// form --moe-gemm names, in BF16 or MXFP8 (--moe-recipe), BF16 elsewhere. `--mode te`: the MLP behind
+// a LayerNorm, every cast made by Transformer Engine's C API in the recipe --te-recipe names
+// (te_model.h). Losses go to --losses, one per line as hex floats, so runs can be compared bit for bit.
 //
 // Built with the tests. It runs from the build tree against the CPU fixtures (RUNPATH) on a machine
 // without a GPU; on a GPU machine LD_LIBRARY_PATH to the real libraries wins.
@@ -27,6 +28,7 @@
 #include "device_gemms.h"
 #include "host_tensors.h"
 #include "moe_layer.h"
+#include "te_model.h"
 
 using namespace fp8scope::trainer;
 
@@ -57,6 +59,7 @@ struct Options {
   bool capture_probe = false;
   bool no_step_api = false;
   MoeOptions moe;
+  TeModelOptions te;
 };
 
 std::optional<ExpertForm> expert_form(const std::string& name) {
@@ -188,6 +191,14 @@ class Trainer {
       layers_.back().w = random_normal(widths[l + 1], widths[l], std::sqrt(2.0f / static_cast<float>(widths[l])), rng_);
     }
     if (o.mode == "moe") moe_ = std::make_unique<MoeLayer>("mlp." + std::to_string(kMoeLayer) + ".experts", o.hidden, o.moe, rng_);
+    if (o.mode == "te") {
+      std::vector<Matrix> weights;
+      for (const Layer& l : layers_) weights.push_back(l.w);
+      TeModelOptions te = o.te;
+      te.dump_dir = o.dump_dir;
+      te.dump_step = o.dump_step;
+      te_ = std::make_unique<TeModel>(te, gemms_, std::move(weights), rng_);
+    }
   }
 
   double step(int step);
@@ -226,6 +237,7 @@ class Trainer {
   Matrix t1_, t2_;
   std::vector<Layer> layers_;
   std::unique_ptr<MoeLayer> moe_;
+  std::unique_ptr<TeModel> te_;
 };
 
 void Trainer::dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
@@ -415,6 +427,11 @@ double Trainer::step(int step) {
     for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols + 1] *= scale;
   }
   const Matrix target = teacher(x, t1_, t2_);
+  if (te_) {
+    const double loss = te_->step(step, x, target, kLearningRate);
+    if (hook_.log_scalar != nullptr) hook_.log_scalar("loss", static_cast<std::uint64_t>(step), loss);
+    return loss;
+  }
   Matrix a = x;
   for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
   double loss = 0.0;
@@ -514,9 +531,16 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--batch", o.batch, "Rows per step (a multiple of 16)")->check(CLI::Range(16, 4096));
   app.add_option("--mode", o.mode,
                  "bf16, fp8 (delayed scaling, E4M3 forward, E5M2 backward), mxfp8, block (1x128 and 128x128), nvfp4, "
-                 "nvfp4_row (TE's row-scaled NVFP4 activations), or "
-                 "moe (BF16 with a mixture of experts in the middle)")
-      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4", "nvfp4_row", "moe"}));
+                 "nvfp4_row (TE's row-scaled NVFP4 activations), "
+                 "moe (BF16 with a mixture of experts in the middle), or te (casts by Transformer Engine's C API)")
+      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8", "block", "nvfp4", "nvfp4_row", "moe", "te"}));
+  std::string te_recipe = "delayed";
+  app.add_option("--te-recipe", te_recipe, "te: delayed, current, mxfp8, block or nvfp4")
+      ->check(CLI::IsMember({"delayed", "current", "mxfp8", "block", "nvfp4"}));
+  app.add_option("--te-dir", o.te.library_dir,
+                 "te: the directory of libtransformer_engine.so and the extension built against it (libte_extension.so)");
+  app.add_option("--te-uncovered-layer", o.te.uncovered_layer,
+                 "te: this layer's W is cast without TE's entry points (a cast the hook cannot see)");
   std::string moe_gemm = "lt-grouped";
   app.add_option("--moe-gemm", moe_gemm, "moe: the expert GEMMs' form: lt-grouped, cublas-grouped, batched or loop")
       ->check(CLI::IsMember({"lt-grouped", "cublas-grouped", "batched", "loop"}));
@@ -552,6 +576,15 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
     return app.exit(e);
   }
   o.moe.form = *expert_form(moe_gemm);
+  o.te.recipe = *te_recipe_from_name(te_recipe);
+  if (o.mode == "te" && o.te.library_dir.empty()) {
+    std::fprintf(stderr, "tiny_trainer: --mode te needs --te-dir\n");
+    return 2;
+  }
+  if (o.mode == "te" && (!o.serve_weights.empty() || !o.save_weights.empty())) {
+    std::fprintf(stderr, "tiny_trainer: --mode te saves and serves no weights\n");
+    return 2;
+  }
   o.moe.mxfp8 = moe_recipe == "mxfp8";
   if (o.moe.mxfp8 && o.moe.form != ExpertForm::kLtGrouped && o.moe.form != ExpertForm::kLoop) {
     std::fprintf(stderr, "tiny_trainer: --moe-recipe mxfp8 needs --moe-gemm lt-grouped or loop (cuBLAS has no "
