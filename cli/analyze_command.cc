@@ -24,6 +24,9 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   if (o.scale && !(std::isfinite(*o.scale) && *o.scale > 0.0)) {
     return Status::error("--scale: expected a finite number > 0, got " + std::to_string(*o.scale));
   }
+  if (o.amax && !(std::isfinite(*o.amax) && *o.amax >= 0.0)) {
+    return Status::error("--amax: expected a finite number >= 0, got " + std::to_string(*o.amax));
+  }
   std::vector<RecipeKind> kinds(std::begin(kDefaultRecipeKinds), std::end(kDefaultRecipeKinds));
   if (!o.recipes.empty()) {
     kinds.clear();
@@ -43,6 +46,17 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
     if (o.margin) p.recipe.margin = static_cast<float>(*o.margin);
     if (o.scale && p.recipe.per_tensor()) p.scale = static_cast<float>(*o.scale);
     if (Status s = validate(p.recipe); !s.ok()) return Status::error("--margin: " + s.message());
+    if (o.amax && p.recipe.transforms(p.operand)) {
+      return Status::error("--amax: " + std::string(recipe_name(kind)) + " transforms the tensor first; give the amax of "
+                           "its transform with --recipe nvfp4 on the transformed tensor");
+    }
+    if (o.amax && p.recipe.fp4() && p.recipe.kind != RecipeKind::kMxfp4) {
+      // NVFP4's per-tensor scale from the amax the cast used, not the tensor's own.
+      Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.operand, std::nullopt);
+      if (!spec.ok()) return spec.status();
+      p.given = spec.value();
+      p.given->tensor_amax = static_cast<float>(*o.amax);
+    }
     plans.push_back(p);
   }
   return plans;
@@ -155,6 +169,9 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
   cmd->add_option("--scale", o.scale,
                   "Scale for the per-tensor recipes (e.g. a delayed scale from an earlier step); default: "
                   "current scaling, and delayed scaling at its steady state");
+  cmd->add_option("--amax", o.amax,
+                  "NVFP4 recipes: the per-tensor amax the cast used (one all-reduced across ranks, or a column-wise "
+                  "copy's after its Hadamard transform); default: the tensor's own");
   cmd->add_option("--margin", o.margin, "Delayed scaling margin: scale = fmax * 2^-margin / amax (default 0)");
   cmd->add_option("--dtype", o.dtype,
                   "Element type of .npy files NumPy cannot name: bf16 for '<V2'/'<u2', e4m3 or e5m2 for '|V1'/'|u1', "

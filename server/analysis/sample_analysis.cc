@@ -218,6 +218,10 @@ Result<SampleAnalysis> SampleAnalyzer::cast(const Sample& s, const SamplingPolic
   stats.max_block_dynamic_range_log2 = seen.max_block_dynamic_range_log2;
   std::copy(std::begin(seen.scale_histogram), std::end(seen.scale_histogram), std::begin(stats.scale_histogram));
   RecipeOutcome o = job_outcome(s, codes, stats);
+  // The scale the cast multiplied by, exactly (1 / scale_inv need not give it back).
+  if (s.header.scale_layout == ScaleLayout::kTensorScalar && jc.spec.rule == ScaleRule::kTensorFixed) {
+    o.scale = o.scale_min = o.scale_max = jc.spec.fixed_scale;
+  }
   o.source = s.header.cast->recomputed() ? DataSource::kRecomputed : DataSource::kCastInput;
   o.job_recipe = jc.recipe;
   a.recipes.insert(a.recipes.begin(), std::move(o));

@@ -20,6 +20,7 @@ struct AnalyzeOptions {
   std::string format = "e4m3";
   std::string operand = "x";
   std::optional<double> scale;
+  std::optional<double> amax;              // NVFP4: the per-tensor amax the cast used
   std::optional<double> margin;
   std::string dtype;
   bool json = false;
