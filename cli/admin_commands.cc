@@ -247,18 +247,22 @@ int run_tensors(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     const std::string recipe = o.recipe.empty() ? "tensor_current" : o.recipe;
     char line[1024];  // job and layer are up to 200 characters each
     // One daemon serves many jobs: every row names its own.
-    std::snprintf(line, sizeof line, "%-16s %-28s %6s %-6s %-3s %4s %7s %-15s %-6s %11s %11s %10s %9s %10s %10s\n", "job",
-                  "layer", "expert", "gemm", "op", "rank", "step", "recipe", "format", "underflow", "overflow", "mse",
-                  "cosine", "scale", "current");
+    // source: what the figures come from: the job's codes alone, a BF16 operand, or the input of
+    // the job's own cast (cast; recompute for a fused one).
+    std::snprintf(line, sizeof line, "%-16s %-28s %6s %-6s %-3s %4s %7s %-15s %-6s %-9s %11s %11s %10s %9s %10s %10s\n",
+                  "job", "layer", "expert", "gemm", "op", "rank", "step", "recipe", "format", "source", "underflow",
+                  "overflow", "mse", "cosine", "scale", "current");
     out << line;
     for (const auto& t : resp.tensors()) {
       const v1::RecipeStats* r = recipe_of(t, recipe);
       if (r == nullptr || !shown(t)) continue;
       const std::string expert = t.has_expert() ? std::to_string(t.expert()) : "-";
-      std::snprintf(line, sizeof line, "%-16s %-28s %6s %-6s %-3s %4u %7llu %-15s %-6s %11s %11s %10s %9s %10s %10s\n",
+      std::snprintf(line, sizeof line,
+                    "%-16s %-28s %6s %-6s %-3s %4u %7llu %-15s %-6s %-9s %11s %11s %10s %9s %10s %10s\n",
                     t.key().job().c_str(), t.key().layer().c_str(), expert.c_str(), wire_name(t.key().gemm()),
                     wire_name(t.key().operand()),
                     t.key().rank(), static_cast<unsigned long long>(t.step()), r->recipe().c_str(), r->format().c_str(),
+                    r->source().empty() ? "-" : r->source().c_str(),
                     number(stat(*r, "underflow_ratio")).c_str(), number(stat(*r, "overflow_ratio")).c_str(),
                     number(stat(*r, "mse")).c_str(), number(stat(*r, "cosine"), "%.6f").c_str(),
                     number(r->scale()).c_str(), number(r->scale_current()).c_str());

@@ -30,7 +30,7 @@ nlohmann::json to_json(const insight::Suspect& s) {
   return {{"layer", s.tensor.layer}, {"gemm", s.tensor.gemm}, {"operand", s.tensor.operand},
           {"recipe", s.recipe.caster.name()}, {"format", s.recipe.format->name}, {"signal", s.signal},
           {"before", s.before},        {"at", s.at},                {"at_step", s.at_step},
-          {"score", s.score}};
+          {"score", s.score},          {"source", data_source_name(s.source)}};
 }
 
 nlohmann::json to_json(const insight::EarlyWarning& w) {
@@ -273,10 +273,12 @@ void print_text(const CompareOptions& o, const Comparison& c, std::ostream& out)
     char line[256];
     for (std::size_t i = 0; i < std::min(o.suspects, a.suspects.size()); ++i) {
       const insight::Suspect& x = a.suspects[i];
-      std::snprintf(line, sizeof line, "  %zu. %-40s %-6s %-3s %-15s %.3g -> %.3g at step %llu (%.1f sigma, %s %s)\n",
+      // The source says whose figure it is: the job's own cast's input (cast, recompute), its codes
+      // alone, or a high-precision operand a what-if cast.
+      std::snprintf(line, sizeof line, "  %zu. %-40s %-6s %-3s %-15s %.3g -> %.3g at step %llu (%.1f sigma, %s %s, from %s)\n",
                     i + 1, x.tensor.layer.c_str(), x.tensor.gemm.c_str(), x.tensor.operand.c_str(), x.signal.c_str(),
                     x.before, x.at, static_cast<unsigned long long>(x.at_step), x.score, x.recipe.caster.name(),
-                    x.recipe.format->name);
+                    x.recipe.format->name, data_source_name(x.source));
       out << line;
     }
     if (a.suspects.empty()) out << "  no tensor was sampled both before and around this step\n";

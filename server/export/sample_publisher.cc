@@ -152,6 +152,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     rs.scale = o.scale.value_or(o.scale_min);
     rs.scale_max = o.scale_max;
     rs.scale_current = current;
+    rs.source = o.source;
     if (o.caster.is_job()) rs.scale_layout = o.scale_layout;
     for (const Statistic& st : statistics()) {
       if (!st.per_recipe() || st.applies_to(o.caster.is_job(), o.block_scaled(), o.referenced())) {

@@ -182,6 +182,7 @@ void tensor_to_wire(const TensorSummary& t, v1::TensorSummary& w) {
     rs->set_scale_max(r.scale_max);
     rs->set_scale_current(r.scale_current);
     if (r.scale_layout != ScaleLayout::kNone) rs->set_scale_mode(wire::to_wire(r.scale_layout));
+    rs->set_source(data_source_name(r.source));
     for (const auto& [st, value] : r.statistics) (*rs->mutable_statistics())[st->key] = value;
   }
 }

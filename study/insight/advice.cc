@@ -136,6 +136,8 @@ Sources choose_sources(const TensorKey& key, const TensorRecords& own, const Run
   src.delayed =
       src.block ? nullptr : what_if->find(RecipeKind::kTensorDelayed, src.current != nullptr ? nullptr : &src.current_format);
   if (src.current == nullptr && src.delayed == nullptr) a.what_if_source.clear();
+  const std::vector<RecordPoint>* what_ifs = src.current != nullptr ? src.current : src.delayed;
+  if (what_ifs != nullptr && !what_ifs->empty()) a.what_if_data = what_ifs->back().source;
   src.observed = own.find(Caster::job(), &a.observed_format);
   src.mxfp8 = what_if->find(RecipeKind::kMxfp8);
   return src;

@@ -69,8 +69,10 @@ int transformer_layer_index(const std::string& module) {
 
 void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_rows) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5s %s\n", "risk", "layer",
-                "gemm", "op", "judged_by", "underflow", "d.overflw", "sqnr_dB", "1-cosine", "code_sat", "blame",
+  // from: what the what-ifs read: the run's own tensors where its casts were captured (cast,
+  // recompute), BF16 operands (gemm), the baseline's (see below), or nothing (-).
+  std::snprintf(line, sizeof line, "%-5s %-40s %-6s %-3s %-14s %-9s %-9s %-9s %-7s %-9s %-9s %-5s %s\n", "risk", "layer",
+                "gemm", "op", "judged_by", "from", "underflow", "d.overflw", "sqnr_dB", "1-cosine", "code_sat", "blame",
                 "recommendation");
   out << line;
   std::size_t rows = 0;
@@ -79,9 +81,12 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
       out << "... " << a.tensors.size() - max_rows << " more tensors (all of them with --top 0)\n";
       break;
     }
-    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-14s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
+    const std::string from = t.what_if_source.empty()  ? "-"
+                             : t.what_if_source != a.run ? "baseline"
+                                                         : data_source_name(t.what_if_data);
+    std::snprintf(line, sizeof line, "%-5.2f %-40s %-6s %-3s %-14s %-9s %-9s %-9s %-7s %-9s %-9s %-5zu %s\n", t.risk,
                   t.tensor.layer.c_str(), t.tensor.gemm.c_str(), t.tensor.operand.c_str(), recipe_name(t.what_if_recipe),
-                  number(t.underflow_current).c_str(), number(t.overflow_delayed).c_str(),
+                  from.c_str(), number(t.underflow_current).c_str(), number(t.overflow_delayed).c_str(),
                   number(t.sqnr_current_db, "%.1f").c_str(), number(t.one_minus_cosine).c_str(),
                   number(t.saturation_observed).c_str(), t.spike_blame, recommendation_name(t.recommendation));
     out << line;
@@ -330,6 +335,7 @@ std::string advice_json(const RunAdvice& a) {
                         {"lagging_share", finite(t.lagging_share)},
                         {"saturation_observed", finite(t.saturation_observed)},
                         {"what_if_source", t.what_if_source},
+                        {"what_if_data", data_source_name(t.what_if_data)},
                         {"what_if_recipe", recipe_name(t.what_if_recipe)},
                         {"observed_layout", t.observed_layout == ScaleLayout::kNone ? "" : scale_layout_name(t.observed_layout)},
                         {"spike_blame", t.spike_blame}};

@@ -85,7 +85,7 @@ Attribution attribute(const RunRecords& run, std::uint64_t onset, const std::str
           const double score = (v - center) / sigma;
           Suspect& slot = best[tensor];
           if (slot.signal.empty() || score > slot.score) {
-            slot = Suspect{tensor, recipe, s.name, shown(s, center), shown(s, v), score, p->step};
+            slot = Suspect{tensor, recipe, s.name, shown(s, center), shown(s, v), score, p->step, p->source};
           }
         }
       }

@@ -188,6 +188,7 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
       p.statistics[i] = columns[i] < r.statistics.size() ? r.statistics[columns[i]] : std::nan("");
     }
     p.codes_digest = r.codes_digest;
+    p.source = r.source;
     series->second.add(p);
     if (++out.records % 4096 == 0 && progress) progress(out.records, total.value());
     return true;

@@ -125,7 +125,8 @@ void advice_section(const insight::RunStudy& s, std::ostringstream& out) {
         << number(t.risk, "%.2f") << "</td>" << cell(t.tensor.layer) << cell(t.tensor.gemm) << cell(t.tensor.operand)
         << cell(number(t.underflow_current), true) << cell(number(t.overflow_delayed), true)
         << cell(number(t.sqnr_current_db, "%.1f"), true) << cell(number(t.one_minus_cosine), true)
-        << cell(t.what_if_source.empty() ? "-" : t.what_if_source) << cell(number(t.saturation_observed), true)
+        << cell(t.what_if_source.empty() ? "-" : t.what_if_source + " (" + data_source_name(t.what_if_data) + ")")
+        << cell(number(t.saturation_observed), true)
         << cell(std::to_string(t.spike_blame), true) << cell(replay)
         << cell(insight::recommendation_name(t.recommendation)) << cell(t.reason) << "</tr>";
   }
@@ -172,8 +173,15 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
       {Caster::recipe(RecipeKind::kTensorDelayed), "overflow_ratio", "overflow ratio, delayed scaling", false},
       {Caster::job(), "saturation_ratio", "codes at +-max, the job's own casts", true},
       {Caster::job(), "block_scale_floor_ratio", "block scales at the scale format's floor, the job's own", true}};
-  auto recipe_of = [](const Map& spec, const insight::TensorAdvice& t) {
-    return spec.recipe.value_or(Caster::recipe(t.what_if_recipe));
+  // The underflow a row shows is the job's own where its casts were captured with their inputs,
+  // else the what-if's.
+  auto recipe_of = [&](const Map& spec, const insight::TensorAdvice& t) {
+    if (spec.recipe) return *spec.recipe;
+    const auto* own = series_of(s, t.tensor, Caster::job()).first;
+    const bool referenced = own != nullptr && std::any_of(own->begin(), own->end(), [](const insight::RecordPoint& p) {
+      return p.source == DataSource::kCastInput || p.source == DataSource::kRecomputed;
+    });
+    return referenced ? Caster::job() : Caster::recipe(t.what_if_recipe);
   };
   auto drawn = [](const Map& spec, const insight::TensorAdvice& t) {
     return spec.block_scaled_rows || t.observed_layout == ScaleLayout::kNone;
@@ -229,7 +237,8 @@ void heatmap_section(const insight::RunStudy& s, const ReportOptions& o, std::os
       std::string names;
       for (const Caster r : recipes) names += (names.empty() ? "" : ", ") + std::string(r.name());
       title += recipes == std::set<Caster>{Caster::recipe(RecipeKind::kTensorCurrent)} ? "current scaling"
-                                                                                       : "the job's recipe (" + names + ")";
+               : recipes == std::set<Caster>{Caster::job()} ? "the job's own casts, from their inputs"
+                                                            : "the job's recipe (" + names + ")";
     }
     map.title = title + " (run " + from + ")";
     if (!map.rows.empty()) out << "<div>" << render(map) << "</div>";

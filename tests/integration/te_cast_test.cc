@@ -298,7 +298,8 @@ TEST_CASE("TE 2.3's ABI, pointer handles and the old NVTEShape, is read the same
   }
 }
 
-TEST_CASE("history --format nvdlfw writes TE's LogFp8TensorStats lines from the run's own figures", "[te]") {
+TEST_CASE("history --format nvdlfw, tensors and advise show the run's own figures and say where they come from",
+          "[te]") {
   TempDir dir;
   DaemonProcess daemon(dir.file("data"));
   const std::string dumps = dir.file("dump");
@@ -345,5 +346,16 @@ TEST_CASE("history --format nvdlfw writes TE's LogFp8TensorStats lines from the 
     char want[32];
     std::snprintf(want, sizeof want, "%.4f", amax);
     CHECK(values.at("mlp.1_weight_cur_amax 000005") == want);
+    // advise judges the run's own tensors, and says so (from: cast, or recompute for a fused one).
+    const ProcessResult advise = cli({"advise", "--endpoint", daemon.grpc(), "--run", run});
+    REQUIRE(advise.exit_code == 0);
+    CHECK(advise.out.find(" cast ") != std::string::npos);
+    CHECK(advise.out.find("baseline") == std::string::npos);
   }
+  // The live table names each figure's source too.
+  const ProcessResult tensors = cli({"tensors", "--endpoint", daemon.grpc(), "--recipe", "observed"});
+  REQUIRE(tensors.exit_code == 0);
+  CHECK(tensors.out.find(" source ") != std::string::npos);
+  CHECK(tensors.out.find(" recompute ") != std::string::npos);
+  CHECK(tensors.out.find(" cast ") != std::string::npos);
 }

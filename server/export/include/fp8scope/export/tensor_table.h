@@ -13,6 +13,7 @@
 #include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/kernels/status.h"
+#include "fp8scope/vocabulary/cast_capture.h"
 #include "fp8scope/vocabulary/caster.h"
 #include "fp8scope/vocabulary/dtype.h"
 #include "fp8scope/vocabulary/gemm_role.h"
@@ -29,6 +30,7 @@ struct RecipeSummary {
   double scale_max = 0;      // blocks: the largest block scale
   double scale_current = 0;  // what current scaling would choose in this recipe's format
   ScaleLayout scale_layout = ScaleLayout::kNone;  // observed: how the job laid out its scales
+  DataSource source = DataSource::kGemmOperand;   // what the figures come from
   std::vector<std::pair<const Statistic*, double>> statistics;  // those that apply, in table order
 
   // NaN when the statistic is not among them.

@@ -68,6 +68,9 @@ struct TensorAdvice {
                                    // with margin 0 the amax itself lands there)
   std::size_t spike_blame = 0;     // onsets at which this tensor was the first suspect
   std::string what_if_source;      // whose BF16 tensor the what-ifs come from: the run or its baseline
+  // What that tensor was: a high-precision GEMM operand, or the input of the job's own cast (an
+  // FP8 or FP4 run's own tensor, captured where Transformer Engine cast it, or recomputed).
+  DataSource what_if_data = DataSource::kGemmOperand;
   std::optional<ReplaySuggestion> replay;
   const FloatFormat* observed_format = nullptr;    // the format the job cast this tensor to, if it did
   ScaleLayout observed_layout = ScaleLayout::kNone;  // the job's block-scale layout, if it used one

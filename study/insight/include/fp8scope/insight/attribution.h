@@ -29,6 +29,7 @@ struct Suspect {
   double at = 0;            // its worst value in the onset window
   double score = 0;         // (at - before) in robust sigmas of the past, on the signal's scale
   std::uint64_t at_step = 0;
+  DataSource source = DataSource::kGemmOperand;  // what the figure at at_step came from
 };
 
 struct Attribution {

@@ -76,6 +76,7 @@ struct RecordPoint {
   double scale_max = 0;            // block-scaled codes: the largest block scale (scale is the smallest)
   std::array<double, kStudiedStatisticCount> statistics{};  // kStudiedStatistics; NaN = not computed
   std::string codes_digest;        // see HistoryRecord
+  DataSource source = DataSource::kGemmOperand;  // what its figures came from (see HistoryRecord)
 };
 
 struct TensorRecords {
