@@ -3,6 +3,8 @@
 #include "fp8scope/cli/number_checks.h"
 
 #include <CLI/CLI.hpp>
+#include <cstring>
+#include <optional>
 #include <unistd.h>
 
 #include "fp8scope/daemon_client/sample_stream.h"
@@ -46,16 +48,30 @@ void add_push_command(CLI::App& app, PushOptions& o) {
   cmd->add_option("--expert-tokens", o.expert_tokens, "With --expert: the tokens routed to each expert of the call")
       ->delimiter(',');
   cmd->add_option("--valid-rows", o.valid_rows, "Rows holding tokens; the rest of the first dimension is padding");
+  cmd->add_option("--cast-input", o.cast_input,
+                  "Codes: the high-precision tensor they were cast from (.npy/.safetensors, its first tensor; f32, bf16 "
+                  "or f16), sent with them so the daemon reports the cast's own error and checks its codes");
+  cmd->add_option("--cast-recipe", o.cast_recipe,
+                  "With --cast-input: the cast's recipe: tensor_delayed, tensor_current, mxfp8, block_1x128, "
+                  "block_128x128 or nvfp4");
+  cmd->add_option("--cast-scale", o.cast_scale, "With --cast-input, per-tensor recipes: the scale the cast multiplied by");
+  cmd->add_option("--cast-amax", o.cast_amax, "With --cast-input, nvfp4: the per-tensor amax the cast used");
+  cmd->add_flag("--cast-columnwise", o.cast_columnwise, "With --cast-input: the codes are the cast's column-wise copy");
+  cmd->add_flag("--cast-transposed", o.cast_transposed, "With --cast-input: the codes are the input's transpose");
+  cmd->add_flag("--cast-2d", o.cast_2d, "With --cast-input: NVFP4's 16x16 or MXFP8's 32x32 blocks");
 }
 
 namespace {
 
-// What push sends: the file's tensors asked for and, for a job's own block-scaled codes, their scales.
+// What push sends: the file's tensors asked for and, for a job's own block-scaled codes, their
+// scales, and the input of the cast that wrote them.
 struct PushInput {
   TensorFile file;
   const ScaleLayoutTerm* layout = nullptr;
   ScaleSource scales;
   std::vector<const FileTensor*> chosen;
+  std::optional<TensorFile> cast_file;
+  std::optional<RecipeKind> cast_recipe;
 };
 
 Result<PushInput> read_input(const PushOptions& o) {
@@ -63,7 +79,7 @@ Result<PushInput> read_input(const PushOptions& o) {
   if (!o.dtype.empty()) read.npy_raw_dtype = dtype_from_name(o.dtype);
   Result<TensorFile> file = read_tensor_file(o.file, read);
   if (!file.ok()) return file.status();
-  PushInput in{std::move(file).value(), nullptr, {}, {}};
+  PushInput in{std::move(file).value(), nullptr, {}, {}, std::nullopt, std::nullopt};
   if (!o.scale_layout.empty()) {
     in.layout = scale_layout_from_name(o.scale_layout);
     if (in.layout == nullptr || in.layout->value == ScaleLayout::kTensorScalar || o.scales.empty()) {
@@ -82,13 +98,59 @@ Result<PushInput> read_input(const PushOptions& o) {
     if (wanted && t.dtype && t.numel() > 0 && t.name != in.scales.tensor) in.chosen.push_back(&t);
   }
   if (in.chosen.empty()) return Status::error(o.file + ": no floating-point tensor to send");
+  if (!o.cast_input.empty()) {
+    in.cast_recipe = recipe_kind_from_name(o.cast_recipe);
+    const bool known = in.cast_recipe && (*in.cast_recipe == RecipeKind::kTensorDelayed ||
+                                          *in.cast_recipe == RecipeKind::kTensorCurrent || *in.cast_recipe == RecipeKind::kMxfp8 ||
+                                          *in.cast_recipe == RecipeKind::kBlock1x128 ||
+                                          *in.cast_recipe == RecipeKind::kBlock128x128 || *in.cast_recipe == RecipeKind::kNvfp4);
+    if (!known) {
+      return Status::error("--cast-recipe: expected tensor_delayed, tensor_current, mxfp8, block_1x128, block_128x128 or "
+                           "nvfp4, got '" + o.cast_recipe + "'");
+    }
+    Result<TensorFile> cast = read_tensor_file(o.cast_input, ReadOptions{});
+    if (!cast.ok()) return cast.status();
+    const FileTensor& t = cast.value().tensors().front();
+    if (!t.dtype || (*t.dtype != DType::kF32 && *t.dtype != DType::kBF16 && *t.dtype != DType::kF16)) {
+      return Status::error("--cast-input: expected an f32, bf16 or f16 tensor, got " + t.file_dtype);
+    }
+    if (in.chosen.size() != 1) return Status::error("--cast-input: goes with one tensor of codes (--tensor)");
+    in.cast_file = std::move(cast).value();
+  }
   if (!o.expert_tokens.empty() && (o.expert < 0 || static_cast<std::uint64_t>(o.expert) >= o.expert_tokens.size())) {
     return Status::error("--expert-tokens: expected one count per expert of the call, --expert among them");
   }
   return in;
 }
 
-// One tensor as a sample: its header, and its payload (the codes, then any scale tensor).
+// The cast's part after the codes and scales: CastScalars (the scale, the amax for both copies, no
+// no-op flag), then its input, as the hook sends one (vocabulary/cast_capture.h).
+void add_cast(const PushOptions& o, const PushInput& in, v1::TensorHeader& h, std::vector<std::uint8_t>& payload) {
+  const FileTensor& t = in.cast_file->tensors().front();
+  const auto rows = static_cast<std::uint64_t>(t.view().rows), cols = static_cast<std::uint64_t>(t.view().cols);
+  const CastLayout layout = cast_layout(CastSource::kInput, rows, cols, *t.dtype, *t.dtype);
+  v1::CastPart* c = h.mutable_cast();
+  c->set_source(wire::to_wire(CastSource::kInput));
+  c->set_recipe(wire::to_wire(*in.cast_recipe));
+  c->set_input_dtype(wire::to_wire(*t.dtype));
+  c->set_param_dtype(wire::to_wire(*t.dtype));
+  c->set_rows(static_cast<std::int64_t>(rows));
+  c->set_cols(static_cast<std::int64_t>(cols));
+  c->set_columnwise(o.cast_columnwise);
+  c->set_transposed(o.cast_transposed);
+  c->set_two_dimensional(o.cast_2d);
+  c->set_power_of_2_scales(true);  // Float8BlockScaling's default
+  c->set_entry_point("push");
+  c->set_bytes(layout.total);
+  const CastScalars scalars{o.cast_scale, o.cast_amax, o.cast_amax, 0.0f};
+  const std::size_t at = payload.size();
+  payload.resize(at + layout.total, 0);
+  std::memcpy(payload.data() + at, &scalars, sizeof scalars);
+  std::memcpy(payload.data() + at + layout.offset[static_cast<int>(CastPart::kInput)], t.bytes.data(), t.bytes.size());
+}
+
+// One tensor as a sample: its header, and its payload (the codes, then any scale tensor, then the
+// cast that wrote them).
 std::pair<v1::TensorHeader, std::vector<std::uint8_t>> sample_of(const PushOptions& o, const PushInput& in,
                                                                  const FileTensor& t, GemmRole gemm, Operand operand) {
   v1::TensorHeader h;
@@ -117,6 +179,7 @@ std::pair<v1::TensorHeader, std::vector<std::uint8_t>> sample_of(const PushOptio
     h.set_k_is_outer(o.k_outer);
     h.set_global_scale_inv(o.global_scale_inv);
   }
+  if (in.cast_file) add_cast(o, in, h, payload);
   return {std::move(h), std::move(payload)};
 }
 

@@ -213,6 +213,16 @@ class LivePrometheus(unittest.TestCase):
             cls.push(endpoint, f"expert{expert}", x, "blocks.2.mlp.experts", "x", 4,
                      extra=("--expert", str(expert), "--expert-tokens", ",".join(map(str, tokens)),
                             "--valid-rows", str(routed)))
+        # A job's own cast, sent with its input as the hook sends a Transformer Engine cast: E4M3
+        # codes of values E4M3 holds exactly, under scale 1 (the daemon's code check has data).
+        exact = np.array([0.5, -1.0, 1.5, 2.0, -3.0, 448.0, 0.015625, 0.0], np.float32)
+        cast_input = np.tile(exact, (16, 8)).astype(np.float32)
+        cast_codes = np.tile(np.array([0x30, 0xB8, 0x3C, 0x40, 0xC4, 0x7E, 0x08, 0x00], np.uint8), (16, 8))
+        np.save(os.path.join(cls.tmp, "cast_input.npy"), cast_input)
+        np.save(os.path.join(cls.tmp, "cast_codes.npy"), cast_codes)
+        cls.push(endpoint, "cast", cast_codes, "blocks.3.mlp.fc1", "x", 4,
+                 extra=("--dtype", "e4m3", "--scale-inv", "1", "--cast-input", os.path.join(cls.tmp, "cast_input.npy"),
+                        "--cast-recipe", "tensor_delayed", "--cast-scale", "1"))
         if endpoint == cls.grpc:  # the first node refuses samples over 64 KiB
             cls.push(endpoint, "too_large", np.ones((64, 512), np.float32), "blocks.1.mlp.fc1", "x", 4, expect_code=3)
 

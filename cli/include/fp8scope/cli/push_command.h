@@ -33,6 +33,11 @@ struct PushOptions {
   std::int64_t expert = -1;
   std::vector<std::uint64_t> expert_tokens;
   std::uint64_t valid_rows = 0;
+  // The cast that wrote the codes (protocol 4): its high-precision input (a .npy or .safetensors
+  // file's first tensor, f32, bf16 or f16), its recipe and the scale or amax it used.
+  std::string cast_input, cast_recipe;
+  float cast_scale = 0.0f, cast_amax = 0.0f;
+  bool cast_columnwise = false, cast_transposed = false, cast_2d = false;
 };
 
 void add_push_command(CLI::App& app, PushOptions& options);
