@@ -279,6 +279,19 @@ health = dashboard(
               description="Tensor series each daemon exports, and those not created because --max-series was reached."),
         trend("Daemon up", f'up{{job="fp8scoped", {WHERE}}}', "{{instance}} {{node}}", 12, 24, "short",
               "1 while Prometheus scrapes the daemon, 0 when it does not answer."),
+        # Transformer Engine's casts: what the samples' own figures came from (FP8 and FP4 operands
+        # sent without their cast are the drops panel's client_cast_uncovered).
+        trend("Samples with their cast", f"sum by (job, source) (rate(fp8scope_cast_samples_total{D}[5m]))",
+              "{{job}} {{source}}", 0, 32, "ops",
+              "Samples per second that came with the Transformer Engine cast that wrote their codes, by what their "
+              "figures were computed from (cast: its input; recompute: a fused kernel's inputs; noop: the cast wrote "
+              "nothing)."),
+        panel("The code check of fp8scope's model against the job's own casts", "timeseries",
+              [target(f"sum by (job, recipe) (rate(fp8scope_cast_code_mismatches_total{D}[5m])) / sum by (job, recipe) "
+                      f"(rate(fp8scope_cast_codes_compared_total{D}[5m]))", "{{job}} {{recipe}}", "A")],
+              12, 32, unit="percentunit",
+              description="Share of the job's codes (and block scales) that fp8scope's model of the recipe casts "
+                          "differently from the same input: 0 while the model is right (FP8ScopeCastModelMismatch)."),
     ], [DATASOURCE, NODE, INSTANCE])
 
 DASHBOARDS = {"fp8scope-overview.json": overview, "fp8scope-layer.json": layer, "fp8scope-gemm.json": gemm,
