@@ -10,7 +10,11 @@
 //    arrays, as TE's grouped GEMM issues it): unsampled (target: what an unsampled dense call
 //    adds), and sampled, every expert's two operands gathered by the gather kernel (16 samples);
 //    and the same in MXFP8 (E4M3 codes, each group's VEC32_UE8M0 scale tensor through a device
-//    array of pointers, gathered by the second kernel after its codes).
+//    array of pointers, gathered by the second kernel after its codes);
+//  - a Transformer Engine cast (nvte_quantize_v2 of the TE stand-in, tests/fixtures/te/, BF16 16 x 32
+//    into E4M3 under delayed scaling): unsampled (target: tens of ns added), and sampled, its input
+//    and scalars copied into the cast stash on the calling thread (target <= 10 us added), against
+//    the library's own nvte_quantize_v2 called directly.
 // Each hooked run reports "added_ns": its median less the median of its direct call.
 // The binary runs itself again with LD_PRELOAD=libfp8scope_hook.so so the hook interposes exactly
 // as in a training job, and is itself the shipper the hook starts: a drainer that frees each record
@@ -195,6 +199,60 @@ MatmulFn direct() {
 
 MatmulFn hooked() { return &cublasLtMatmul; }  // resolves to the preloaded hook
 
+// One TE cast as TE's extension makes it (te_fixture_api.h, TE 2.20's ABI), its tensors built once:
+// BF16 16 x 32 into E4M3 rows and its transposed copy under delayed scaling (scale and amax).
+struct TeCast {
+  using QuantizeFn = void (*)(void*, void*, void*, CUstream);
+  void* library = nullptr;
+  QuantizeFn direct = nullptr, hooked = nullptr;
+  void *input = nullptr, *output = nullptr, *config = nullptr;
+  std::vector<std::uint16_t> x = std::vector<std::uint16_t>(16 * 32, 0x3F80);  // 1.0 in BF16
+  std::vector<std::uint8_t> codes = std::vector<std::uint8_t>(16 * 32), transposed = std::vector<std::uint8_t>(16 * 32);
+  float scale = 448.0f, scale_inv = 0.0f, transposed_scale_inv = 0.0f, amax = 0.0f;
+
+  TeCast() {
+    library = dlopen(FP8SCOPE_TE_LIBRARY, RTLD_NOW | RTLD_GLOBAL);  // as TE's package loads it
+    if (library == nullptr) return;
+    direct = reinterpret_cast<QuantizeFn>(dlsym(library, "nvte_quantize_v2"));
+    hooked = reinterpret_cast<QuantizeFn>(dlsym(RTLD_DEFAULT, "nvte_quantize_v2"));  // the hook's
+    const auto create = reinterpret_cast<void* (*)(int)>(dlsym(library, "nvte_create_tensor"));
+    const auto set = reinterpret_cast<void (*)(void**, int, const void*)>(dlsym(library, "nvte_set_tensor_param"));
+    const auto make_shape = reinterpret_cast<Shape (*)(const size_t*, size_t)>(dlsym(library, "nvte_make_shape"));
+    const auto create_config = reinterpret_cast<void* (*)()>(dlsym(library, "nvte_create_quantization_config"));
+    const auto param = [&](void** t, int which, void* ptr, int dtype, std::vector<size_t> dims) {
+      Basic b{ptr, dtype, make_shape(dims.data(), dims.size())};
+      set(t, which, &b);
+    };
+    input = create(0);
+    param(&input, 0, x.data(), 6, {16, 32});
+    output = create(0);
+    param(&output, 0, codes.data(), 7, {16, 32});
+    param(&output, 1, transposed.data(), 7, {32, 16});
+    param(&output, 2, &scale, 4, {1});
+    param(&output, 3, &amax, 4, {1});
+    param(&output, 4, &scale_inv, 4, {1});
+    param(&output, 5, &transposed_scale_inv, 4, {1});
+    config = create_config();
+  }
+  void run(QuantizeFn f) { f(input, output, config, nullptr); }
+
+ private:
+  struct Shape {
+    size_t data[15];
+    size_t ndim;
+  };
+  struct Basic {
+    void* ptr;
+    int dtype;
+    Shape shape;
+  };
+};
+
+TeCast& te_cast() {
+  static TeCast c;
+  return c;
+}
+
 void fp8scope_step(std::uint64_t step) {
   static auto f = reinterpret_cast<void (*)(std::uint64_t)>(dlsym(RTLD_DEFAULT, "fp8scope_step"));
   if (f != nullptr) f(step);
@@ -217,6 +275,11 @@ void direct_grouped_call(benchmark::State& state, GroupedProblem& p) {
 void BM_DirectCallGrouped(benchmark::State& state) { direct_grouped_call(state, grouped()); }
 void BM_DirectCallGroupedMxfp8(benchmark::State& state) { direct_grouped_call(state, grouped_mxfp8()); }
 void BM_DirectCallNvfp4(benchmark::State& state) { direct_block_call(state, nvfp4()); }
+void BM_DirectCallTeCast(benchmark::State& state) {
+  TeCast& c = te_cast();
+  if (c.direct == nullptr) return state.SkipWithError("no TE stand-in at " FP8SCOPE_TE_LIBRARY);
+  for (auto _ : state) c.run(c.direct);
+}
 
 // Must run before anything calls fp8scope_step (the C API then becomes the step source for good).
 void BM_HookedUnsampledStepsFromSignature(benchmark::State& state) {
@@ -231,6 +294,13 @@ void BM_HookedUnsampledStepsFromApi(benchmark::State& state) {
 void BM_HookedUnsampledGrouped(benchmark::State& state) {
   fp8scope_step(1);
   for (auto _ : state) benchmark::DoNotOptimize(grouped().run(hooked()));
+}
+
+void BM_HookedUnsampledTeCast(benchmark::State& state) {
+  fp8scope_step(1);
+  TeCast& c = te_cast();
+  if (c.hooked == nullptr || c.hooked == c.direct) return state.SkipWithError("the hook does not interpose nvte_quantize_v2");
+  for (auto _ : state) c.run(c.hooked);
 }
 
 // Untimed: sampled calls that write the whole ring once (kRingBytes, below), so the timed calls
@@ -270,14 +340,23 @@ void hooked_grouped_call(benchmark::State& state, GroupedProblem& p) {
 void BM_HookedSampledGrouped(benchmark::State& state) { hooked_grouped_call(state, grouped()); }
 void BM_HookedSampledGroupedMxfp8(benchmark::State& state) { hooked_grouped_call(state, grouped_mxfp8()); }
 
+// Each sampled cast copies its input (1 KiB) and scalars into the cast stash, where the next cast
+// of the same output supersedes it: no GEMM reads them, so no record is written.
+void BM_HookedSampledTeCast(benchmark::State& state) {
+  fp8scope_step(std::uint64_t{1} << 62);
+  TeCast& c = te_cast();
+  if (c.hooked == nullptr || c.hooked == c.direct) return state.SkipWithError("the hook does not interpose nvte_quantize_v2");
+  for (auto _ : state) c.run(c.hooked);
+}
+
 // Adds "added_ns" to each hooked run: its median less its direct call's median, same run.
-std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8"
+std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8", "TeCast"
 
 void added_time(const std::string& name, double seconds, benchmark::UserCounters& counters) {
   const double ns = seconds * 1e9;
   const std::string family = name.substr(0, name.find('/'));
   std::string kind;  // the direct call a hooked one is held to
-  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8"}) {  // the longest suffix last
+  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8", "TeCast"}) {  // the longest suffix last
     if (family.ends_with(k)) kind = k;
   }
   if (family.rfind("BM_DirectCall", 0) == 0) g_direct_ns[kind] = ns;
@@ -290,14 +369,17 @@ BENCHMARK(BM_DirectCallMxfp8)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallNvfp4)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallGroupedMxfp8)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DirectCallTeCast)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromSignature)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromApi)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedUnsampledTeCast)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampled)->Iterations(20000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledMxfp8)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledNvfp4)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledGrouped)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledGroupedMxfp8)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedSampledTeCast)->Iterations(20000)->Repetitions(3)->ReportAggregatesOnly(true);
 
 // Started by the hook as its shipper (the ring's fd in FP8SCOPE_SHM_FD): frees every record as it
 // is published, until the benchmark process is gone.

@@ -4,7 +4,7 @@
 # the CPU engine, the hardware FP8 cast with the software one, times the statistics against a
 # device-to-device copy and the cuBLASLt GEMM check, and prints a table. With .carry/ from
 # scripts/gpu-carry.sh beside it, it then runs the hook on the real libraries, block-scaled GEMMs
-# included (see below).
+# included, and Transformer Engine's casts where TE is importable (see below).
 # Finishes in a few minutes.
 #   scripts/gpu-check.sh [CUDA architecture, default: the GPU's own, e.g. 90]
 set -euo pipefail
@@ -94,6 +94,21 @@ PY
       python3 scripts/gpu_torch_check.py train "$work/expected.json"
     sleep 5  # the last samples are analyzed asynchronously
     python3 scripts/gpu_torch_check.py compare "$work/expected.json" "$metrics" || true
+  fi
+  # Transformer Engine's casts on the real TE, where it is importable: a LayerNormMLP and a Linear
+  # trained under TE's autocast, the daemon's code check of fp8scope's model against TE's codes.
+  # Elsewhere (the stand-in in tests/fixtures/te/ is what CI checks) it says why not.
+  if te_why=$(python3 -c "import transformer_engine.pytorch" 2>&1); then
+    te_recipes=(delayed current)
+    if [ "$arch" -ge 100 ]; then te_recipes+=(mxfp8 nvfp4); fi
+    for recipe in "${te_recipes[@]}"; do
+      "$carry/bin/fp8scope" run --endpoint "$grpc" --every 1 --job "te-$recipe" -- \
+        python3 scripts/gpu_te_check.py train "$recipe" || echo "te $recipe: the TE run failed"
+    done
+    sleep 3
+    for recipe in "${te_recipes[@]}"; do python3 scripts/gpu_te_check.py check "$metrics" "te-$recipe" || true; done
+  else
+    echo "TE casts: not checked on this GPU: transformer_engine.pytorch does not import (${te_why##*$'\n'})"
   fi
   "$carry/bin/fp8scope" status --endpoint "$grpc"
   "$carry/bin/fp8scope" tensors --endpoint "$grpc" --top 12
