@@ -1,6 +1,7 @@
 // The .npy and .safetensors readers: every real file from the reference writers parses with the
 // contents its README lists, and every malformed file is refused with a line naming the problem.
 #include "fp8scope/tensorfile/tensor_file.h"
+#include "fp8scope/tensorfile/safetensors_header.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -114,6 +115,16 @@ TEST_CASE("real files from the reference writers parse with their documented con
     const FileTensor& t = fortran.value().tensors()[0];
     for (std::size_t i = 0; i < 6; ++i) CHECK(element(t, i) == std::vector<float>{0, 2, 4, 1, 3, 5}[i]);  // C order
   }
+}
+
+TEST_CASE("every safetensors dtype's bits are its float format's and its element type's", "[tensor_file]") {
+  for (const fp8scope::tensorfile::SafetensorsDtype& d : fp8scope::tensorfile::safetensors_dtypes()) {
+    INFO(d.name);
+    if (d.codes != nullptr) CHECK(fp8scope::code_bits(*d.codes) == d.bits);
+    if (d.dtype) CHECK(fp8scope::dtype_bits(*d.dtype) == d.bits);
+    CHECK((d.dtype.has_value() == (std::string(d.skip_reason).empty())));
+  }
+  CHECK(fp8scope::tensorfile::find_safetensors_dtype("F8_E4M3FNUZ")->codes == &fp8scope::kE4M3Fnuz);
 }
 
 TEST_CASE(".npy variants np.save and ml_dtypes write", "[tensor_file]") {

@@ -40,7 +40,14 @@ static_assert(vocabulary::well_formed(kDTypes));
 constexpr const DTypeTerm* dtype_info(DType d) { return vocabulary::row_of(kDTypes, d); }
 constexpr const char* dtype_name(DType d) { return vocabulary::name_of(kDTypes, d); }
 constexpr std::optional<DType> dtype_from_name(std::string_view name) { return vocabulary::value_named(kDTypes, name); }
-constexpr int dtype_bits(DType d) { return dtype_info(d) ? dtype_info(d)->bits : 0; }
+// A loop rather than dtype_info()'s pointer: GCC's -fsanitize=undefined makes comparing a table
+// row's address with null non-constant, and static_asserts call these.
+constexpr int dtype_bits(DType d) {
+  for (const DTypeTerm& t : kDTypes) {
+    if (t.value == d) return t.bits;
+  }
+  return 0;
+}
 // Bytes per element of the byte-addressed types; 0 for FP4 (see tensor_bytes) and unknown types.
 constexpr int dtype_bytes(DType d) { return dtype_bits(d) % 8 == 0 ? dtype_bits(d) / 8 : 0; }
 constexpr bool dtype_is_codes(DType d) { return dtype_info(d) && dtype_info(d)->codes; }

@@ -29,6 +29,7 @@ struct SafetensorsDtype {
   const FloatFormat* codes;    // a low-precision float's row (float_formats.h), else null
 };
 const SafetensorsDtype* find_safetensors_dtype(std::string_view name);
+std::span<const SafetensorsDtype> safetensors_dtypes();
 
 struct SafetensorsEntry {
   std::string name;
