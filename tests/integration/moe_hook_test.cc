@@ -34,18 +34,6 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> child_env() {
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  return {std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"};
-}
-
 std::vector<std::string> moe_args(const std::string& form, const std::string& losses, std::vector<std::string> more = {}) {
   std::vector<std::string> args = {"--mode", "moe", "--moe-gemm", form, "--experts", "6", "--top-k", "2",
                                    "--batch", "32", "--hidden", "32", "--steps", "30", "--losses", losses};
@@ -56,7 +44,7 @@ std::vector<std::string> moe_args(const std::string& form, const std::string& lo
 ProcessResult plain(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {FP8SCOPE_TINY_TRAINER};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv, child_env(), 300.0);
+  return run_process(argv, preload_env(), 300.0);
 }
 
 ProcessResult hooked(const DaemonProcess& d, const std::string& run, const std::vector<std::string>& args,
@@ -66,7 +54,7 @@ ProcessResult hooked(const DaemonProcess& d, const std::string& run, const std::
   argv.push_back("--");
   argv.push_back(FP8SCOPE_TINY_TRAINER);
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv, child_env(), 300.0);
+  return run_process(argv, preload_env(), 300.0);
 }
 
 // One history record: its place, and the figures the tests read.

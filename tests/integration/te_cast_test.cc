@@ -31,12 +31,6 @@ namespace {
 constexpr int kLayers = 3;
 constexpr int kOperandsPerStep = kLayers * 3 * 2;  // three GEMMs a layer, two operands each
 
-std::vector<std::string> child_env(std::vector<std::string> extra = {}) {
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  extra.push_back(std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0");
-  return extra;
-}
-
 std::string te_dir(const std::string& build) { return std::string(FP8SCOPE_TE_FIXTURES) + "/" + build; }
 
 std::vector<std::string> trainer_args(const std::string& recipe, const std::string& build, std::vector<std::string> extra) {
@@ -51,13 +45,13 @@ ProcessResult hooked(const DaemonProcess& d, const std::string& run, const std::
   std::vector<std::string> argv = {FP8SCOPE_CLI, "run", "--endpoint", d.grpc(), "--every", "5", "--job", run, "--run", run,
                                    "--", FP8SCOPE_TINY_TRAINER};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv, child_env(std::move(env)), 120.0);
+  return run_process(argv, preload_env(std::move(env)), 120.0);
 }
 
 ProcessResult plain(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
   std::vector<std::string> argv = {FP8SCOPE_TINY_TRAINER};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv, child_env(std::move(env)), 120.0);
+  return run_process(argv, preload_env(std::move(env)), 120.0);
 }
 
 std::string contents(const std::string& path) {

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 extern char** environ;
@@ -42,6 +44,19 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 }  // namespace
+
+std::vector<std::string> preload_env(std::vector<std::string> extra) {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  extra.push_back(std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0");
+  return extra;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
 
 ProcessResult run_process(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_extra,
                           double timeout_seconds) {

@@ -20,6 +20,13 @@ struct ProcessResult {
 ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
                           double timeout_seconds = 60.0);
 
+// The environment entries `extra` plus what a child with the hook preloaded needs in a sanitizer
+// build: ASan checks that its runtime comes first in the library list, which LD_PRELOAD defeats.
+std::vector<std::string> preload_env(std::vector<std::string> extra = {});
+
+// The lines of a text file (none when it cannot be read).
+std::vector<std::string> lines_of(const std::string& path);
+
 // A child left running (a daemon under test): stopped with SIGTERM then SIGKILL when destroyed.
 class ChildProcess {
  public:
