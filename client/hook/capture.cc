@@ -10,7 +10,9 @@ Capture::Capture(ShipperLink& link, std::uint64_t staging_bytes, std::uint64_t c
       cu_(driver_api()),
       staging_(cu_, staging_bytes, link.segment(), link.segment_bytes()),
       stash_(cu_, cast_stash_bytes),
-      gather_(cu_, staging_.bytes(), link.segment() != nullptr ? link.segment()->data_bytes : 0) {
+      kernels_(cu_),
+      gather_(cu_, kernels_, staging_.bytes(), link.segment() != nullptr ? link.segment()->data_bytes : 0),
+      graphs_(cu_) {
   if (link_.segment() == nullptr) return;
   writer_.emplace(link_.segment());
   publisher_.emplace(mu_, cu_, link_, *writer_, staging_, gather_, stash_);

@@ -6,18 +6,25 @@
 
 namespace fp8scope::hook {
 
-bool CastStash::set_up() {
+bool CastStash::set_up(CUstream stream) {
   state_ = State::kFailed;
   CUcontext context = nullptr;
-  if (!cu_.complete() || cu_.memcpy_htod == nullptr) return false;
+  if (!cu_.complete() || cu_.memset_d8_async == nullptr) return false;
   if (cu_.ctx_get_current(&context) != CUDA_SUCCESS || context == nullptr) {
     state_ = State::kUnset;  // try again from a thread that has a context
     return false;
   }
-  // Once, at set-up (like the allocation itself): the zeros that stand in for absent scalars.
-  static const std::uint8_t kZeros[kAlign] = {};
-  if (cu_.mem_alloc(&buffer_, bytes_) != CUDA_SUCCESS || cu_.mem_alloc(&zeros_, kAlign) != CUDA_SUCCESS ||
-      cu_.memcpy_htod(zeros_, kZeros, kAlign) != CUDA_SUCCESS) {
+  RelaxedCaptureMode relaxed(cu_);
+  // Once, at set-up (like the allocation itself): the zeros that stand in for absent scalars,
+  // written before any stream may read them. Not a synchronous copy: that would use the legacy
+  // stream, which a capture on another blocking stream forbids.
+  CUevent written = nullptr;
+  const bool ok = cu_.mem_alloc(&buffer_, bytes_) == CUDA_SUCCESS && cu_.mem_alloc(&zeros_, kAlign) == CUDA_SUCCESS &&
+                  cu_.memset_d8_async(zeros_, 0, kAlign, stream) == CUDA_SUCCESS &&
+                  cu_.event_create(&written, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+                  cu_.event_record(written, stream) == CUDA_SUCCESS && cu_.event_synchronize(written) == CUDA_SUCCESS;
+  if (written != nullptr) cu_.event_destroy(written);
+  if (!ok) {
     std::fprintf(stderr, "fp8scope hook: cannot set up the cast stash (%llu bytes); casts are not captured\n",
                  static_cast<unsigned long long>(bytes_));
     return false;
@@ -28,7 +35,7 @@ bool CastStash::set_up() {
 
 std::optional<CUdeviceptr> CastStash::reserve(std::uint64_t bytes, CUstream stream, std::uint64_t& begin,
                                               std::uint64_t& end) {
-  if (state_ == State::kUnset && !set_up()) return std::nullopt;
+  if (state_ == State::kUnset && !set_up(stream)) return std::nullopt;
   if (state_ != State::kReady) return std::nullopt;
   bytes = align_up(bytes, kAlign);
   if (bytes == 0 || bytes > bytes_) return std::nullopt;

@@ -10,6 +10,7 @@ DeviceStaging::DeviceStaging(const DriverApi& cu, std::uint64_t bytes, void* pin
 bool DeviceStaging::set_up() {
   state_ = State::kFailed;
   if (!cu_.complete()) return false;
+  RelaxedCaptureMode relaxed(cu_);
   if (cu_.ctx_get_current(&context_) != CUDA_SUCCESS || context_ == nullptr) {
     state_ = State::kUnset;  // try again from a thread that has a context
     return false;

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "fp8scope/kernels/scale_layout.h"
-#include "gather_kernel_ptx.h"
 
 namespace fp8scope::hook {
 namespace {
@@ -29,31 +28,11 @@ void write_tokens(shm::RecordHeader& r, std::uint64_t at, const std::vector<std:
   r.tokens_bytes = 8 * tokens.size();
 }
 
-ExpertGather::ExpertGather(const DriverApi& cu, std::uint64_t staging_bytes, std::uint64_t ring_bytes)
-    : cu_(cu), staging_bytes_(staging_bytes), ring_bytes_(ring_bytes) {}
+ExpertGather::ExpertGather(const DriverApi& cu, HookKernels& kernels, std::uint64_t staging_bytes, std::uint64_t ring_bytes)
+    : cu_(cu), kernels_(kernels), staging_bytes_(staging_bytes), ring_bytes_(ring_bytes) {}
 
 std::string ExpertGather::size_key(const std::string& layer, Operand operand) {
   return layer + '\x1f' + operand_name(operand);
-}
-
-bool ExpertGather::ready() {
-  if (state_ != State::kUnset) return state_ == State::kReady;
-  state_ = State::kFailed;
-  // Once, on the first sampled batched or grouped GEMM: the driver JIT-compiles the PTX for this
-  // context's device (and caches the result across runs).
-  const CUresult loaded =
-      cu_.module_load_data == nullptr ? CUDA_ERROR_NOT_SUPPORTED : cu_.module_load_data(&module_, kGatherKernelPtx);
-  if (loaded != CUDA_SUCCESS || cu_.module_get_function(&gather_, module_, "fp8scope_gather") != CUDA_SUCCESS ||
-      cu_.module_get_function(&gather_scales_, module_, "fp8scope_gather_scales") != CUDA_SUCCESS ||
-      cu_.launch_kernel == nullptr) {
-    std::fprintf(stderr,
-                 "fp8scope hook: cannot load the gather kernel (CUDA error %d; the driver may be older than its PTX); "
-                 "batched and grouped GEMMs are not sampled\n",
-                 static_cast<int>(loaded));
-    return false;
-  }
-  state_ = State::kReady;
-  return true;
 }
 
 bool ExpertGather::launch(const void* pointers, std::uint32_t index, const DeviceDims& dims, std::uint32_t groups,
@@ -72,7 +51,7 @@ bool ExpertGather::launch(const void* pointers, std::uint32_t index, const Devic
                     &p_cols, &p_ld, &p_bits, &p_dst, &p_capacity, &p_dims_out};
   constexpr unsigned int kThreads = 256;
   const auto blocks = static_cast<unsigned int>(std::clamp<std::uint64_t>(capacity / (kThreads * 8), 1, 1024));
-  return cu_.launch_kernel(gather_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+  return cu_.launch_kernel(kernels_.gather(), blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
 }
 
 bool ExpertGather::launch_scales(const OperandView& v, std::uint32_t index, const ExpertShape& shape, CUdeviceptr dst,
@@ -87,7 +66,7 @@ bool ExpertGather::launch_scales(const OperandView& v, std::uint32_t index, cons
                     &p_geometry, &p_dst, &p_capacity, &p_bytes_out};
   constexpr unsigned int kThreads = 256;
   const auto blocks = static_cast<unsigned int>(std::clamp<std::uint64_t>(capacity / (kThreads * 8), 1, 256));
-  return cu_.launch_kernel(gather_scales_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+  return cu_.launch_kernel(kernels_.gather_scales(), blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
 }
 
 bool ExpertGather::stage_scalar(CUdeviceptr into, const void* scalar, const void* per_expert, std::uint32_t expert,

@@ -29,7 +29,18 @@
 //   dst           receives the group's scale tensor when it is at most `capacity` bytes
 //   bytes_out     (written by thread 0) [0] the scale tensor's bytes, [1] the bytes copied
 // Every thread computes the same shape, so no thread waits for another.
+//
+// The graph kernels (graph_plan.h), recorded into a CUDA graph at capture, one node per copy the
+// hook may make there; `plan` is the hook's table of destinations, one per slot:
+// fp8scope_plan_copy(plan, slot, copy):
+//   nothing when plan[slot] is 0 (a replay nobody samples: every thread reads one word and
+//   returns); else each segment of `copy` packed to plan[slot] + its offset. A segment read from
+//   another slot's destination is skipped while that slot is 0, and when it is this very place.
+// fp8scope_plan_set(plan, entries):
+//   plan[entries.slot[i]] = entries.dst[i]: the hook's plan for a replay, written on its stream
+//   before the replay (and cleared after it).
 
+#include "fp8scope/hook/graph_plan.h"
 #include "fp8scope/kernels/scale_tensor_size.h"
 
 __device__ unsigned long long dim_at(const void* array, bool wide, unsigned int i) {
@@ -97,4 +108,54 @@ extern "C" __global__ void fp8scope_gather_scales(const unsigned long long* poin
   const unsigned char* src = reinterpret_cast<const unsigned char*>(pointers[index]);
   const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
   for (unsigned long long i = thread; i < bytes; i += stride) dst[i] = src[i];
+}
+
+// Copies one segment in units of T (the widest its addresses, rows and pitches allow).
+template <class T>
+__device__ void copy_segment(const fp8scope::hook::PlanSegment& s, const unsigned char* src, unsigned char* dst,
+                             unsigned long long thread, unsigned long long stride) {
+  const unsigned long long row_units = s.width / sizeof(T), matrix_units = row_units * s.rows;
+  const unsigned long long units = matrix_units * s.batches;
+  T* out = reinterpret_cast<T*>(dst);
+  for (unsigned long long i = thread; i < units; i += stride) {
+    if (src == nullptr) {
+      out[i] = T{};
+      continue;
+    }
+    const unsigned long long batch = i / matrix_units, in_matrix = i % matrix_units;
+    const unsigned long long row = in_matrix / row_units, unit = in_matrix % row_units;
+    out[i] = *reinterpret_cast<const T*>(src + batch * s.batch_pitch + row * s.pitch + unit * sizeof(T));
+  }
+}
+
+extern "C" __global__ void fp8scope_plan_copy(const unsigned long long* plan, unsigned int slot,
+                                              fp8scope::hook::PlanCopy copy) {
+  const unsigned long long base = plan[slot];
+  if (base == 0) return;
+  const unsigned long long thread = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned int k = 0; k < copy.count && k < fp8scope::hook::kPlanSegments; ++k) {
+    const fp8scope::hook::PlanSegment& s = copy.segment[k];
+    unsigned long long from = s.src;
+    if (s.from_slot != fp8scope::hook::kPlanDirect) {
+      const unsigned long long other = plan[s.from_slot];
+      if (other == 0 || other + s.src == base + s.offset) continue;
+      from = other + s.src;
+    }
+    const unsigned char* src = s.zeros != 0 ? nullptr : reinterpret_cast<const unsigned char*>(from);
+    unsigned char* dst = reinterpret_cast<unsigned char*>(base + s.offset);
+    const unsigned long long alignment = from | (base + s.offset) | s.width | s.pitch | s.batch_pitch;
+    if (alignment % 16 == 0) {
+      copy_segment<uint4>(s, src, dst, thread, stride);
+    } else if (alignment % 4 == 0) {
+      copy_segment<unsigned int>(s, src, dst, thread, stride);
+    } else {
+      copy_segment<unsigned char>(s, src, dst, thread, stride);
+    }
+  }
+}
+
+extern "C" __global__ void fp8scope_plan_set(unsigned long long* plan, fp8scope::hook::PlanEntries entries) {
+  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < entries.count && i < fp8scope::hook::kPlanEntries) plan[entries.slot[i]] = entries.dst[i];
 }

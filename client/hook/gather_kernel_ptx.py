@@ -27,10 +27,11 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "gather_kernel.cu")
 COMMITTED = os.path.join(HERE, "gather_kernel.ptx")
-INCLUDE = os.path.join(HERE, "..", "..", "kernels", "include")  # the scale tensor size rule
+# The scale tensor size rule, and the graph kernels' arguments.
+INCLUDES = [os.path.join(HERE, "..", "..", "kernels", "include"), os.path.join(HERE, "include")]
 ISA = "7.0"
 ARCHITECTURES = ["sm_75", "sm_89", "sm_90", "sm_100"]
-ENTRIES = ["fp8scope_gather", "fp8scope_gather_scales"]
+ENTRIES = ["fp8scope_gather", "fp8scope_gather_scales", "fp8scope_plan_copy", "fp8scope_plan_set"]
 DIGEST_LINE = "// fp8scope sources sha256 "
 
 
@@ -43,10 +44,11 @@ def sources():
             continue
         found.add(path)
         for name in re.findall(r'(?m)^\s*#\s*include\s+"([^"]+)"', open(path).read()):
-            header = os.path.normpath(os.path.join(INCLUDE, name))
-            if not os.path.exists(header):
-                sys.exit(f"gather_kernel_ptx: {path} includes {name}, which is not under {INCLUDE}")
-            todo.append(header)
+            headers = [os.path.normpath(os.path.join(d, name)) for d in INCLUDES]
+            headers = [h for h in headers if os.path.exists(h)]
+            if not headers:
+                sys.exit(f"gather_kernel_ptx: {path} includes {name}, which is under none of {INCLUDES}")
+            todo.append(headers[0])
     return sorted(found)
 
 
@@ -66,7 +68,8 @@ def recorded_digest(text):
 def generate(nvcc):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "gather_kernel.ptx")
-        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-O3", "-I", INCLUDE, SOURCE, "-o", out], check=True)
+        includes = [arg for d in INCLUDES for arg in ("-I", d)]
+        subprocess.run([nvcc, "-ptx", "-arch=compute_75", "-O3", *includes, SOURCE, "-o", out], check=True)
         text = open(out).read()
     lowered, n = re.subn(r"(?m)^\.version \d+\.\d+$", f".version {ISA}", text)
     if n != 1:

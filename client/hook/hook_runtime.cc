@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "fp8scope/hook/graph_events.h"
 #include "fp8scope/hook/layer_names.h"
 
 namespace fp8scope::hook {
@@ -82,6 +83,13 @@ HookRuntime* HookRuntime::get() {
 void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                                    cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
                                    CUstream stream) {
+  if (const std::optional<DriverApi::CaptureInfo> capture = captured(stream)) {
+    const MatmulShape shape = read_matmul_shape(desc, Adesc);
+    const std::uint64_t signature = gemm_signature(A, shape.a_rows, shape.a_cols, shape.transa, shape.transb);
+    return observe_captured(*capture, signature, shape.transa, shape.transb, [&] {
+      return read_cublaslt_call(shape, desc, alpha, A, Adesc, B, Bdesc, stream);
+    });
+  }
   // The shape is read once a call: for the step signature when steps come from it, else only
   // when the step is sampled.
   std::optional<MatmulShape> shape;
@@ -112,6 +120,17 @@ void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha,
 template <class Read>
 void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped,
                                       cublasHandle_t handle, Read read_call) {
+  const auto stream_of = [&] {
+    cudaStream_t stream = nullptr;
+    const auto get_stream = cublas_api().get_stream;
+    return get_stream != nullptr && get_stream(handle, &stream) == CUBLAS_STATUS_SUCCESS ? stream : nullptr;
+  };
+  if (graph_events::any_capture()) {
+    const CUstream stream = stream_of();
+    if (const std::optional<DriverApi::CaptureInfo> capture = captured(stream)) {
+      return observe_captured(*capture, signature, transa, transb, [&] { return read_call(stream); });
+    }
+  }
   const std::uint64_t step = clock_.on_gemm(signature);
   if (!sampler_.step_selected(link_.segment(), step)) return;
   const GemmName name = thread_ranges().name_next_gemm(role_from_layout(transa, transb), step, grouped);
@@ -119,10 +138,7 @@ void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool
   const TensorSelection tensors = sampler_.select(step, name.layer, &conflict);
   if (conflict) count(shm::DropReason::kRuleConflict);
   if (tensors.none()) return;
-  cudaStream_t stream = nullptr;
-  const auto get_stream = cublas_api().get_stream;
-  if (get_stream == nullptr || get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = nullptr;
-  const ReadResult read = read_call(stream);
+  const ReadResult read = read_call(stream_of());
   if (!read.call) {
     count(read.reason);
     return;
@@ -178,6 +194,103 @@ std::uint64_t HookRuntime::valid_rows(const GemmName& name, Operand operand, std
   return tokens < rows ? tokens : 0;
 }
 
+SampleSpec HookRuntime::operand_spec(const GemmCall& call, std::uint64_t step, const GemmName& name,
+                                     const OperandView& view, Operand kind) {
+  // A GEMM named for its expert (a range or the C API) carries the layer's declared tokens.
+  SampleSpec spec{step, name.layer, name.role, kind, call.source};
+  spec.expert = name.expert;
+  if (name.expert >= 0 && !name.declared_tokens.empty()) {
+    spec.experts = static_cast<std::uint32_t>(name.declared_tokens.size());
+    spec.tokens = &name.declared_tokens;
+    spec.valid_rows = tokens_in_rows(call, name.role, view) ? valid_rows(name, kind, name.expert, view.outer()) : 0;
+  }
+  return spec;
+}
+
+std::optional<DriverApi::CaptureInfo> HookRuntime::captured(CUstream stream) {
+  if (!graph_events::any_capture()) return std::nullopt;
+  return capture_.capture_of(stream);
+}
+
+template <class Read>
+void HookRuntime::observe_captured(const DriverApi::CaptureInfo& capture, std::uint64_t signature, bool transa,
+                                   bool transb, Read read) {
+  // Nothing runs now: the GEMM's place in the capture (for the step clock at replay), and a copy
+  // node for each operand the policy may ever sample. Its name counts GEMMs from the capture's
+  // start, as a step's do.
+  const std::size_t gemm = capture_.record_gemm(capture, signature);
+  const ReadResult read_result = read();
+  const bool grouped = read_result.call && read_result.call->experts > 0;
+  const GemmName name = thread_ranges().name_next_gemm(role_from_layout(transa, transb), ~capture.id, grouped);
+  bool conflict = false;
+  const TensorSelection tensors = sampler_.selectable(name.layer, &conflict);
+  if (conflict) count(shm::DropReason::kRuleConflict);
+  if (tensors.none()) return;
+  if (!read_result.call) return count(read_result.reason);
+  const GemmCall& call = *read_result.call;
+  if (grouped) return count(shm::DropReason::kGraphCapture);
+  const bool te = te_casts_seen_.load(std::memory_order_relaxed);
+  for (const auto& [view, kind] : {std::pair<const OperandView&, Operand>{call.a, operand_of_a(name.role)},
+                                   std::pair<const OperandView&, Operand>{call.b, operand_of_b(name.role)}}) {
+    if (!tensors.takes(name.role, kind)) continue;
+    const SampleSpec spec = operand_spec(call, 0, name, view, kind);
+    if (const auto dropped = capture_.record_operand(capture, gemm, spec, view, call.alpha, te, call.stream)) {
+      count(*dropped);
+    }
+  }
+}
+
+CUresult HookRuntime::graph_launch(CUgraphExec exec, CUstream stream, GraphLaunch real) {
+  GraphRecorder& graphs = capture_.graphs();
+  if (!graphs.any_recording()) return real();
+  bool shared = false;
+  const std::shared_ptr<const Recording> r = graphs.recording_of(exec, shared);
+  if (r == nullptr) return real();
+  // The step of each recorded GEMM: the clock's, or with steps found from signatures, the clock fed
+  // the capture's GEMMs in order, as if they had run here.
+  std::vector<std::uint64_t> steps;
+  if (clock_.needs_signature()) {
+    steps.reserve(r->signatures.size());
+    for (const std::uint64_t signature : r->signatures) steps.push_back(clock_.on_gemm(signature));
+  }
+  const std::uint64_t now = clock_.current();
+  const auto step_of = [&](const RecordedOperand& op) { return op.gemm < steps.size() ? steps[op.gemm] : now; };
+  std::vector<Capture::Chosen> chosen;
+  bool any_step = false;
+  for (const RecordedOperand& op : r->operands) any_step = any_step || sampler_.step_selected(link_.segment(), step_of(op));
+  if (any_step) {
+    // From where the budget stopped last time, so every operand is seen in turn.
+    const std::size_t n = r->operands.size(), start = r->rotation.load(std::memory_order_relaxed) % n;
+    std::optional<std::size_t> first_skipped;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (start + k) % n;
+      const RecordedOperand& op = r->operands[i];
+      const std::uint64_t step = step_of(op);
+      if (!sampler_.step_selected(link_.segment(), step) || !sampler_.select(step, op.layer).takes(op.role, op.operand)) {
+        continue;
+      }
+      if (!sampler_.charge(step, op.bytes())) {
+        count(shm::DropReason::kBudget);
+        if (!first_skipped) first_skipped = i;
+        continue;
+      }
+      if (op.cast_uncovered) count(shm::DropReason::kCastUncovered);
+      chosen.push_back({i, step});
+    }
+    if (first_skipped) r->rotation.store(*first_skipped, std::memory_order_relaxed);
+  }
+  // A replay inside another capture would leave its plan in that graph; one sharing its copies
+  // with another exec would have them written twice.
+  if (!chosen.empty() && (shared || captured(stream))) {
+    count(shm::DropReason::kGraphShared, chosen.size());
+    chosen.clear();
+  }
+  std::vector<shm::DropReason> dropped;
+  const CUresult result = capture_.replay(exec, *r, chosen, stream, real, dropped);
+  for (const shm::DropReason reason : dropped) count(reason);
+  return result;
+}
+
 void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmName& name, TensorSelection tensors) {
   if (call.experts > 0) return sample_experts(call, step, name, tensors);
   struct Part {
@@ -204,15 +317,7 @@ void HookRuntime::sample(const GemmCall& call, std::uint64_t step, const GemmNam
     if (cast_bytes == 0 && dtype_is_codes(part.view.dtype) && te_casts_seen_.load(std::memory_order_relaxed)) {
       count(shm::DropReason::kCastUncovered);
     }
-    // A GEMM named for its expert (a range or the C API) carries the layer's declared tokens.
-    SampleSpec spec{step, name.layer, name.role, part.kind, call.source};
-    spec.expert = name.expert;
-    if (name.expert >= 0 && !name.declared_tokens.empty()) {
-      spec.experts = static_cast<std::uint32_t>(name.declared_tokens.size());
-      spec.tokens = &name.declared_tokens;
-      spec.valid_rows =
-          tokens_in_rows(call, name.role, part.view) ? valid_rows(name, part.kind, name.expert, part.view.outer()) : 0;
-    }
+    const SampleSpec spec = operand_spec(call, step, name, part.view, part.kind);
     if (const std::optional<shm::DropReason> dropped = capture_.sample(spec, part.view, call.alpha, call.stream)) {
       count(*dropped);
     }

@@ -28,6 +28,15 @@ void Publisher::enqueue(std::unique_lock<std::mutex>& lock, const PendingRecord&
     return;
   }
   pending_.push_back(p);
+  unlock_and_wake(lock);
+}
+
+void Publisher::enqueue(std::unique_lock<std::mutex>& lock, const std::vector<PendingRecord>& records) {
+  pending_.insert(pending_.end(), records.begin(), records.end());
+  unlock_and_wake(lock);
+}
+
+void Publisher::unlock_and_wake(std::unique_lock<std::mutex>& lock) {
   const bool wake = idle_;
   idle_ = false;  // one wake is enough for whatever else queues before it runs
   lock.unlock();
@@ -73,6 +82,10 @@ void Publisher::finish(PendingRecord& p, bool can_copy) {
 }
 
 void Publisher::loop() {
+  // This thread's waits and copies must not break a capture a training thread runs in global
+  // mode (real_api.h, RelaxedCaptureMode): relaxed for the thread's life.
+  CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (cu_.exchange_capture_mode != nullptr) cu_.exchange_capture_mode(&relaxed);
   bool context_set = false;
   auto next_keep_alive = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);

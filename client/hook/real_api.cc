@@ -38,6 +38,20 @@ bool DriverApi::complete() const {
          event_create && event_record && event_synchronize && event_destroy;
 }
 
+std::optional<DriverApi::CaptureInfo> DriverApi::capture_of(CUstream stream) const {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (capture_info_v3 != nullptr) {
+    r = capture_info_v3(stream, &status, &id, &graph, nullptr, nullptr, nullptr);
+  } else if (capture_info_v2 != nullptr) {
+    r = capture_info_v2(stream, &status, &id, &graph, nullptr, nullptr);
+  }
+  if (r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return std::nullopt;
+  return CaptureInfo{id, graph};
+}
+
 const CublasLtApi& cublaslt_api() {
   static const CublasLtApi api = [] {
     static const char* const kSonames[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so", nullptr};
@@ -77,7 +91,6 @@ const DriverApi& driver_api() {
     get(a.ctx_set_current, FP8SCOPE_SYMBOL_NAME(cuCtxSetCurrent));
     get(a.mem_alloc, FP8SCOPE_SYMBOL_NAME(cuMemAlloc));
     get(a.mem_free, FP8SCOPE_SYMBOL_NAME(cuMemFree));
-    get(a.memcpy_htod, FP8SCOPE_SYMBOL_NAME(cuMemcpyHtoD));
     get(a.memcpy_2d_async, FP8SCOPE_SYMBOL_NAME(cuMemcpy2DAsync));
     get(a.memcpy_dtod_async, FP8SCOPE_SYMBOL_NAME(cuMemcpyDtoDAsync));
     get(a.memcpy_dtoh_async, FP8SCOPE_SYMBOL_NAME(cuMemcpyDtoHAsync));
@@ -92,6 +105,11 @@ const DriverApi& driver_api() {
     get(a.module_load_data, FP8SCOPE_SYMBOL_NAME(cuModuleLoadData));
     get(a.module_get_function, FP8SCOPE_SYMBOL_NAME(cuModuleGetFunction));
     get(a.launch_kernel, FP8SCOPE_SYMBOL_NAME(cuLaunchKernel));
+    get(a.memset_d8_async, FP8SCOPE_SYMBOL_NAME(cuMemsetD8Async));
+    get(a.event_query, FP8SCOPE_SYMBOL_NAME(cuEventQuery));
+    get(a.exchange_capture_mode, FP8SCOPE_SYMBOL_NAME(cuThreadExchangeStreamCaptureMode));
+    get(a.capture_info_v3, FP8SCOPE_SYMBOL_NAME(cuStreamGetCaptureInfo));
+    get(a.capture_info_v2, "cuStreamGetCaptureInfo_v2");
     return a;  // the handle stays open: the functions must outlive this scope
   }();
   return api;

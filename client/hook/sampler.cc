@@ -165,6 +165,14 @@ bool Sampler::step_selected(const shm::Header* segment, std::uint64_t step) {
 }
 
 TensorSelection Sampler::select(std::uint64_t step, const std::string& layer, bool* conflict) {
+  return selection(layer, conflict, &step);
+}
+
+TensorSelection Sampler::selectable(const std::string& layer, bool* conflict) {
+  return selection(layer, conflict, nullptr);
+}
+
+TensorSelection Sampler::selection(const std::string& layer, bool* conflict, const std::uint64_t* step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (rules_.empty() && !has_rules_.load(std::memory_order_relaxed)) {
     return layer_matches(layer) ? TensorSelection::of_operands(operand_mask_.load(std::memory_order_relaxed))
@@ -175,7 +183,7 @@ TensorSelection Sampler::select(std::uint64_t step, const std::string& layer, bo
   if (matching == kConflict) return TensorSelection();
   TensorSelection selection;
   for (std::size_t i = 0; i < rules_.size(); ++i) {
-    if ((matching >> i & 1u) != 0 && rule_selects_step(rules_[i].rule, step)) {
+    if ((matching >> i & 1u) != 0 && (step == nullptr || rule_selects_step(rules_[i].rule, *step))) {
       selection |= TensorSelection::of_tensors(rules_[i].rule.tensors);
     }
   }

@@ -2,6 +2,7 @@
 // sampled, read the call's tensors through TE's getters, and copy the cast's input (or the fused
 // kernel's inputs) and the scalars it used into the cast stash on the call's stream, under the
 // device pointers of the codes it wrote; the GEMM that reads them takes them into its record.
+// Under graph capture the same copy becomes a node of the graph (graph_recorder.h).
 #include <cstdio>
 
 #include "fp8scope/hook/hook_runtime.h"
@@ -24,15 +25,27 @@ bool HookRuntime::cast_step_selected(std::uint64_t step) {
 
 void HookRuntime::observe_cast(const TeCastCall& call) {
   if (!te_casts_seen_.load(std::memory_order_relaxed)) te_casts_seen_.store(true, std::memory_order_relaxed);
+  // Under capture, every cast is recorded into the graph: a replay's step decides later.
+  const std::optional<DriverApi::CaptureInfo> capture = captured(call.stream);
   const std::uint64_t step = clock_.current();
-  if (!cast_step_selected(step)) return;
+  if (!capture && !cast_step_selected(step)) return;
+  shm::DropReason why = shm::DropReason::kCastUnreadable;
+  const std::optional<CastToStash> c = read_cast(call, step, why);
+  if (!c) return count(why);
+  if (c->cast.record.bytes == 0) return;  // a high-precision output (an activation, a norm): no cast
+  if (!capture && capture_.capturing(call.stream)) return count(shm::DropReason::kGraphCapture);
+  const std::optional<shm::DropReason> dropped =
+      capture ? capture_.record_cast(*capture, *c, call.stream) : capture_.stash_cast(*c, call.stream);
+  if (dropped) count(*dropped);
+}
+
+std::optional<CastToStash> HookRuntime::read_cast(const TeCastCall& call, std::uint64_t step, shm::DropReason& dropped) {
   const te::Api& api = te::api();
   const std::optional<te::TensorFacts> out = te::read_tensor(api, call.output);
-  if (!out) return count(shm::DropReason::kCastUnreadable);
-  if (!out->quantized()) return;  // a high-precision output (an activation, a norm): no cast
-  if (capture_.capturing(call.stream)) return count(shm::DropReason::kGraphCapture);
+  if (!out) return std::nullopt;
+  if (!out->quantized()) return CastToStash{};
   const std::optional<te::TensorFacts> in = te::read_tensor(api, call.input);
-  if (!in || !in->dtype || dtype_is_codes(*in->dtype) || in->data == nullptr) return count(shm::DropReason::kCastUnreadable);
+  if (!in || !in->dtype || dtype_is_codes(*in->dtype) || in->data == nullptr) return std::nullopt;
   te::ConfigFacts config = te::read_config(api, call.config);
   if (call.noop != nullptr) config.noop = te::data_of(api, call.noop);
   const te::RecipeFacts recipe = te::recipe_facts(*out, config);
@@ -70,12 +83,15 @@ void HookRuntime::observe_cast(const TeCastCall& call) {
   if (!part(CastPart::kActivationInput, call.activation_input, true) || !part(CastPart::kGamma, call.gamma, true) ||
       !part(CastPart::kBeta, call.beta, false) || !part(CastPart::kMu, call.mu, false) ||
       !part(CastPart::kRsigma, call.rsigma, false) || !part(CastPart::kMatrix, call.matrix, true)) {
-    return count(shm::DropReason::kCastUnreadable);
+    return std::nullopt;
   }
   r.input_dtype = static_cast<std::uint32_t>(*in->dtype);
   r.param_dtype = static_cast<std::uint32_t>(param);
   c.layout = cast_layout(call.source, static_cast<std::uint64_t>(r.rows), static_cast<std::uint64_t>(r.cols), *in->dtype, param);
-  if (c.layout.total == 0) return count(shm::DropReason::kUnsupportedDtype);
+  if (c.layout.total == 0) {
+    dropped = shm::DropReason::kUnsupportedDtype;
+    return std::nullopt;
+  }
   r.bytes = c.layout.total;
 
   // The scalars the cast used, in CastScalars' order: per-tensor FP8's scale, NVFP4's amaxes (a
@@ -86,7 +102,7 @@ void HookRuntime::observe_cast(const TeCastCall& call) {
   c.scalars[1] = nvfp4 ? out->amax : nullptr;
   c.scalars[2] = nvfp4 ? (out->columnwise_amax != nullptr ? out->columnwise_amax : out->amax) : nullptr;
   c.scalars[3] = config.noop;
-  if (const std::optional<shm::DropReason> dropped = capture_.stash_cast(c, call.stream)) count(*dropped);
+  return c;
 }
 
 }  // namespace fp8scope::hook

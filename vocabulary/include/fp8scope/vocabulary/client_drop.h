@@ -15,7 +15,7 @@ namespace fp8scope {
   ROW(StagingFull, "staging_full")               /* no room in the hook's device staging ring */        \
   ROW(Budget, "budget")                          /* the policy's bytes-per-step budget was spent */      \
   ROW(TooLarge, "too_large")                     /* larger than the ring or the staging buffer */        \
-  ROW(GraphCapture, "graph_capture")             /* the call's stream was being captured into a graph */ \
+  ROW(GraphCapture, "graph_capture")  /* under graph capture, a call the hook cannot record (unseen capture, expert GEMM) */ \
   ROW(UnsupportedDtype, "unsupported_dtype")     /* an operand type the statistics do not cover */       \
   ROW(UnsupportedLayout, "unsupported_layout")   /* a layout order other than row or column major */     \
   ROW(UnreadableBatch, "unreadable_batch")      /* a batched or grouped GEMM this hook cannot read */  \
@@ -30,7 +30,9 @@ namespace fp8scope {
   ROW(RuleConflict, "rule_conflict")             /* two sections of a TE config select the layer */     \
   ROW(CastUncovered, "cast_uncovered")  /* an FP8/FP4 operand whose TE cast was not seen: sent without its input */ \
   ROW(CastUnreadable, "cast_unreadable") /* TE's getters refused a cast's tensors: the cast is not captured */     \
-  ROW(CastStashFull, "cast_stash_full")  /* no room to keep a cast's input until the GEMM that reads it */
+  ROW(CastStashFull, "cast_stash_full")  /* no room to keep a cast's input until the GEMM that reads it */ \
+  ROW(GraphShared, "graph_shared")  /* a replay of a graph instantiated twice or nested: its recorded copies are shared */ \
+  ROW(GraphTableFull, "graph_table_full") /* no slot left in the hook's plan table for a copy recorded at capture */
 
 enum class ClientDrop : std::uint32_t { FP8SCOPE_CLIENT_DROPS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 

@@ -8,11 +8,15 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "fp8scope/hook/cast_stash.h"
 #include "fp8scope/hook/device_staging.h"
 #include "fp8scope/hook/expert_gather.h"
 #include "fp8scope/hook/gemm_operands.h"
+#include "fp8scope/hook/graph_events.h"
+#include "fp8scope/hook/graph_recorder.h"
+#include "fp8scope/hook/hook_kernels.h"
 #include "fp8scope/hook/publisher.h"
 #include "fp8scope/hook/real_api.h"
 #include "fp8scope/hook/sample_records.h"
@@ -57,6 +61,30 @@ class Capture {
   // True when `stream` is being captured into a CUDA graph (nothing may be enqueued on it then).
   bool capturing(CUstream stream);
 
+  // CUDA graphs (graph_recorder.h). At capture, on the capturing thread: the capture `stream` is
+  // in; a GEMM of it (its place in the capture returned); a node for one of its operands, or for a
+  // cast of Transformer Engine's, recorded after the capture's earlier work; the reason when it
+  // was dropped instead. Set-up the capture mode forbids runs in relaxed mode, never failing it.
+  std::optional<DriverApi::CaptureInfo> capture_of(CUstream stream) const { return cu_.capture_of(stream); }
+  std::size_t record_gemm(const DriverApi::CaptureInfo& capture, std::uint64_t signature);
+  std::optional<shm::DropReason> record_operand(const DriverApi::CaptureInfo& capture, std::size_t gemm,
+                                                const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                                                bool te_casts_seen, CUstream stream);
+  std::optional<shm::DropReason> record_cast(const DriverApi::CaptureInfo& capture, const CastToStash& c,
+                                             CUstream stream);
+  GraphRecorder& graphs() { return graphs_; }
+
+  // A replay of `exec` (running recording `r`) that samples `chosen`, each operand with its step:
+  // their records reserved, the plan written on `stream`, `launch` (the real graph launch) called,
+  // the plan cleared and the records queued behind the replay. Returns launch's result; a chosen
+  // operand that could not be sampled is in `dropped`.
+  struct Chosen {
+    std::size_t operand;
+    std::uint64_t step;
+  };
+  CUresult replay(CUgraphExec exec, const Recording& r, const std::vector<Chosen>& chosen, CUstream stream,
+                  GraphLaunch launch, std::vector<shm::DropReason>& dropped);
+
   void step(std::uint64_t step);
   void scalar(const char* name, std::uint64_t step, double value);
 
@@ -76,6 +104,11 @@ class Capture {
   bool enqueue_cast(PendingRecord& p, const StashedCast& cast, bool columnwise, CUstream stream);
   // Under mu_: a record of no payload (a step or a scalar) queued behind the samples before it.
   shm::RecordHeader* reserve_marker(PendingRecord& p);
+  // Under mu_, at capture: the staging, the kernels and the plan table, set up in relaxed capture
+  // mode; the reason when they cannot be.
+  std::optional<shm::DropReason> graph_set_up();
+  // The plan entries written (or cleared) on `stream` before (after) a replay.
+  bool write_plan(const std::vector<std::pair<std::uint32_t, CUdeviceptr>>& entries, bool clear, CUstream stream);
 
   ShipperLink& link_;
   const DriverApi& cu_;
@@ -83,7 +116,9 @@ class Capture {
   std::optional<shm::RingWriter> writer_;
   DeviceStaging staging_;
   CastStash stash_;
+  HookKernels kernels_;
   ExpertGather gather_;
+  GraphRecorder graphs_;
   std::optional<Publisher> publisher_;
 };
 

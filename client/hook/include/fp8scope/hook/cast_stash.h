@@ -65,7 +65,7 @@ class CastStash {
   static constexpr std::uint64_t kAlign = 256;
 
  private:
-  bool set_up();
+  bool set_up(CUstream stream);
   void collect();  // frees dead, unread casts from the front
   void free_front();
 

@@ -1,5 +1,5 @@
 // The experts of batched and grouped GEMMs, whose matrices only the device can reach: the gather
-// kernels (gather_kernel.cu, embedded as PTX and JIT-compiled by the driver on first use) copy one
+// kernels (gather_kernel.cu, hook_kernels.h) copy one
 // expert's matrix and block scales into the staging ring on the caller's stream; a grouped layout's
 // shape and its experts' tokens are learned there too and read back by the publisher (settle()).
 // What a grouped matrix may take is learned per layer and operand from the sizes seen.
@@ -14,6 +14,7 @@
 
 #include "fp8scope/hook/device_staging.h"
 #include "fp8scope/hook/gemm_operands.h"
+#include "fp8scope/hook/hook_kernels.h"
 #include "fp8scope/hook/pending_record.h"
 #include "fp8scope/hook/real_api.h"
 
@@ -21,11 +22,11 @@ namespace fp8scope::hook {
 
 class ExpertGather {
  public:
-  ExpertGather(const DriverApi& cu, std::uint64_t staging_bytes, std::uint64_t ring_bytes);
+  ExpertGather(const DriverApi& cu, HookKernels& kernels, std::uint64_t staging_bytes, std::uint64_t ring_bytes);
 
   // The kernels, loaded on first use; false when they cannot be (then nothing is gathered).
   // Called under the capture lock.
-  bool ready();
+  bool ready() { return kernels_.ready(); }
 
   // Copies matrix `index` of a device array of pointers (or a grouped layout's, sized on the
   // device) into dst, at most `capacity` bytes; dims_out as gather_kernel.cu defines it.
@@ -63,10 +64,8 @@ class ExpertGather {
   void learn(const std::string& key, std::uint64_t needed);
 
   const DriverApi& cu_;
+  HookKernels& kernels_;
   const std::uint64_t staging_bytes_, ring_bytes_;
-  enum class State { kUnset, kReady, kFailed } state_ = State::kUnset;
-  CUmodule module_ = nullptr;  // kept for as long as the kernels may run: the process's life
-  CUfunction gather_ = nullptr, gather_scales_ = nullptr;
   std::mutex sizes_mu_;
   std::unordered_map<std::string, std::uint64_t> sizes_;  // largest bytes seen per grouped matrix (and scales)
 };

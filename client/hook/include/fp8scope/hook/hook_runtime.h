@@ -42,6 +42,11 @@ class HookRuntime {
   // may be sampled, its input waits in the cast stash for the GEMM that reads its output.
   void observe_cast(const TeCastCall& call);
 
+  // A replay of an instantiated CUDA graph (graph_events.h): when it runs copies the hook recorded
+  // at capture and its step is sampled, they are planned around `real`.
+  CUresult graph_launch(CUgraphExec exec, CUstream stream, GraphLaunch real);
+  GraphRecorder& graphs() { return capture_.graphs(); }
+
   void step(std::uint64_t step);
   void scalar(const char* name, std::uint64_t step, double value);
   StepClock& clock() { return clock_; }
@@ -60,6 +65,18 @@ class HookRuntime {
   template <class Read>
   void observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped, cublasHandle_t handle,
                            Read read_call);
+  // A GEMM on a stream under capture: named, its selectable operands recorded into the graph
+  // (graph_recorder.h). `read` reads the call as the sampled path does.
+  template <class Read>
+  void observe_captured(const DriverApi::CaptureInfo& capture, std::uint64_t signature, bool transa, bool transb,
+                        Read read);
+  // The capture a call's stream is in, when any capture is in flight.
+  std::optional<DriverApi::CaptureInfo> captured(CUstream stream);
+  // What a sample of one operand of the call says, but its expert of a batched or grouped GEMM.
+  static SampleSpec operand_spec(const GemmCall& call, std::uint64_t step, const GemmName& name, const OperandView& view,
+                                 Operand kind);
+  // A cast of Transformer Engine's as the stash or a graph keeps it; the reason when it cannot be read.
+  std::optional<CastToStash> read_cast(const TeCastCall& call, std::uint64_t step, shm::DropReason& dropped);
   // The rows of an activation of `expert` that hold tokens, as fp8scope_expert_tokens() declared
   // them (0: all, or not declared).
   static std::uint64_t valid_rows(const GemmName& name, Operand operand, std::int64_t expert, std::uint64_t rows);

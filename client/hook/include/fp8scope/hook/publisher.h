@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 #include "fp8scope/hook/cast_stash.h"
 #include "fp8scope/hook/device_staging.h"
@@ -31,12 +32,15 @@ class Publisher {
   // a context switch on the training thread's time). A record with nothing to copy and nothing
   // ahead of it is published at once.
   void enqueue(std::unique_lock<std::mutex>& lock, const PendingRecord& p);
+  // The same for records reserved one after another (a graph replay's), queued together.
+  void enqueue(std::unique_lock<std::mutex>& lock, const std::vector<PendingRecord>& records);
 
   // At process exit: lets the thread finish what is queued, for at most `grace_ms`, then stops it.
   void drain(int grace_ms);
 
  private:
   void loop();
+  void unlock_and_wake(std::unique_lock<std::mutex>& lock);
   // Copies a staged sample into its record (when `can_copy`) and publishes the record.
   void finish(PendingRecord& p, bool can_copy);
 

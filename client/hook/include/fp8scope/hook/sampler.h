@@ -54,6 +54,9 @@ class Sampler {
   // The operands of this layer's GEMMs that `step` (already step_selected) samples; none when the
   // layer is not sampled. `conflict`: set when rules of two groups select the layer (then none).
   TensorSelection select(std::uint64_t step, const std::string& layer, bool* conflict = nullptr);
+  // The operands of this layer's GEMMs that some step may sample under the current policy: what a
+  // CUDA graph records at capture (graph_recorder.h).
+  TensorSelection selectable(const std::string& layer, bool* conflict = nullptr);
   // Charges `bytes` to the step's budget; false (and nothing charged) when it would overrun it.
   bool charge(std::uint64_t step, std::uint64_t bytes);
   // The experts of a batched or grouped GEMM to sample this call: all, or experts_per_call of them
@@ -62,6 +65,8 @@ class Sampler {
 
  private:
   void adopt(const shm::PolicyCopy& p);
+  // select() for `step`, or with no step, for any.
+  TensorSelection selection(const std::string& layer, bool* conflict, const std::uint64_t* step);
   bool step_of_rules(std::uint64_t step);
   bool layer_matches(const std::string& layer);  // under mu_: the policy's own pattern
   // Under mu_: a bit per rule whose patterns match, or kConflict when rules of two groups do.

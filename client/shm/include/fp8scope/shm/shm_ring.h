@@ -24,8 +24,8 @@
 namespace fp8scope::shm {
 
 inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
-// 2: records carry scale tensors; 3: experts; 4: rules; 5: casts
-inline constexpr std::uint32_t kLayoutVersion = 5;
+// 2: records carry scale tensors; 3: experts; 4: rules; 5: casts; 6: the graph drop counters
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
