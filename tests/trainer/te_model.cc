@@ -255,79 +255,108 @@ void TeModel::after_delayed(Quantized& q) {
   if (q.history) q.history->update(q.read(q.amax));
 }
 
-void TeModel::cast(int step, const std::string& name, const Matrix& values, Quantized& q, Role role) {
+DeviceBuffer& TeModel::buffer(const std::string& name, std::size_t bytes) {
+  std::unique_ptr<DeviceBuffer>& b = buffers_[name];
+  if (!b) b = zeros(bytes);
+  return *b;
+}
+
+DeviceBuffer& TeModel::put_bf16(const std::string& name, const Matrix& m) {
+  const std::vector<std::uint16_t> bits = to_bf16(m);
+  DeviceBuffer& b = buffer(name, bits.size() * 2);
+  b.upload(bits.data(), bits.size() * 2);
+  return b;
+}
+
+void TeModel::fused_cast(const HostWork& host, const int& step, const std::string& name, Quantized& q,
+                         std::function<void()> fill, const std::function<void()>& call,
+                         std::function<Matrix()> dumped) {
+  host([&q, fill = std::move(fill)] {
+    fill();
+    before_delayed(q);
+  });
+  call();
+  host([this, &q, &step, name, dumped = std::move(dumped)] {
+    after_delayed(q);
+    dump_cast(step, name, dumped(), q);
+  });
+}
+
+void TeModel::cast(const HostWork& host, const int& step, const std::string& name, std::function<Matrix()> values,
+                   Quantized& q, Role role) {
+  const auto rows = static_cast<std::size_t>(q.rows), cols = static_cast<std::size_t>(q.cols);
   // The framework holds the tensor in BF16.
-  const std::vector<std::uint16_t> bits = to_bf16(values);
-  DeviceBuffer in(bits.size() * 2);
-  in.upload(bits.data(), bits.size() * 2);
-  const TeExtMatrix hp{in.get(), kBFloat16, static_cast<std::size_t>(values.rows), static_cast<std::size_t>(values.cols)};
+  DeviceBuffer& in = buffer(name + ".in", rows * cols * 2);
+  const TeExtMatrix hp{in.get(), kBFloat16, rows, cols};
   const TeExtQuantized out = q.desc();
   const CUstream s = gemms_.stream();
   const bool weight = role == Role::kWeight, last_gradient = role == Role::kLastGradient;
-  before_delayed(q);
-  switch (o_.recipe) {
-    case TeRecipe::kDelayed: {
-      const float zero = 0.0f;
-      if (last_gradient) {
-        std::vector<float> bias(static_cast<std::size_t>(values.cols));
-        DeviceBuffer dbias(bias.size() * 4);
-        const TeExtMatrix db{dbias.get(), kFloat32, 1, bias.size()};
-        lib_->check(lib_->quantize_dbias(&hp, &out, &db, s), "nvte_quantize_dbias");
-      } else if (weight) {
-        // A weight's cast skips itself when its flag says the cached codes hold (here it never does).
-        DeviceBuffer flag(sizeof(float));
-        flag.upload(&zero, sizeof zero);
+  const auto call = [&] {
+    switch (o_.recipe) {
+      case TeRecipe::kDelayed:
+        if (last_gradient) {
+          const TeExtMatrix db{buffer(name + ".dbias", cols * 4).get(), kFloat32, 1, cols};
+          lib_->check(lib_->quantize_dbias(&hp, &out, &db, s), "nvte_quantize_dbias");
+        } else if (weight) {
+          // A weight's cast skips itself when its flag says the cached codes hold (here it never does).
+          TeExtOptions opts;
+          opts.noop = buffer(name + ".noop", sizeof(float)).get();
+          lib_->check(lib_->quantize(&hp, &out, &opts, s), "nvte_quantize_noop");
+        } else {
+          lib_->check(lib_->quantize(&hp, &out, nullptr, s), "nvte_quantize_v2");
+        }
+        return;
+      case TeRecipe::kCurrent:
+        lib_->check(lib_->quantize_current(&hp, &out, buffer(name + ".amax", sizeof(float)).get(), s),
+                    "current scaling's cast");
+        return;
+      case TeRecipe::kMxfp8:
+        if (last_gradient) {
+          const TeExtMatrix db{buffer(name + ".dbias", cols * 4).get(), kFloat32, 1, cols};
+          lib_->check(lib_->quantize_dbias(&hp, &out, &db, s), "nvte_quantize_dbias");
+        } else {
+          lib_->check(lib_->quantize(&hp, &out, nullptr, s), "nvte_quantize_v2");
+        }
+        return;
+      case TeRecipe::kBlock: {
         TeExtOptions opts;
-        opts.noop = flag.get();
-        lib_->check(lib_->quantize(&hp, &out, &opts, s), "nvte_quantize_noop");
-      } else {
-        lib_->check(lib_->quantize(&hp, &out, nullptr, s), "nvte_quantize_v2");
+        opts.power_of_2 = true;  // Float8BlockScaling's default
+        lib_->check(lib_->quantize(&hp, &out, &opts, s), "nvte_quantize_v2");
+        return;
       }
-      break;
-    }
-    case TeRecipe::kCurrent: {
-      DeviceBuffer amax(sizeof(float));
-      lib_->check(lib_->quantize_current(&hp, &out, amax.get(), s), "current scaling's cast");
-      break;
-    }
-    case TeRecipe::kMxfp8:
-      if (last_gradient) {
-        DeviceBuffer dbias(static_cast<std::size_t>(values.cols) * 4);
-        const TeExtMatrix db{dbias.get(), kFloat32, 1, static_cast<std::size_t>(values.cols)};
-        lib_->check(lib_->quantize_dbias(&hp, &out, &db, s), "nvte_quantize_dbias");
-      } else {
-        lib_->check(lib_->quantize(&hp, &out, nullptr, s), "nvte_quantize_v2");
+      case TeRecipe::kNvfp4: {
+        TeExtOptions opts;
+        if (weight) {
+          opts.nvfp4_2d = true;
+          lib_->check(lib_->quantize_nvfp4(&hp, &out, &opts, s), "nvte_quantize_v2");
+        } else {
+          opts.stochastic = role != Role::kActivation;  // NVFP4BlockScaling's defaults: RHT for X and Dy, SR for Dy
+          lib_->check(lib_->quantize_nvfp4_rht(&hp, &out, &opts, s), "nvte_quantize_with_hadamard_transform");
+        }
+        return;
       }
-      break;
-    case TeRecipe::kBlock: {
-      TeExtOptions opts;
-      opts.power_of_2 = true;  // Float8BlockScaling's default
-      lib_->check(lib_->quantize(&hp, &out, &opts, s), "nvte_quantize_v2");
-      break;
     }
-    case TeRecipe::kNvfp4: {
-      TeExtOptions opts;
-      if (weight) {
-        opts.nvfp4_2d = true;
-        lib_->check(lib_->quantize_nvfp4(&hp, &out, &opts, s), "nvte_quantize_v2");
-      } else {
-        opts.stochastic = role != Role::kActivation;  // NVFP4BlockScaling's defaults: RHT for X and Dy, SR for Dy
-        lib_->check(lib_->quantize_nvfp4_rht(&hp, &out, &opts, s), "nvte_quantize_with_hadamard_transform");
-      }
-      break;
-    }
-  }
-  after_delayed(q);
-  dump_cast(step, name, bf16_rounded(values), q);
+  };
+  fused_cast(
+      host, step, name, q,
+      [this, &in, name, values = std::move(values)] {
+        const Matrix& v = held_[name] = values();
+        const std::vector<std::uint16_t> bits = to_bf16(v);
+        in.upload(bits.data(), bits.size() * 2);
+      },
+      call, [this, name] { return bf16_rounded(held_.at(name)); });
 }
 
-void TeModel::gemm(const std::string& range, const Quantized& a, bool a_columnwise, const Quantized& b,
-                   bool b_columnwise, DeviceBuffer& out, int P, int Q, int L) {
-  std::unique_ptr<DeviceBuffer> alpha;
+void TeModel::gemm(const HostWork& host, const std::string& range, const Quantized& a, bool a_columnwise,
+                   const Quantized& b, bool b_columnwise, DeviceBuffer& out, int P, int Q, int L) {
+  const float* alpha = nullptr;
   if (a.mode == kNvfp4Mode) {
-    const float value = nvfp4_gemm_alpha(a.gemm_amax(a_columnwise), b.gemm_amax(b_columnwise));
-    alpha = std::make_unique<DeviceBuffer>(sizeof value);
-    alpha->upload(&value, sizeof value);
+    DeviceBuffer& value = buffer(range + ".alpha", sizeof(float));
+    host([&value, &a, &b, a_columnwise, b_columnwise] {
+      const float v = nvfp4_gemm_alpha(a.gemm_amax(a_columnwise), b.gemm_amax(b_columnwise));
+      value.upload(&v, sizeof v);
+    });
+    alpha = static_cast<const float*>(value.get());
   }
   nvtxRangePushA(range.c_str());
   const bool mxfp8 = a.mode == kMxfp8Mode;
@@ -336,19 +365,19 @@ void TeModel::gemm(const std::string& range, const Quantized& a, bool a_columnwi
   } else if (mxfp8 && a_columnwise) {
     gemms_.wgrad_nt(a.operand(true), b.operand(true), out, L, P, Q);  // dW[P, Q] = dY^T X, over L tokens
   } else {
-    gemms_.tn(a.operand(a_columnwise), b.operand(b_columnwise), out, P, Q, L,
-              alpha ? static_cast<const float*>(alpha->get()) : nullptr);
+    gemms_.tn(a.operand(a_columnwise), b.operand(b_columnwise), out, P, Q, L, alpha);
   }
   nvtxRangePop();
 }
 
-double TeModel::step(int step, const Matrix& x, const Matrix& target, float learning_rate) {
+void TeModel::program(const HostWork& host, const int& step, const Matrix& x, const Matrix& target,
+                      float learning_rate, double& loss) {
   const int layers = static_cast<int>(layers_.size()), M = x.rows;
   const bool fused = o_.recipe == TeRecipe::kDelayed || o_.recipe == TeRecipe::kMxfp8;
   const int forward_type = o_.recipe == TeRecipe::kNvfp4 ? kE2M1 : kE4M3;
   const int backward_type = o_.recipe == TeRecipe::kNvfp4 ? kE2M1 : (o_.recipe == TeRecipe::kMxfp8 || o_.recipe == TeRecipe::kBlock ? kE4M3 : kE5M2);
   const CUstream s = gemms_.stream();
-  Matrix a = x;
+  host([this, &x] { a_ = x; });
   for (int l = 0; l < layers; ++l) {
     Layer& L = *layers_[static_cast<std::size_t>(l)];
     const int N = L.w.rows, K = L.w.cols;
@@ -358,104 +387,121 @@ double TeModel::step(int step, const Matrix& x, const Matrix& target, float lear
       L.wq = std::make_unique<Quantized>(o_.recipe, forward_type, N, K, true);
       L.dy = std::make_unique<Quantized>(o_.recipe, backward_type, M, N, false);
     }
+    const auto m = static_cast<std::size_t>(M), k = static_cast<std::size_t>(K), n = static_cast<std::size_t>(N);
     // X: LayerNormLinear's fused norm, LayerNormMLP's fused activation, or a cast of its own.
     if (fused && l == 0) {
-      const Matrix xb = bf16_rounded(a);
-      const std::vector<std::uint16_t> xbits = to_bf16(xb), gbits = to_bf16(gamma_), bbits = to_bf16(beta_);
-      DeviceBuffer xd(xbits.size() * 2), gd(gbits.size() * 2), bd(bbits.size() * 2), mu(M * 4), rs(M * 4);
-      xd.upload(xbits.data(), xbits.size() * 2);
-      gd.upload(gbits.data(), gbits.size() * 2);
-      bd.upload(bbits.data(), bbits.size() * 2);
-      const auto k = static_cast<std::size_t>(K), m = static_cast<std::size_t>(M);
+      DeviceBuffer &xd = buffer(name + ".x.in", m * k * 2), &gd = buffer(name + ".gamma", k * 2),
+                   &bd = buffer(name + ".beta", k * 2), &mu = buffer(name + ".x.mu", m * 4),
+                   &rs = buffer(name + ".x.rsigma", m * 4);
       const TeExtMatrix xm{xd.get(), kBFloat16, m, k}, gm{gd.get(), kBFloat16, 1, k}, bm{bd.get(), kBFloat16, 1, k},
           mum{mu.get(), kFloat32, 1, m}, rsm{rs.get(), kFloat32, 1, m};
-      before_delayed(*L.x);
       const TeExtQuantized z = L.x->desc();
-      lib_->check(lib_->layernorm(&xm, &gm, &bm, kLayernormEpsilon, &z, &mum, &rsm, s), "nvte_layernorm_fwd");
-      after_delayed(*L.x);
-      dump_cast(step, name + ".x", layernorm(xb), *L.x);
+      fused_cast(
+          host, step, name + ".x", *L.x,
+          [this, name] {
+            const Matrix& xb = held_[name + ".x"] = bf16_rounded(a_);
+            put_bf16(name + ".x.in", xb);
+            put_bf16(name + ".gamma", gamma_);
+            put_bf16(name + ".beta", beta_);
+          },
+          [&] { lib_->check(lib_->layernorm(&xm, &gm, &bm, kLayernormEpsilon, &z, &mum, &rsm, s), "nvte_layernorm_fwd"); },
+          [this, name] { return layernorm(held_.at(name + ".x")); });
     } else if (fused && l > 0) {
-      const Matrix pre = bf16_rounded(layers_[static_cast<std::size_t>(l) - 1]->pre_activation);
-      const std::vector<std::uint16_t> bits = to_bf16(pre);
-      DeviceBuffer pd(bits.size() * 2);
-      pd.upload(bits.data(), bits.size() * 2);
-      const TeExtMatrix pm{pd.get(), kBFloat16, static_cast<std::size_t>(pre.rows), static_cast<std::size_t>(pre.cols)};
-      before_delayed(*L.x);
+      Layer& below = *layers_[static_cast<std::size_t>(l) - 1];
+      DeviceBuffer& pd = buffer(name + ".x.in", m * k * 2);
+      const TeExtMatrix pm{pd.get(), kBFloat16, m, k};
       const TeExtQuantized q = L.x->desc();
-      lib_->check(lib_->relu(&pm, &q, s), "nvte_relu");
-      after_delayed(*L.x);
-      dump_cast(step, name + ".x", bf16_rounded(a), *L.x);
+      fused_cast(
+          host, step, name + ".x", *L.x,
+          [this, &below, name] { put_bf16(name + ".x.in", bf16_rounded(below.pre_activation)); },
+          [&] { lib_->check(lib_->relu(&pm, &q, s), "nvte_relu"); }, [this] { return bf16_rounded(a_); });
     } else {
-      cast(step, name + ".x", l == 0 ? layernorm(bf16_rounded(a)) : a, *L.x, Role::kActivation);
+      cast(host, step, name + ".x", [this, l] { return l == 0 ? layernorm(bf16_rounded(a_)) : a_; }, *L.x,
+           Role::kActivation);
     }
     // W: TE's cast, or for --te-uncovered-layer one TE never sees (a cast made elsewhere).
     if (l == o_.uncovered_layer) {
-      const std::vector<std::uint16_t> bits = to_bf16(L.w);
-      DeviceBuffer wd(bits.size() * 2);
-      wd.upload(bits.data(), bits.size() * 2);
-      const TeExtMatrix wm{wd.get(), kBFloat16, static_cast<std::size_t>(N), static_cast<std::size_t>(K)};
-      before_delayed(*L.wq);
+      DeviceBuffer& wd = buffer(name + ".w.in", n * k * 2);
+      const TeExtMatrix wm{wd.get(), kBFloat16, n, k};
       const TeExtQuantized q = L.wq->desc();
+      host([this, &L, name] {
+        put_bf16(name + ".w.in", L.w);
+        before_delayed(*L.wq);
+      });
       lib_->check(lib_->quantize_direct(&wm, &q, s), "the trainer's own cast");
-      after_delayed(*L.wq);
+      host([&L] { after_delayed(*L.wq); });
     } else {
-      cast(step, name + ".w", L.w, *L.wq, Role::kWeight);
+      cast(host, step, name + ".w", [&L] { return L.w; }, *L.wq, Role::kWeight);
     }
-    DeviceBuffer out(static_cast<std::size_t>(M) * N * sizeof(float));
-    gemm(name + "/fprop", *L.wq, false, *L.x, false, out, M, N, K);
-    L.pre_activation = Matrix(M, N);
-    out.download(L.pre_activation.v.data(), L.pre_activation.v.size() * sizeof(float));
-    a = L.pre_activation;
-    if (l + 1 < layers) {
-      for (float& v : a.v) v = std::max(v, 0.0f);
+    DeviceBuffer& out = buffer(name + ".fprop.out", m * n * sizeof(float));
+    gemm(host, name + "/fprop", *L.wq, false, *L.x, false, out, M, N, K);
+    host([this, &L, &out, M, N, last = l + 1 == layers] {
+      L.pre_activation = Matrix(M, N);
+      out.download(L.pre_activation.v.data(), L.pre_activation.v.size() * sizeof(float));
+      a_ = L.pre_activation;
+      if (!last) {
+        for (float& v : a_.v) v = std::max(v, 0.0f);
+      }
+    });
+  }
+  host([this, &target, &loss] {
+    loss = 0.0;
+    dy_ = Matrix(a_.rows, a_.cols);
+    const double count = static_cast<double>(a_.v.size());
+    for (std::size_t i = 0; i < a_.v.size(); ++i) {
+      const double d = static_cast<double>(a_.v[i]) - target.v[i];
+      loss += d * d / count;
+      dy_.v[i] = static_cast<float>(2.0 * d / count);
     }
-  }
-  double loss = 0.0;
-  Matrix dy(a.rows, a.cols);
-  const double n = static_cast<double>(a.v.size());
-  for (std::size_t i = 0; i < a.v.size(); ++i) {
-    const double d = static_cast<double>(a.v[i]) - target.v[i];
-    loss += d * d / n;
-    dy.v[i] = static_cast<float>(2.0 * d / n);
-  }
+  });
   for (int l = layers - 1; l >= 0; --l) {
     Layer& L = *layers_[static_cast<std::size_t>(l)];
     const int N = L.w.rows, K = L.w.cols;
+    const auto m = static_cast<std::size_t>(M), n = static_cast<std::size_t>(N), k = static_cast<std::size_t>(K);
     const std::string name = "mlp." + std::to_string(l);
     // Dy: the last layer's through bgrad_quantize; below it LayerNormMLP's fused ReLU backward.
     const bool below_relu = l + 1 < layers;
     if (fused && below_relu) {
-      const Matrix grad = bf16_rounded(dy), pre = bf16_rounded(L.pre_activation);
-      const std::vector<std::uint16_t> gbits = to_bf16(grad), pbits = to_bf16(pre);
-      DeviceBuffer gd(gbits.size() * 2), pd(pbits.size() * 2), dbias(static_cast<std::size_t>(N) * 4);
-      gd.upload(gbits.data(), gbits.size() * 2);
-      pd.upload(pbits.data(), pbits.size() * 2);
-      const TeExtMatrix gm{gd.get(), kBFloat16, static_cast<std::size_t>(M), static_cast<std::size_t>(N)},
-          pm{pd.get(), kBFloat16, static_cast<std::size_t>(M), static_cast<std::size_t>(N)},
-          db{dbias.get(), kFloat32, 1, static_cast<std::size_t>(N)};
-      before_delayed(*L.dy);
+      DeviceBuffer &gd = buffer(name + ".dy.in", m * n * 2), &pd = buffer(name + ".dy.act", m * n * 2),
+                   &dbias = buffer(name + ".dy.dbias", n * 4);
+      const TeExtMatrix gm{gd.get(), kBFloat16, m, n}, pm{pd.get(), kBFloat16, m, n}, db{dbias.get(), kFloat32, 1, n};
       const TeExtQuantized q = L.dy->desc();
-      lib_->check(lib_->quantize_dbias_drelu(&gm, &pm, &q, &db, s), "nvte_quantize_dbias_drelu");
-      after_delayed(*L.dy);
-      Matrix through(M, N);
-      for (std::size_t i = 0; i < through.v.size(); ++i) through.v[i] = pre.v[i] > 0.0f ? grad.v[i] : 0.0f;
-      dump_cast(step, name + ".dy", through, *L.dy);
+      fused_cast(
+          host, step, name + ".dy", *L.dy,
+          [this, &L, name] {
+            put_bf16(name + ".dy.in", bf16_rounded(dy_));
+            put_bf16(name + ".dy.act", bf16_rounded(L.pre_activation));
+          },
+          [&] { lib_->check(lib_->quantize_dbias_drelu(&gm, &pm, &q, &db, s), "nvte_quantize_dbias_drelu"); },
+          [this, &L] {
+            const Matrix grad = bf16_rounded(dy_), pre = bf16_rounded(L.pre_activation);
+            Matrix through(grad.rows, grad.cols);
+            for (std::size_t i = 0; i < through.v.size(); ++i) through.v[i] = pre.v[i] > 0.0f ? grad.v[i] : 0.0f;
+            return through;
+          });
     } else {
-      if (below_relu) {
-        for (std::size_t i = 0; i < dy.v.size(); ++i) dy.v[i] = L.pre_activation.v[i] > 0.0f ? dy.v[i] : 0.0f;
-      }
-      cast(step, name + ".dy", dy, *L.dy, below_relu ? Role::kGradient : Role::kLastGradient);
+      cast(
+          host, step, name + ".dy",
+          [this, &L, below_relu] {
+            if (below_relu) {
+              for (std::size_t i = 0; i < dy_.v.size(); ++i) dy_.v[i] = L.pre_activation.v[i] > 0.0f ? dy_.v[i] : 0.0f;
+            }
+            return dy_;
+          },
+          *L.dy, below_relu ? Role::kGradient : Role::kLastGradient);
     }
-    DeviceBuffer dx(static_cast<std::size_t>(M) * K * sizeof(float)), dw(static_cast<std::size_t>(N) * K * sizeof(float));
-    gemm(name + "/dgrad", *L.wq, true, *L.dy, false, dx, M, K, N);
-    gemm(name + "/wgrad", *L.x, true, *L.dy, true, dw, N, K, M);
-    Matrix dwm(N, K), dxm(M, K);
-    dw.download(dwm.v.data(), dwm.v.size() * sizeof(float));
-    dx.download(dxm.v.data(), dxm.v.size() * sizeof(float));
-    for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= learning_rate * dwm.v[i];
-    dy = dxm;  // the layer below masks it by its ReLU (fused, or before its cast)
+    DeviceBuffer &dx = buffer(name + ".dgrad.out", m * k * sizeof(float)),
+                 &dw = buffer(name + ".wgrad.out", n * k * sizeof(float));
+    gemm(host, name + "/dgrad", *L.wq, true, *L.dy, false, dx, M, K, N);
+    gemm(host, name + "/wgrad", *L.x, true, *L.dy, true, dw, N, K, M);
+    host([this, &L, &dx, &dw, M, N, K, learning_rate] {
+      Matrix dwm(N, K), dxm(M, K);
+      dw.download(dwm.v.data(), dwm.v.size() * sizeof(float));
+      dx.download(dxm.v.data(), dxm.v.size() * sizeof(float));
+      for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= learning_rate * dwm.v[i];
+      dy_ = dxm;  // the layer below masks it by its ReLU (fused, or before its cast)
+    });
   }
-  return loss;
 }
 
 }  // namespace fp8scope::trainer

@@ -17,6 +17,8 @@
 
 #include <cuda.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,14 +40,21 @@ struct TeModelOptions {
   int dump_step = -1;
 };
 
+// The step's host work: run now, or under capture recorded as a host node (StepGraph::host).
+using HostWork = std::function<void(std::function<void()>)>;
+
 class TeModel {
  public:
   // weights: [out, in] fp32 masters, layer by layer (LayerNorm's gamma and beta are fixed).
   TeModel(const TeModelOptions& options, Gemms& gemms, std::vector<Matrix> weights, std::mt19937_64& rng);
   ~TeModel();
 
-  // One step on the batch: forward, loss against target, backward, weight update. The loss.
-  double step(int step, const Matrix& x, const Matrix& target, float learning_rate);
+  // One step (forward, loss against target, backward, weight update) as a program of host work,
+  // TE's casts and GEMMs on persistent buffers: run now, or captured into a CUDA graph whose
+  // replays run it. Its host work reads `step`, `x` and `target` when it runs (a replay's) and
+  // leaves the loss in `loss`.
+  void program(const HostWork& host, const int& step, const Matrix& x, const Matrix& target, float learning_rate,
+               double& loss);
 
  private:
   struct Library;
@@ -54,9 +63,14 @@ class TeModel {
 
   // Which cast a tensor gets: a weight's, an activation's, a gradient's (the last layer's with its bias).
   enum class Role { kActivation, kWeight, kGradient, kLastGradient };
-  // The cast of `values` (rows x cols, fp32, as the framework holds them in BF16) into q: the
-  // recipe's entry points for a tensor of this role.
-  void cast(int step, const std::string& name, const Matrix& values, Quantized& q, Role role);
+  // The cast into q of the tensor `values` gives when the host work runs (q's rows x cols, fp32,
+  // as the framework holds it in BF16): the recipe's entry points for a tensor of this role.
+  void cast(const HostWork& host, const int& step, const std::string& name, std::function<Matrix()> values,
+            Quantized& q, Role role);
+  // A TE call between host work that fills its input buffers (and delayed scaling's scale) and
+  // host work that takes its amax into the history and dumps what it cast (`dumped` of `held`).
+  void fused_cast(const HostWork& host, const int& step, const std::string& name, Quantized& q,
+                  std::function<void()> fill, const std::function<void()>& call, std::function<Matrix()> dumped);
   // Delayed scaling around a cast: its scale from the history before, its amax into it after.
   static void before_delayed(Quantized& q);
   static void after_delayed(Quantized& q);
@@ -64,14 +78,24 @@ class TeModel {
   void dump_cast(int step, const std::string& name, const Matrix& values, const Quantized& q);
   Matrix layernorm(const Matrix& x) const;
   // out[P, Q] of the GEMM out = b a^T as TE runs the recipe.
-  void gemm(const std::string& range, const Quantized& a, bool a_columnwise, const Quantized& b, bool b_columnwise,
-            DeviceBuffer& out, int P, int Q, int L);
+  void gemm(const HostWork& host, const std::string& range, const Quantized& a, bool a_columnwise, const Quantized& b,
+            bool b_columnwise, DeviceBuffer& out, int P, int Q, int L);
+  // A persistent device buffer by name, zeros when first used: a captured graph replays the
+  // addresses it was captured with.
+  DeviceBuffer& buffer(const std::string& name, std::size_t bytes);
+  // BF16 bits of m into the buffer `name`.
+  DeviceBuffer& put_bf16(const std::string& name, const Matrix& m);
 
   TeModelOptions o_;
   Gemms& gemms_;
   std::unique_ptr<Library> lib_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Matrix gamma_, beta_;
+  std::map<std::string, std::unique_ptr<DeviceBuffer>> buffers_;
+  // Between the host work of a step: the activation flowing forward, the gradient flowing back,
+  // and what each cast's host work held for its dump.
+  Matrix a_, dy_;
+  std::map<std::string, Matrix> held_;
 };
 
 }  // namespace fp8scope::trainer

@@ -20,6 +20,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <optional>
 #include <nvtx3/nvToolsExt.h>
 #include <thread>
@@ -28,6 +30,7 @@
 #include "device_gemms.h"
 #include "host_tensors.h"
 #include "moe_layer.h"
+#include "step_graph.h"
 #include "te_model.h"
 
 using namespace fp8scope::trainer;
@@ -58,6 +61,10 @@ struct Options {
   std::string save_weights, serve_weights;
   bool capture_probe = false;
   bool no_step_api = false;
+  bool cuda_graph = false;
+  GraphApi graph_api = GraphApi::kDriver;
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  int graph_recapture_at = -1, graph_update_at = -1, graph_twin_at = -1;
   MoeOptions moe;
   TeModelOptions te;
 };
@@ -133,9 +140,11 @@ struct Layer {
   std::vector<std::uint16_t> x_bf16, w_bf16;
   std::vector<std::uint8_t> x_codes, w_codes;
   float x_scale_inv = 1.0f, w_scale_inv = 1.0f;
-  // The weight's device copies live as long as the layer (updated in place each step), as in a
-  // framework: the hook recognizes a step by its first GEMM's weight address.
-  std::unique_ptr<DeviceBuffer> w_device, w_scale_device;
+  // The GEMMs' device buffers by name ("fprop.w", "wgrad.dy.scales", "dgrad.out"), allocated on
+  // first use and written in place every step, as a framework's are: the hook recognizes a step by
+  // its first GEMM's weight address, and a captured graph replays the addresses it was captured with.
+  std::map<std::string, std::unique_ptr<DeviceBuffer>> device;
+  std::map<std::string, BlockQuantized> block;  // the block-scaled operands of this step, by name
 };
 
 // The block modes of each operand (block_scaling.h).
@@ -150,24 +159,6 @@ std::optional<BlockModes> block_modes(const std::string& mode) {
   if (mode == "nvfp4") return BlockModes{BlockMode::kNvfp4, BlockMode::kNvfp4Weight, BlockMode::kNvfp4, Element::kE2M1};
   if (mode == "nvfp4_row") return BlockModes{BlockMode::kNvfp4Row, BlockMode::kNvfp4Weight, BlockMode::kNvfp4, Element::kE2M1};
   return std::nullopt;
-}
-
-// A block-quantized GEMM operand on the device, with its scales (and for NVFP4 its amax).
-struct DeviceBlockOperand {
-  BlockQuantized q;
-  std::unique_ptr<DeviceBuffer> codes, scales;
-
-  DeviceOperand operand(Element element, int rows, int cols) const {
-    return {codes->get(), element, rows, cols, scales->get(), q.scale_mode};
-  }
-};
-
-DeviceBlockOperand block_on_device(const Matrix& m, BlockMode mode) {
-  DeviceBlockOperand d;
-  d.q = quantize_for_gemm(m, mode);
-  d.codes = on_device(d.q.codes);
-  d.scales = on_device(d.q.scales);
-  return d;
 }
 
 // Uploads into a layer's persistent buffer, allocating it on first use.
@@ -199,6 +190,9 @@ class Trainer {
       te.dump_step = o.dump_step;
       te_ = std::make_unique<TeModel>(te, gemms_, std::move(weights), rng_);
     }
+    if (o.cuda_graph) graph_ = std::make_unique<StepGraph>(o.graph_api, o.capture_mode, gemms_.stream());
+    acts_.resize(kLayers + 1);
+    grads_.resize(kLayers + 1);
   }
 
   double step(int step);
@@ -212,22 +206,37 @@ class Trainer {
 
  private:
   bool fp8() const { return o_.mode == "fp8"; }
-  bool dumping(int step) const { return step == o_.dump_step && !o_.dump_dir.empty(); }
-  void dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
-            std::size_t bytes);
+  bool dumping() const { return step_ == o_.dump_step && !o_.dump_dir.empty(); }
+  void dump(const std::string& name, const std::string& descr, int rows, int cols, const void* data, std::size_t bytes);
   // A block-scaled operand's codes (NAME.npy) and its scale tensor as the GEMM reads it (NAME.scales.npy).
-  void dump_block(int step, const std::string& name, const BlockQuantized& q, int rows, int cols);
-  // out[P,Q] = b[P,L] a[Q,L]^T with both operands block-quantized along L, in the range LAYER/GEMM.
-  void block_tn(int step, const std::string& layer, const std::string& gemm, const Matrix& a, BlockMode a_mode,
-                const std::string& a_name, const Matrix& b, BlockMode b_mode, const std::string& b_name,
-                DeviceBuffer& out, int P, int Q, int L);
-  // TE's row scales into out[P, Q] after a row-scaled NVFP4 GEMM (apply_row_scales).
-  static void rescale_rows(DeviceBuffer& out, int P, int Q, const BlockQuantized& a, const BlockQuantized& b);
-  Matrix forward(int step, int l, const Matrix& input);
-  Matrix backward(int step, int l, const Matrix& dy);
+  void dump_block(const std::string& name, const BlockQuantized& q, int rows, int cols);
+
+  // One training step as a program of host work and GEMMs (StepGraph): run now, or captured.
+  void program();
+  // Host work between GEMMs: run now, or under capture a host node of the step's graph.
+  void host(std::function<void()> work);
+  // The step's batch (x into acts_[0]) and its target; `training`: with the planted outliers.
+  void begin_batch(bool training);
+  void forward(int l);
+  void backward(int l);
+  // The loss of acts_[kLayers] against the target, and dY into grads_[kLayers].
+  void loss_and_gradient();
+  // A layer's device buffer, uploaded from `host` (allocated on first use).
+  template <class T>
+  void put(Layer& L, const std::string& name, const std::vector<T>& host) {
+    upload_into(L.device[name], host);
+  }
+  // A buffer the host work before the GEMM filled (this step, or under capture the warm-up's).
+  static const void* at(const Layer& L, const std::string& name) { return L.device.at(name)->get(); }
+  static DeviceBuffer& out(Layer& L, const std::string& name, std::size_t bytes);
+  // A block-quantized operand into NAME and NAME.scales (and for NVFP4 its amax in L.block).
+  void put_block(Layer& L, const std::string& name, const Matrix& m, BlockMode mode, int dump_rows, int dump_cols);
+  // out[P,Q] = b[P,L] a[Q,L]^T of two operands put_block quantized along L, in the range LAYER/GEMM.
+  void block_gemm(Layer& L, const std::string& layer, const std::string& gemm, const std::string& a,
+                  const std::string& b, DeviceBuffer& out, int P, int Q, int K);
   // dX of layer l through the ReLU of the layer below.
   Matrix below_relu(int l, Matrix dx) const;
-  OperandDump moe_dump(int step);
+  OperandDump moe_dump();
 
   Options o_;
   std::mt19937_64 rng_;
@@ -238,160 +247,228 @@ class Trainer {
   std::vector<Layer> layers_;
   std::unique_ptr<MoeLayer> moe_;
   std::unique_ptr<TeModel> te_;
+  std::unique_ptr<StepGraph> graph_;
+  // The step the program runs (host work reads it when it runs: a replay's, under a graph), its
+  // activations and gradients by layer, its target and loss.
+  int step_ = 0;
+  std::vector<Matrix> acts_, grads_;
+  Matrix target_;
+  double loss_ = 0.0;
 };
 
-void Trainer::dump(int step, const std::string& name, const std::string& descr, int rows, int cols, const void* data,
+void Trainer::dump(const std::string& name, const std::string& descr, int rows, int cols, const void* data,
                    std::size_t bytes) {
-  if (!dumping(step)) return;
+  if (!dumping()) return;
   if (!write_npy(o_.dump_dir + "/" + name + ".npy", descr, rows, cols, data, bytes)) fail("writing a dump", 0);
 }
 
-void Trainer::dump_block(int step, const std::string& name, const BlockQuantized& q, int rows, int cols) {
+void Trainer::dump_block(const std::string& name, const BlockQuantized& q, int rows, int cols) {
   const bool fp4 = block_->element == Element::kE2M1;
-  dump(step, name, "|u1", rows, fp4 ? cols / 2 : cols, q.codes.data(), q.codes.size());
+  dump(name, "|u1", rows, fp4 ? cols / 2 : cols, q.codes.data(), q.codes.size());
   const bool fp32_scales = q.scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ||
                            q.scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-  dump(step, name + ".scales", fp32_scales ? "<f4" : "|u1", 1,
+  dump(name + ".scales", fp32_scales ? "<f4" : "|u1", 1,
        static_cast<int>(q.scales.size() / (fp32_scales ? sizeof(float) : 1)), q.scales.data(), q.scales.size());
 }
 
-void Trainer::block_tn(int step, const std::string& layer, const std::string& gemm, const Matrix& a, BlockMode a_mode,
-                       const std::string& a_name, const Matrix& b, BlockMode b_mode, const std::string& b_name,
-                       DeviceBuffer& out, int P, int Q, int L) {
-  const DeviceBlockOperand da = block_on_device(a, a_mode), db = block_on_device(b, b_mode);
-  dump_block(step, layer + "." + gemm + "." + a_name, da.q, Q, L);
-  dump_block(step, layer + "." + gemm + "." + b_name, db.q, P, L);
-  std::unique_ptr<DeviceBuffer> alpha;
-  if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(da.q, db.q)});
+void Trainer::host(std::function<void()> work) {
+  if (graph_ != nullptr && graph_->capturing()) return graph_->host(std::move(work));
+  work();
+}
+
+DeviceBuffer& Trainer::out(Layer& L, const std::string& name, std::size_t bytes) {
+  std::unique_ptr<DeviceBuffer>& b = L.device[name];
+  if (!b) b = std::make_unique<DeviceBuffer>(bytes);
+  return *b;
+}
+
+void Trainer::put_block(Layer& L, const std::string& name, const Matrix& m, BlockMode mode, int dump_rows,
+                        int dump_cols) {
+  BlockQuantized& q = L.block[name] = quantize_for_gemm(m, mode);
+  put(L, name, q.codes);
+  put(L, name + ".scales", q.scales);
+  dump_block(name, q, dump_rows, dump_cols);
+}
+
+void Trainer::block_gemm(Layer& L, const std::string& layer, const std::string& gemm, const std::string& a,
+                         const std::string& b, DeviceBuffer& out, int P, int Q, int K) {
+  const std::string an = layer + "." + gemm + "." + a, bn = layer + "." + gemm + "." + b;
+  const BlockQuantized &qa = L.block.at(an), &qb = L.block.at(bn);
+  const bool fp4 = block_->element == Element::kE2M1;
+  // NVFP4's alpha from both amaxes, on the device, as TE passes it.
+  if (fp4) host([this, &L, an, bn] { put(L, an + ".alpha", std::vector<float>{nvfp4_gemm_alpha(L.block.at(an), L.block.at(bn))}); });
+  const float* alpha = fp4 ? static_cast<const float*>(at(L, an + ".alpha")) : nullptr;
   nvtxRangePushA((layer + "/" + gemm).c_str());
-  gemms_.tn(da.operand(block_->element, Q, L), db.operand(block_->element, P, L), out, P, Q, L,
-            alpha ? static_cast<const float*>(alpha->get()) : nullptr);
+  gemms_.tn({at(L, an), block_->element, Q, K, at(L, an + ".scales"), qa.scale_mode},
+            {at(L, bn), block_->element, P, K, at(L, bn + ".scales"), qb.scale_mode}, out, P, Q, K, alpha);
   nvtxRangePop();
-  rescale_rows(out, P, Q, da.q, db.q);
 }
 
-void Trainer::rescale_rows(DeviceBuffer& out, int P, int Q, const BlockQuantized& a, const BlockQuantized& b) {
-  if (!a.row_scaled() && !b.row_scaled()) return;
-  Matrix o = download(out, P, Q);
-  apply_row_scales(o, a, b);
-  out.upload(o.v.data(), o.v.size() * sizeof(float));
-}
-
-Matrix Trainer::forward(int step, int l, const Matrix& input) {
-  Layer& L = layers_[static_cast<std::size_t>(l)];
-  const int M = input.rows, K = input.cols, N = L.w.rows;
-  const std::string name = "mlp." + std::to_string(l);
-  L.input = input;
-  if (moe_ && l == kMoeLayer) {
-    L.pre_activation = moe_->forward(step, input, gemms_, moe_dump(step));
-    Matrix y = L.pre_activation;
-    for (float& v : y.v) v = std::max(v, 0.0f);
-    return y;
+void Trainer::begin_batch(bool training) {
+  Matrix& x = acts_[0] = random_normal(o_.batch, kInputs, 1.0f, rng_);
+  // A planted data outlier: one input feature of this step's batch far out of its usual range.
+  if (training && step_ == o_.outlier_step) {
+    for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols] *= o_.outlier_scale;
   }
-  DeviceBuffer out(static_cast<std::size_t>(M) * N * sizeof(float));
+  // An outlier channel that grows step by step, as SwiGLU's do late in training: input feature 1.
+  if (training && o_.channel_growth_from >= 0 && step_ >= o_.channel_growth_from) {
+    const float scale = std::pow(o_.channel_growth, static_cast<float>(step_ - o_.channel_growth_from + 1));
+    for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols + 1] *= scale;
+  }
+  target_ = teacher(x, t1_, t2_);
+}
+
+void Trainer::forward(int l) {
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  const int M = o_.batch, K = L.w.cols, N = L.w.rows;
+  const std::string name = "mlp." + std::to_string(l);
+  if (moe_ && l == kMoeLayer) {  // eager only (no --cuda-graph)
+    L.input = acts_[l];
+    L.pre_activation = moe_->forward(step_, L.input, gemms_, moe_dump());
+    acts_[l + 1] = L.pre_activation;
+    for (float& v : acts_[l + 1].v) v = std::max(v, 0.0f);
+    return;
+  }
+  DeviceBuffer& y = out(L, "fprop.out", static_cast<std::size_t>(M) * N * sizeof(float));
   if (block_) {
-    // The weight keeps one device buffer (the hook finds a step by its first GEMM's weight).
-    const BlockQuantized wq = quantize_for_gemm(L.w, block_->w);
-    const BlockQuantized xq = quantize_for_gemm(input, block_->x);
-    DeviceBuffer* w = &upload_into(L.w_device, wq.codes);
-    DeviceBuffer* ws = &upload_into(L.w_scale_device, wq.scales);
-    auto x = on_device(xq.codes), xs = on_device(xq.scales);
-    dump_block(step, name + ".fprop.w", wq, N, K);
-    dump_block(step, name + ".fprop.x", xq, M, K);
-    std::unique_ptr<DeviceBuffer> alpha;
-    if (block_->element == Element::kE2M1) alpha = on_device(std::vector<float>{nvfp4_gemm_alpha(wq, xq)});
-    nvtxRangePushA((name + "/fprop").c_str());
-    gemms_.tn({w->get(), block_->element, N, K, ws->get(), wq.scale_mode},
-              {x->get(), block_->element, M, K, xs->get(), xq.scale_mode}, out, M, N, K,
-              alpha ? static_cast<const float*>(alpha->get()) : nullptr);
-    nvtxRangePop();
-    rescale_rows(out, M, N, wq, xq);
+    host([this, &L, l, name, M, N, K] {
+      L.input = acts_[l];
+      put_block(L, name + ".fprop.w", L.w, block_->w, N, K);
+      put_block(L, name + ".fprop.x", L.input, block_->x, M, K);
+    });
+    block_gemm(L, name, "fprop", "w", "x", y, M, N, K);
   } else if (fp8()) {
-    if (o_.serve_weights.empty()) {
-      L.x_codes = L.x_fp8.cast(input, L.x_scale_inv);
-      L.w_codes = L.w_fp8.cast(L.w, L.w_scale_inv);
-    } else {
-      // An FP8 inference job: the BF16 checkpoint's weights and the activations, current scaling.
-      L.x_codes = cast_current_e4m3(input, L.x_scale_inv);
-      L.w_codes = cast_current_e4m3(from_bf16(to_bf16(L.w), L.w.rows, L.w.cols), L.w_scale_inv);
-    }
-    auto x = on_device(L.x_codes), xs = on_device(std::vector<float>{L.x_scale_inv});
-    DeviceBuffer* w = &upload_into(L.w_device, L.w_codes);
-    DeviceBuffer* ws = &upload_into(L.w_scale_device, std::vector<float>{L.w_scale_inv});
-    dump(step, name + ".fprop.x", "|u1", M, K, L.x_codes.data(), L.x_codes.size());
-    dump(step, name + ".fprop.w", "|u1", N, K, L.w_codes.data(), L.w_codes.size());
+    host([this, &L, l, name, M, N, K] {
+      L.input = acts_[l];
+      if (o_.serve_weights.empty()) {
+        L.x_codes = L.x_fp8.cast(L.input, L.x_scale_inv);
+        L.w_codes = L.w_fp8.cast(L.w, L.w_scale_inv);
+      } else {
+        // An FP8 inference job: the BF16 checkpoint's weights and the activations, current scaling.
+        L.x_codes = cast_current_e4m3(L.input, L.x_scale_inv);
+        L.w_codes = cast_current_e4m3(from_bf16(to_bf16(L.w), L.w.rows, L.w.cols), L.w_scale_inv);
+      }
+      put(L, "fprop.x", L.x_codes);
+      put(L, "fprop.x.scale", std::vector<float>{L.x_scale_inv});
+      put(L, "fprop.w", L.w_codes);
+      put(L, "fprop.w.scale", std::vector<float>{L.w_scale_inv});
+      dump(name + ".fprop.x", "|u1", M, K, L.x_codes.data(), L.x_codes.size());
+      dump(name + ".fprop.w", "|u1", N, K, L.w_codes.data(), L.w_codes.size());
+    });
     nvtxRangePushA((name + "/fprop").c_str());
-    gemms_.tn({w->get(), Element::kE4M3, N, K, ws->get()}, {x->get(), Element::kE4M3, M, K, xs->get()}, out, M, N, K);
+    gemms_.tn({at(L, "fprop.w"), Element::kE4M3, N, K, at(L, "fprop.w.scale")},
+              {at(L, "fprop.x"), Element::kE4M3, M, K, at(L, "fprop.x.scale")}, y, M, N, K);
     nvtxRangePop();
   } else {
-    L.x_bf16 = to_bf16(input);
-    L.w_bf16 = to_bf16(L.w);
-    auto x = on_device(L.x_bf16);
-    DeviceBuffer* w = &upload_into(L.w_device, L.w_bf16);
-    dump(step, name + ".fprop.x", "<u2", M, K, L.x_bf16.data(), L.x_bf16.size() * 2);
-    dump(step, name + ".fprop.w", "<u2", N, K, L.w_bf16.data(), L.w_bf16.size() * 2);
+    host([this, &L, l, name, M, N, K] {
+      L.input = acts_[l];
+      L.x_bf16 = to_bf16(L.input);
+      L.w_bf16 = to_bf16(L.w);
+      put(L, "fprop.x", L.x_bf16);
+      put(L, "fprop.w", L.w_bf16);
+      dump(name + ".fprop.x", "<u2", M, K, L.x_bf16.data(), L.x_bf16.size() * 2);
+      dump(name + ".fprop.w", "<u2", N, K, L.w_bf16.data(), L.w_bf16.size() * 2);
+    });
     nvtxRangePushA((name + "/forward").c_str());
-    gemms_.fprop({w->get(), Element::kBF16, N, K}, {x->get(), Element::kBF16, M, K}, out, M, N, K);
+    gemms_.fprop({at(L, "fprop.w"), Element::kBF16, N, K}, {at(L, "fprop.x"), Element::kBF16, M, K}, y, M, N, K);
     nvtxRangePop();
   }
-  L.pre_activation = download(out, M, N);
-  Matrix y = L.pre_activation;
-  if (l + 1 < kLayers) {
-    for (float& v : y.v) v = std::max(v, 0.0f);
-  }
-  return y;
+  host([this, &L, l, name, M, N] {
+    L.pre_activation = download(*L.device.at("fprop.out"), M, N);
+    // TE's row scales after a row-scaled NVFP4 GEMM.
+    if (block_) apply_row_scales(L.pre_activation, L.block.at(name + ".fprop.w"), L.block.at(name + ".fprop.x"));
+    acts_[l + 1] = L.pre_activation;
+    if (l + 1 < kLayers) {
+      for (float& v : acts_[l + 1].v) v = std::max(v, 0.0f);
+    }
+  });
 }
 
-// Returns dX for the layer below; updates the layer's weights.
-Matrix Trainer::backward(int step, int l, const Matrix& dy) {
+void Trainer::loss_and_gradient() {
+  const Matrix& a = acts_[kLayers];
+  loss_ = 0.0;
+  Matrix dy(a.rows, a.cols);
+  const double n = static_cast<double>(a.v.size());
+  for (std::size_t i = 0; i < a.v.size(); ++i) {
+    const double d = static_cast<double>(a.v[i]) - target_.v[i];
+    loss_ += d * d / n;
+    dy.v[i] = static_cast<float>(2.0 * d / n);
+  }
+  grads_[kLayers] = std::move(dy);
+}
+
+// dX for the layer below into grads_[l]; updates the layer's weights.
+void Trainer::backward(int l) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
-  const int M = dy.rows, N = dy.cols, K = L.w.cols;
+  const int M = o_.batch, N = L.w.rows, K = L.w.cols;
   const std::string name = "mlp." + std::to_string(l);
-  if (moe_ && l == kMoeLayer) return below_relu(l, moe_->backward(dy, gemms_, moe_dump(step), kLearningRate));
-  DeviceBuffer dx_out(static_cast<std::size_t>(M) * K * sizeof(float)), dw_out(static_cast<std::size_t>(N) * K * sizeof(float));
+  if (moe_ && l == kMoeLayer) {  // eager only (no --cuda-graph)
+    grads_[l] = below_relu(l, moe_->backward(grads_[l + 1], gemms_, moe_dump(), kLearningRate));
+    return;
+  }
+  DeviceBuffer& dx_out = out(L, "dgrad.out", static_cast<std::size_t>(M) * K * sizeof(float));
+  DeviceBuffer& dw_out = out(L, "wgrad.out", static_cast<std::size_t>(N) * K * sizeof(float));
   if (block_) {
     // dX[M,K] = dY[M,N] W[N,K] and dW[N,K] = dY^T[N,M] X[M,K], each TN with operands quantized along
     // the GEMM's K: W^T and dY along N, X^T and dY^T along M.
-    const Matrix wt = L.w.transposed(), xt = L.input.transposed(), dyt = dy.transposed();
-    block_tn(step, name, "dgrad", wt, block_->w, "w", dy, block_->dy, "dy", dx_out, M, K, N);
-    block_tn(step, name, "wgrad", xt, block_->x, "x", dyt, block_->dy, "dy", dw_out, N, K, M);
+    host([this, &L, l, name, M, N, K] {
+      const Matrix& dy = grads_[l + 1];
+      put_block(L, name + ".dgrad.w", L.w.transposed(), block_->w, K, N);
+      put_block(L, name + ".dgrad.dy", dy, block_->dy, M, N);
+      put_block(L, name + ".wgrad.x", L.input.transposed(), block_->x, K, M);
+      put_block(L, name + ".wgrad.dy", dy.transposed(), block_->dy, N, M);
+    });
+    block_gemm(L, name, "dgrad", "w", "dy", dx_out, M, K, N);
+    block_gemm(L, name, "wgrad", "x", "dy", dw_out, N, K, M);
   } else if (fp8()) {
-    float dy_scale_inv = 1.0f;
-    const std::vector<std::uint8_t> dy_codes = L.dy_fp8.cast(dy, dy_scale_inv);
-    // Transposed copies of the codes: the transposed tensors under the same scales.
-    const std::vector<std::uint8_t> wt = transpose(L.w_codes, N, K), xt = transpose(L.x_codes, M, K),
-                                    dyt = transpose(dy_codes, M, N);
-    auto d_dy = on_device(dy_codes), d_wt = on_device(wt), d_xt = on_device(xt), d_dyt = on_device(dyt);
-    auto dys = on_device(std::vector<float>{dy_scale_inv}), ws = on_device(std::vector<float>{L.w_scale_inv}),
-         xs = on_device(std::vector<float>{L.x_scale_inv});
-    dump(step, name + ".dgrad.w", "|u1", K, N, wt.data(), wt.size());
-    dump(step, name + ".dgrad.dy", "|u1", M, N, dy_codes.data(), dy_codes.size());
-    dump(step, name + ".wgrad.x", "|u1", K, M, xt.data(), xt.size());
-    dump(step, name + ".wgrad.dy", "|u1", N, M, dyt.data(), dyt.size());
+    host([this, &L, l, name, M, N, K] {
+      float dy_scale_inv = 1.0f;
+      const std::vector<std::uint8_t> dy_codes = L.dy_fp8.cast(grads_[l + 1], dy_scale_inv);
+      // Transposed copies of the codes: the transposed tensors under the same scales.
+      const std::vector<std::uint8_t> wt = transpose(L.w_codes, N, K), xt = transpose(L.x_codes, M, K),
+                                      dyt = transpose(dy_codes, M, N);
+      put(L, "dgrad.dy", dy_codes);
+      put(L, "dgrad.w", wt);
+      put(L, "wgrad.x", xt);
+      put(L, "wgrad.dy", dyt);
+      put(L, "dy.scale", std::vector<float>{dy_scale_inv});
+      dump(name + ".dgrad.w", "|u1", K, N, wt.data(), wt.size());
+      dump(name + ".dgrad.dy", "|u1", M, N, dy_codes.data(), dy_codes.size());
+      dump(name + ".wgrad.x", "|u1", K, M, xt.data(), xt.size());
+      dump(name + ".wgrad.dy", "|u1", N, M, dyt.data(), dyt.size());
+    });
     nvtxRangePushA((name + "/dgrad").c_str());
-    gemms_.tn({d_wt->get(), Element::kE4M3, K, N, ws->get()}, {d_dy->get(), Element::kE5M2, M, N, dys->get()}, dx_out,
-              M, K, N);
+    gemms_.tn({at(L, "dgrad.w"), Element::kE4M3, K, N, at(L, "fprop.w.scale")},
+              {at(L, "dgrad.dy"), Element::kE5M2, M, N, at(L, "dy.scale")}, dx_out, M, K, N);
     nvtxRangePop();
     nvtxRangePushA((name + "/wgrad").c_str());
-    gemms_.tn({d_xt->get(), Element::kE4M3, K, M, xs->get()}, {d_dyt->get(), Element::kE5M2, N, M, dys->get()}, dw_out,
-              N, K, M);
+    gemms_.tn({at(L, "wgrad.x"), Element::kE4M3, K, M, at(L, "fprop.x.scale")},
+              {at(L, "wgrad.dy"), Element::kE5M2, N, M, at(L, "dy.scale")}, dw_out, N, K, M);
     nvtxRangePop();
   } else {
-    const std::vector<std::uint16_t> dy_bf16 = to_bf16(dy);
-    auto d_dy = on_device(dy_bf16), d_x = on_device(L.x_bf16);
-    DeviceBuffer* d_w = L.w_device.get();  // the forward pass's copy: W has not changed yet
-    dump(step, name + ".dgrad.w", "<u2", N, K, L.w_bf16.data(), L.w_bf16.size() * 2);
-    dump(step, name + ".dgrad.dy", "<u2", M, N, dy_bf16.data(), dy_bf16.size() * 2);
-    dump(step, name + ".wgrad.x", "<u2", M, K, L.x_bf16.data(), L.x_bf16.size() * 2);
-    dump(step, name + ".wgrad.dy", "<u2", M, N, dy_bf16.data(), dy_bf16.size() * 2);
+    host([this, &L, l, name, M, N, K] {
+      const std::vector<std::uint16_t> dy_bf16 = to_bf16(grads_[l + 1]);
+      put(L, "dy", dy_bf16);
+      dump(name + ".dgrad.w", "<u2", N, K, L.w_bf16.data(), L.w_bf16.size() * 2);
+      dump(name + ".dgrad.dy", "<u2", M, N, dy_bf16.data(), dy_bf16.size() * 2);
+      dump(name + ".wgrad.x", "<u2", M, K, L.x_bf16.data(), L.x_bf16.size() * 2);
+      dump(name + ".wgrad.dy", "<u2", M, N, dy_bf16.data(), dy_bf16.size() * 2);
+    });
+    // The forward pass's copies of W and X: W has not changed yet.
     nvtxRangePushA((name + "/backward").c_str());
-    gemms_.dgrad_nn({d_w->get(), Element::kBF16, N, K}, {d_dy->get(), Element::kBF16, M, N}, dx_out, M, N, K);
-    gemms_.wgrad_nt({d_x->get(), Element::kBF16, M, K}, {d_dy->get(), Element::kBF16, M, N}, dw_out, M, N, K);
+    gemms_.dgrad_nn({at(L, "fprop.w"), Element::kBF16, N, K}, {at(L, "dy"), Element::kBF16, M, N}, dx_out, M, N, K);
+    gemms_.wgrad_nt({at(L, "fprop.x"), Element::kBF16, M, K}, {at(L, "dy"), Element::kBF16, M, N}, dw_out, M, N, K);
     nvtxRangePop();
   }
-  const Matrix dw = download(dw_out, N, K);
-  for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= kLearningRate * dw.v[i];
-  return below_relu(l, download(dx_out, M, K));
+  host([this, &L, l, name, M, N, K] {
+    Matrix dw = download(*L.device.at("wgrad.out"), N, K), dx = download(*L.device.at("dgrad.out"), M, K);
+    if (block_) {
+      apply_row_scales(dx, L.block.at(name + ".dgrad.w"), L.block.at(name + ".dgrad.dy"));
+      apply_row_scales(dw, L.block.at(name + ".wgrad.x"), L.block.at(name + ".wgrad.dy"));
+    }
+    for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= kLearningRate * dw.v[i];
+    grads_[l] = below_relu(l, std::move(dx));
+  });
 }
 
 Matrix Trainer::below_relu(int l, Matrix dx) const {
@@ -402,60 +479,60 @@ Matrix Trainer::below_relu(int l, Matrix dx) const {
   return dx;
 }
 
-OperandDump Trainer::moe_dump(int step) {
+OperandDump Trainer::moe_dump() {
   OperandDump d;
-  d.bf16 = [this, step](const std::string& name, int rows, int cols, const std::vector<std::uint16_t>& bits) {
-    dump(step, name, "<u2", rows, cols, bits.data(), bits.size() * 2);
+  d.bf16 = [this](const std::string& name, int rows, int cols, const std::vector<std::uint16_t>& bits) {
+    dump(name, "<u2", rows, cols, bits.data(), bits.size() * 2);
   };
-  d.mxfp8 = [this, step](const std::string& name, int rows, int cols, const BlockQuantized& q) {
-    dump(step, name, "|u1", rows, cols, q.codes.data(), q.codes.size());
-    dump(step, name + ".scales", "|u1", 1, static_cast<int>(q.scales.size()), q.scales.data(), q.scales.size());
+  d.mxfp8 = [this](const std::string& name, int rows, int cols, const BlockQuantized& q) {
+    dump(name, "|u1", rows, cols, q.codes.data(), q.codes.size());
+    dump(name + ".scales", "|u1", 1, static_cast<int>(q.scales.size()), q.scales.data(), q.scales.size());
   };
   return d;
 }
 
-double Trainer::step(int step) {
-  if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
-  Matrix x = random_normal(o_.batch, kInputs, 1.0f, rng_);
-  // A planted data outlier: one input feature of this step's batch far out of its usual range.
-  if (step == o_.outlier_step) {
-    for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols] *= o_.outlier_scale;
-  }
-  // An outlier channel that grows step by step, as SwiGLU's do late in training: input feature 1.
-  if (o_.channel_growth_from >= 0 && step >= o_.channel_growth_from) {
-    const float scale = std::pow(o_.channel_growth, static_cast<float>(step - o_.channel_growth_from + 1));
-    for (int r = 0; r < x.rows; ++r) x.v[static_cast<std::size_t>(r) * x.cols + 1] *= scale;
-  }
-  const Matrix target = teacher(x, t1_, t2_);
+void Trainer::program() {
+  host([this] { begin_batch(true); });
   if (te_) {
-    const double loss = te_->step(step, x, target, kLearningRate);
-    if (hook_.log_scalar != nullptr) hook_.log_scalar("loss", static_cast<std::uint64_t>(step), loss);
-    return loss;
+    te_->program([this](std::function<void()> work) { host(std::move(work)); }, step_, acts_[0], target_,
+                 kLearningRate, loss_);
+    return;
   }
-  Matrix a = x;
-  for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
-  double loss = 0.0;
-  Matrix dy(a.rows, a.cols);
-  const double n = static_cast<double>(a.v.size());
-  for (std::size_t i = 0; i < a.v.size(); ++i) {
-    const double d = static_cast<double>(a.v[i]) - target.v[i];
-    loss += d * d / n;
-    dy.v[i] = static_cast<float>(2.0 * d / n);
+  for (int l = 0; l < kLayers; ++l) forward(l);
+  host([this] { loss_and_gradient(); });
+  for (int l = kLayers - 1; l >= 0; --l) backward(l);
+}
+
+double Trainer::step(int step) {
+  step_ = step;
+  if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
+  // Step 0 runs as it is (the warm-up that fills the buffers the graph will read), the next one
+  // captures the program, and every step then replays it; a recapture instantiates the graph anew
+  // or updates the running one in place.
+  if (graph_ != nullptr && step > 0) {
+    if (!graph_->ready() || step == o_.graph_recapture_at) {
+      graph_->capture([this] { program(); });
+    } else if (step == o_.graph_update_at) {
+      graph_->capture([this] { program(); }, StepGraph::Replace::kUpdate);
+    }
+    graph_->twin(o_.graph_twin_at >= 0 && step >= o_.graph_twin_at && step < o_.graph_twin_at + 2);
+    graph_->launch();
+  } else {
+    program();
   }
-  for (int l = kLayers - 1; l >= 0; --l) dy = backward(step, l, dy);
-  if (hook_.log_scalar != nullptr) hook_.log_scalar("loss", static_cast<std::uint64_t>(step), loss);
-  return loss;
+  if (hook_.log_scalar != nullptr) hook_.log_scalar("loss", static_cast<std::uint64_t>(step), loss_);
+  return loss_;
 }
 
 double Trainer::evaluate(int step) {
+  step_ = step;
   if (hook_.step != nullptr) hook_.step(static_cast<std::uint64_t>(step));
-  const Matrix x = random_normal(o_.batch, kInputs, 1.0f, rng_);
-  const Matrix target = teacher(x, t1_, t2_);
-  Matrix a = x;
-  for (int l = 0; l < kLayers; ++l) a = forward(step, l, a);
+  begin_batch(false);
+  for (int l = 0; l < kLayers; ++l) forward(l);
+  const Matrix& a = acts_[kLayers];
   double loss = 0.0;
   for (std::size_t i = 0; i < a.v.size(); ++i) {
-    const double d = static_cast<double>(a.v[i]) - target.v[i];
+    const double d = static_cast<double>(a.v[i]) - target_.v[i];
     loss += d * d / static_cast<double>(a.v.size());
   }
   if (hook_.log_scalar != nullptr) hook_.log_scalar("eval_loss", static_cast<std::uint64_t>(step), loss);
@@ -570,12 +647,36 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--fork-at-step", o.fork_at_step, "At this step fork a child that runs one GEMM (CPU fixtures only)");
   app.add_flag("--capture-probe", o.capture_probe, "At step 1, run one GEMM under CUDA graph capture");
   app.add_flag("--no-step-api", o.no_step_api, "Do not call fp8scope_step (the hook then finds steps itself)");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "Capture the training step into a CUDA graph at step 1 and replay it every step (CPU fixtures only: "
+               "its host nodes call the driver)");
+  std::string graph_api = "driver", capture_mode = "global";
+  app.add_option("--graph-api", graph_api,
+                 "--cuda-graph through the driver API, through entry points from cuGetProcAddress, or the runtime API")
+      ->check(CLI::IsMember({"driver", "proc-address", "runtime"}));
+  app.add_option("--graph-capture-mode", capture_mode, "--cuda-graph's stream capture mode")
+      ->check(CLI::IsMember({"global", "thread-local", "relaxed"}));
+  app.add_option("--graph-recapture-at", o.graph_recapture_at,
+                 "At this step capture the step again, instantiate it and destroy the graph running so far");
+  app.add_option("--graph-update-at", o.graph_update_at,
+                 "At this step capture the step again and update the running graph in place (cuGraphExecUpdate)");
+  app.add_option("--graph-twin-at", o.graph_twin_at,
+                 "At this step instantiate the running graph a second time, and destroy that exec two steps later");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   o.moe.form = *expert_form(moe_gemm);
+  o.graph_api = graph_api == "driver" ? GraphApi::kDriver : graph_api == "runtime" ? GraphApi::kRuntime : GraphApi::kProcAddress;
+  o.capture_mode = capture_mode == "global"         ? CU_STREAM_CAPTURE_MODE_GLOBAL
+                   : capture_mode == "thread-local" ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+                                                    : CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (o.cuda_graph && (o.mode == "moe" || !o.serve_weights.empty())) {
+    std::fprintf(stderr, "tiny_trainer: --cuda-graph captures the training step of bf16, fp8, mxfp8, block, nvfp4, "
+                         "nvfp4_row and te (got --mode %s%s)\n", o.mode.c_str(), o.serve_weights.empty() ? "" : " --serve");
+    return 2;
+  }
   o.te.recipe = *te_recipe_from_name(te_recipe);
   if (o.mode == "te" && o.te.library_dir.empty()) {
     std::fprintf(stderr, "tiny_trainer: --mode te needs --te-dir\n");
