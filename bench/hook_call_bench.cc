@@ -14,7 +14,12 @@
 //  - a Transformer Engine cast (nvte_quantize_v2 of the TE stand-in, tests/fixtures/te/, BF16 16 x 32
 //    into E4M3 under delayed scaling): unsampled (target: tens of ns added), and sampled, its input
 //    and scalars copied into the cast stash on the calling thread (target <= 10 us added), against
-//    the library's own nvte_quantize_v2 called directly.
+//    the library's own nvte_quantize_v2 called directly;
+//  - a CUDA graph of 8 such fp32 GEMMs replayed (cuGraphLaunch of the driver fixture, which runs
+//    the graph's nodes on the calling thread): captured and launched under the hook at a step
+//    nobody samples (target: the hook's recorded nodes return at once; "nodes_added", one per
+//    selectable operand), and sampled (every operand copied and published after the replay),
+//    against the same graph captured and launched without the hook.
 // Each hooked run reports "added_ns": its median less the median of its direct call.
 // The binary runs itself again with LD_PRELOAD=libfp8scope_hook.so so the hook interposes exactly
 // as in a training job, and is itself the shipper the hook starts: a drainer that frees each record
@@ -68,8 +73,8 @@ struct Problem {
     cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, 1, 1, 1);
     cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, 1, 1, 1);
   }
-  cublasStatus_t run(MatmulFn f) {
-    return f(handle, desc, &one, &x, a, &y, b, &zero, &out, d, &out, d, nullptr, nullptr, 0, nullptr);
+  cublasStatus_t run(MatmulFn f, CUstream stream = nullptr) {
+    return f(handle, desc, &one, &x, a, &y, b, &zero, &out, d, &out, d, nullptr, nullptr, 0, stream);
   }
 };
 
@@ -253,6 +258,38 @@ TeCast& te_cast() {
   return c;
 }
 
+// A step of kGraphGemms fp32 GEMMs (the 1x1x1 problem) captured into a CUDA graph on a stream of
+// its own: through the hook (the PLT's capture and launch calls, the hooked cublasLtMatmul) or
+// around it (the driver fixture's and cuBLASLt fixture's own entry points).
+constexpr int kGraphGemms = 8;
+struct GraphStep {
+  template <class F>
+  static F driver(const char* name, bool hooked) {
+    static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return reinterpret_cast<F>(dlsym(hooked ? RTLD_DEFAULT : lib, name));
+  }
+  CUstream stream = nullptr;
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  decltype(&cuGraphLaunch) launch = nullptr;
+  std::size_t nodes = 0;
+
+  explicit GraphStep(bool hooked) {
+    problem();
+    cuStreamCreate(&stream, 0);
+    launch = driver<decltype(&cuGraphLaunch)>("cuGraphLaunch", hooked);
+    driver<decltype(&cuStreamBeginCapture)>("cuStreamBeginCapture_v2", hooked)(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    for (int i = 0; i < kGraphGemms; ++i) problem().run(hooked ? ::hooked() : direct(), stream);
+    driver<decltype(&cuStreamEndCapture)>("cuStreamEndCapture", hooked)(stream, &graph);
+    driver<decltype(&cuGraphInstantiate)>("cuGraphInstantiateWithFlags", hooked)(&exec, graph, 0);
+    if (graph != nullptr) cuGraphGetNodes(graph, nullptr, &nodes);
+  }
+  CUresult replay() {
+    const CUresult r = launch(exec, stream);
+    return r == CUDA_SUCCESS ? cuStreamSynchronize(stream) : r;
+  }
+};
+
 void fp8scope_step(std::uint64_t step) {
   static auto f = reinterpret_cast<void (*)(std::uint64_t)>(dlsym(RTLD_DEFAULT, "fp8scope_step"));
   if (f != nullptr) f(step);
@@ -303,6 +340,37 @@ void BM_HookedUnsampledTeCast(benchmark::State& state) {
   for (auto _ : state) c.run(c.hooked);
 }
 
+GraphStep& direct_graph() {
+  static GraphStep step(false);
+  return step;
+}
+
+void BM_DirectCallGraphReplay(benchmark::State& state) {
+  GraphStep& step = direct_graph();
+  if (step.exec == nullptr || step.replay() != CUDA_SUCCESS) return state.SkipWithError("the fixture's graph did not run");
+  for (auto _ : state) benchmark::DoNotOptimize(step.replay());
+  state.counters["nodes"] = static_cast<double>(step.nodes);
+}
+
+// The hook's graph, captured at a step (1) before the start step, so the capture records and no
+// replay samples; the sampled benchmark replays it from the start step on.
+GraphStep& hooked_graph() {
+  static GraphStep step(true);
+  return step;
+}
+
+void count_added_nodes(benchmark::State& state) {
+  state.counters["nodes_added"] = static_cast<double>(hooked_graph().nodes) - static_cast<double>(direct_graph().nodes);
+}
+
+void BM_HookedUnsampledGraphReplay(benchmark::State& state) {
+  fp8scope_step(1);
+  GraphStep& step = hooked_graph();
+  if (step.exec == nullptr || step.replay() != CUDA_SUCCESS) return state.SkipWithError("the hooked graph did not run");
+  for (auto _ : state) benchmark::DoNotOptimize(step.replay());
+  count_added_nodes(state);
+}
+
 // Untimed: sampled calls that write the whole ring once (kRingBytes, below), so the timed calls
 // write pages the ring has used before, as in a job past its first sampled steps.
 constexpr std::uint64_t kRingBytes = 8 << 20;
@@ -349,14 +417,32 @@ void BM_HookedSampledTeCast(benchmark::State& state) {
   for (auto _ : state) c.run(c.hooked);
 }
 
+// Each replay samples its 16 operands: the plan written before it, the copies made by its nodes,
+// the records published after it, on the publisher thread.
+void BM_HookedSampledGraphReplay(benchmark::State& state) {
+  GraphStep& step = hooked_graph();
+  std::uint64_t n = std::uint64_t{1} << 62;
+  fp8scope_step(n);
+  if (step.exec == nullptr || step.replay() != CUDA_SUCCESS) return state.SkipWithError("the hooked graph did not run");
+  fill_ring_once(2 * kGraphGemms * fp8scope::shm::round_up(sizeof(fp8scope::shm::RecordHeader) + 4), [&] {
+    fp8scope_step(++n);
+    step.replay();
+  });
+  for (auto _ : state) {
+    fp8scope_step(++n);
+    benchmark::DoNotOptimize(step.replay());
+  }
+  state.counters["samples_per_replay"] = 2 * kGraphGemms;
+}
+
 // Adds "added_ns" to each hooked run: its median less its direct call's median, same run.
-std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8", "TeCast"
+std::map<std::string, double> g_direct_ns;  // "" (fp32), "Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8", "TeCast", "GraphReplay"
 
 void added_time(const std::string& name, double seconds, benchmark::UserCounters& counters) {
   const double ns = seconds * 1e9;
   const std::string family = name.substr(0, name.find('/'));
   std::string kind;  // the direct call a hooked one is held to
-  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8", "TeCast"}) {  // the longest suffix last
+  for (const char* k : {"Mxfp8", "Nvfp4", "Grouped", "GroupedMxfp8", "TeCast", "GraphReplay"}) {  // the longest suffix last
     if (family.ends_with(k)) kind = k;
   }
   if (family.rfind("BM_DirectCall", 0) == 0) g_direct_ns[kind] = ns;
@@ -370,16 +456,19 @@ BENCHMARK(BM_DirectCallNvfp4)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallGroupedMxfp8)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_DirectCallTeCast)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_DirectCallGraphReplay)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromSignature)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledStepsFromApi)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledGrouped)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedUnsampledTeCast)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedUnsampledGraphReplay)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampled)->Iterations(20000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledMxfp8)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledNvfp4)->Iterations(4000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledGrouped)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledGroupedMxfp8)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HookedSampledTeCast)->Iterations(20000)->Repetitions(3)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HookedSampledGraphReplay)->Iterations(2000)->Repetitions(3)->ReportAggregatesOnly(true);
 
 // Started by the hook as its shipper (the ring's fd in FP8SCOPE_SHM_FD): frees every record as it
 // is published, until the benchmark process is gone.

@@ -6,6 +6,9 @@
 // cores and the daemon analyzes on its own GPU, the trainer (and the hook's publisher thread
 // inside it) is pinned to core 0 and fp8scoped, `fp8scope run` and the shipper the hook starts
 // (--shipper-cpus) to core 1; on a one-core machine nothing is pinned and they share it.
+// The same again with the step as a CUDA graph (--cuda-graph, FP8): replays under the hook against
+// replays alone, and how many nodes the hook's recording adds to the step's graph ("nodes_added":
+// one per operand the policy can select).
 #include <benchmark/benchmark.h>
 #include <signal.h>
 #include <unistd.h>
@@ -22,23 +25,29 @@
 namespace {
 
 constexpr int kSteps = 60;
-double g_alone_ms = 0.0;
 
-// Runs a shell command line and returns tiny_trainer's "N ms/step" figure.
-double ms_per_step(const std::string& command) {
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return 0.0;
-  char line[512];
+// What one tiny_trainer run printed: its "N ms/step" figure and its step graph's "graph: N nodes".
+struct TrainerRun {
   double ms = 0.0;
+  long nodes = 0;
+};
+
+// Runs a shell command line and reads tiny_trainer's figures from its output.
+TrainerRun run_trainer(const std::string& command) {
+  TrainerRun run;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return run;
+  char line[512];
   while (std::fgets(line, sizeof line, p) != nullptr) {
     if (const char* at = std::strstr(line, " ms/step"); at != nullptr) {
       const char* start = at;
       while (start > line && start[-1] != ' ') --start;
-      ms = std::atof(start);
+      run.ms = std::atof(start);
     }
+    if (std::strncmp(line, "graph: ", 7) == 0) run.nodes = std::atol(line + 7);
   }
   pclose(p);
-  return ms;
+  return run;
 }
 
 bool pinned() { return std::thread::hardware_concurrency() >= 2; }
@@ -48,9 +57,10 @@ std::string on_core(int core, const std::string& command) {
   return pinned() ? "taskset -c " + std::to_string(core) + " " + command : command;
 }
 
-std::string trainer_command() {
-  return on_core(0, FP8SCOPE_TINY_TRAINER) + " --hidden 256 --batch 128 --steps " + std::to_string(kSteps);
+std::string trainer_command(const std::string& flags = "") {
+  return on_core(0, FP8SCOPE_TINY_TRAINER) + " --hidden 256 --batch 128 --steps " + std::to_string(kSteps) + flags;
 }
+const std::string kGraphed = " --mode fp8 --cuda-graph";
 
 // One fp8scoped for the whole run, on free loopback ports.
 const std::string& daemon_endpoint() {
@@ -80,34 +90,56 @@ void stop_daemon() {
   if (pid >> p && p > 0) kill(p, SIGTERM);
 }
 
-void BM_TrainerAlone(benchmark::State& state) {
+// The trainer alone: its best step time (and its graph's nodes, when graphed) for the run's baseline.
+TrainerRun trainer_alone(benchmark::State& state, const std::string& flags) {
+  TrainerRun best;
   for (auto _ : state) {
-    const double ms = ms_per_step(trainer_command());
-    state.SetIterationTime(ms / 1e3);
-    g_alone_ms = g_alone_ms == 0.0 ? ms : std::min(g_alone_ms, ms);
+    const TrainerRun run = run_trainer(trainer_command(flags));
+    state.SetIterationTime(run.ms / 1e3);
+    if (best.ms == 0.0 || run.ms < best.ms) best = run;
   }
+  return best;
 }
 
-void BM_TrainerUnderHookWithDaemon(benchmark::State& state) {
+// The trainer under `fp8scope run` with the daemon: its best step time against `alone`'s.
+TrainerRun trainer_under_hook(benchmark::State& state, const std::string& flags, const TrainerRun& alone) {
+  TrainerRun best;
   const std::string endpoint = daemon_endpoint();
   if (endpoint.empty()) {
     state.SkipWithError("fp8scoped did not start");
-    return;
+    return best;
   }
-  double best = 0.0;
   for (auto _ : state) {
-    const double ms = ms_per_step(on_core(1, FP8SCOPE_CLI) + " run --endpoint " + endpoint + " --reset --job bench " +
-                                  (pinned() ? "--shipper-cpus 1 " : "") + "-- " +
-                                  trainer_command() + " 2>/dev/null");
-    state.SetIterationTime(ms / 1e3);
-    best = best == 0.0 ? ms : std::min(best, ms);
+    const TrainerRun run = run_trainer(on_core(1, FP8SCOPE_CLI) + " run --endpoint " + endpoint + " --reset --job bench " +
+                                       (pinned() ? "--shipper-cpus 1 " : "") + "-- " + trainer_command(flags) +
+                                       " 2>/dev/null");
+    state.SetIterationTime(run.ms / 1e3);
+    if (best.ms == 0.0 || run.ms < best.ms) best = run;
   }
-  if (g_alone_ms > 0.0) state.counters["x_alone"] = best / g_alone_ms;
+  if (alone.ms > 0.0) state.counters["x_alone"] = best.ms / alone.ms;
   state.counters["pinned"] = pinned() ? 1 : 0;
+  return best;
+}
+
+TrainerRun g_alone, g_graphed_alone;
+
+void BM_TrainerAlone(benchmark::State& state) { g_alone = trainer_alone(state, ""); }
+void BM_TrainerUnderHookWithDaemon(benchmark::State& state) { trainer_under_hook(state, "", g_alone); }
+
+void BM_GraphedTrainerAlone(benchmark::State& state) {
+  g_graphed_alone = trainer_alone(state, kGraphed);
+  state.counters["nodes"] = static_cast<double>(g_graphed_alone.nodes);
+}
+void BM_GraphedTrainerUnderHookWithDaemon(benchmark::State& state) {
+  const TrainerRun run = trainer_under_hook(state, kGraphed, g_graphed_alone);
+  state.counters["nodes"] = static_cast<double>(run.nodes);
+  state.counters["nodes_added"] = static_cast<double>(run.nodes - g_graphed_alone.nodes);
 }
 
 BENCHMARK(BM_TrainerAlone)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainerUnderHookWithDaemon)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GraphedTrainerAlone)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GraphedTrainerUnderHookWithDaemon)->UseManualTime()->Iterations(5)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -19,7 +19,8 @@ build-gpu/kernels/fp8scope_gpu_check
 # on Debian, with their libraries, in .carry/): tiny_trainer in BF16 and FP8 under `fp8scope run`
 # (losses identical to a run without the hook), block-scaled FP8 (and MXFP8 and NVFP4 on sm_100)
 # with the daemon's decoding checked against `fp8scope analyze` of the operands, then PyTorch (BF16 nn.Linear training and
-# torch._scaled_mm FP8) under it, with the daemon's figures checked against PyTorch's own casts.
+# torch._scaled_mm FP8) under it, eagerly and captured in a CUDA graph, with the daemon's figures
+# checked against PyTorch's own casts.
 if [ -x .carry/bin/fp8scope ]; then
   carry="$PWD/.carry"
   export LD_LIBRARY_PATH="$carry/lib:${CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
@@ -94,6 +95,13 @@ PY
       python3 scripts/gpu_torch_check.py train "$work/expected.json"
     sleep 5  # the last samples are analyzed asynchronously
     python3 scripts/gpu_torch_check.py compare "$work/expected.json" "$metrics" || true
+    # The same GEMMs, BF16 and FP8, captured into a CUDA graph and replayed: sampled at replays.
+    PYTHONPATH="$PWD/client/python" "$carry/bin/fp8scope" run --endpoint "$grpc" --every 1 --job torch-graph -- \
+      python3 scripts/gpu_torch_check.py graph "$work/graph.json"
+    sleep 5
+    python3 scripts/gpu_torch_check.py compare "$work/graph.json" "$metrics" torch-graph || true
+  else
+    echo "torch and CUDA graphs: not checked: PyTorch with CUDA does not import here"
   fi
   # Transformer Engine's casts on the real TE, where it is importable: a LayerNormMLP and a Linear
   # trained under TE's autocast, the daemon's code check of fp8scope's model against TE's codes.
