@@ -4,6 +4,7 @@
 // stays at one tensor plus a constant however many tensors the export holds; and --run holding an
 // export to the scales a training run streamed to the real daemon ended with.
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +122,68 @@ TEST_CASE("bad input exits 2 with one line naming the file", "[checkpoint][cli]"
   CHECK(std::count(truncated.err.begin(), truncated.err.end(), '\n') == 1);
   const ProcessResult bad_reference = checkpoint({dir.file("reference"), "--reference", dir.file("nowhere")});
   CHECK(bad_reference.exit_code == 2);
+}
+
+TEST_CASE("a hostile export is refused with an error naming the file: no crash, no wait, no endless read",
+          "[checkpoint][cli][hostile]") {
+  TempDir dir;
+  write_pair(dir, 2, 128, 128, 2, false);
+  const std::string exported = dir.file("export"), config = exported + "/config.json",
+                    index = exported + "/model.safetensors.index.json";
+  const std::string good_config = file_text(config), good_index = file_text(index);
+  // Each case changes the export, is checked, and is undone.
+  const auto refused = [&](const std::string& what, const std::string& named) {
+    INFO(what);
+    const ProcessResult r = checkpoint({exported, "--reference", dir.file("reference")});
+    CHECK_FALSE(r.timed_out);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(named));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  };
+  const auto replace_with_link = [](const std::string& path, const std::string& target) {
+    std::filesystem::remove(path);
+    std::filesystem::create_symlink(target, path);
+  };
+  for (const std::string& file : {config, index}) {
+    replace_with_link(file, file);
+    refused("a link to itself", file);
+    replace_with_link(file, "/dev/zero");
+    refused("a link to /dev/zero", file);
+    std::filesystem::remove(file);
+    REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+    refused("a FIFO", file);
+    std::filesystem::remove(file);
+    std::ofstream(file) << (file == config ? good_config : good_index);
+  }
+  // Without an index every .safetensors file is a shard (with one, an unlisted file is only noted).
+  std::filesystem::rename(index, index + ".away");
+  const std::string shard = exported + "/model-00003-of-00003.safetensors";
+  REQUIRE(::mkfifo(shard.c_str(), 0600) == 0);
+  refused("a FIFO among the shards", shard);
+  std::filesystem::remove(shard);
+  std::filesystem::rename(index + ".away", index);
+  // quantization_config's fields of the wrong JSON type, and nested 100,000 deep.
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& section : {std::string("\"fp8\""), std::string("null"), std::string("{\"quant_method\": 8}"),
+                                     std::string("{\"quant_method\": \"fp8\", \"weight_block_size\": \"128\"}"), deep}) {
+    std::ofstream(config) << "{\"quantization_config\": " << section << "}";
+    refused("quantization_config " + section.substr(0, 40), config);
+  }
+  std::ofstream(config) << good_config;
+  CHECK(checkpoint({exported, "--reference", dir.file("reference")}).exit_code == 0);
+}
+
+TEST_CASE("a reference of NaNs gives no verdict: the weight could not be compared", "[checkpoint][cli][hostile]") {
+  TempDir dir;
+  write_pair(dir, 1, 128, 128, 1, false);
+  std::vector<StTensor> nan_reference = {
+      {kModule0 + ".weight", "F32", {128, 128}, std::string(128 * 128 * 4, '\xff')}};  // every float 0xffffffff: NaN
+  write_export(dir.file("nan-reference"), "{}", nan_reference, 1);
+  const ProcessResult r = checkpoint({dir.file("export"), "--reference", dir.file("nan-reference")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.out, Catch::Contains("unusable_reference"));
+  CHECK_THAT(r.out, Catch::Contains("verdict: export not verified"));
+  CHECK_THAT(r.out, !Catch::Contains("matches its reference"));
 }
 
 // Runs fn in a forked child and waits for it. A spawned process's peak RSS (wait4's ru_maxrss)

@@ -69,6 +69,12 @@ void count(CheckpointReport& r) {
 
 std::string CheckpointReport::verdict() const {
   const std::string what = std::to_string(weights.size()) + " quantized weights (" + convention_info(declaration.convention).name + ")";
+  const auto unverified = static_cast<std::uint64_t>(
+      std::count_if(weights.begin(), weights.end(), [](const WeightReport& w) { return w.verdict == "unusable_reference"; }));
+  if (unverified > 0 && unverified == errors) {
+    return "export not verified: " + std::to_string(unverified) + " of " + what +
+           " could not be compared with the reference (its values are not finite)";
+  }
   if (errors > 0) return "export broken: " + std::to_string(errors) + " errors, " + std::to_string(warnings) + " warnings in " + what;
   if (warnings > 0) return "export loads, with " + std::to_string(warnings) + " warnings in " + what;
   return std::string(reference_path.empty() ? "export consistent: " : "export matches its reference: ") + what;

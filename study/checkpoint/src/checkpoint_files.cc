@@ -14,25 +14,28 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
+
+#include "fp8scope/tensorfile/bounded_file.h"
 
 namespace fp8scope::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kIndex = "model.safetensors.index.json";
+// config.json and the index: a large model's index names every tensor (DeepSeek-V3's is 8.9 MB).
+constexpr std::uint64_t kMaxJsonBytes = 64ull << 20;
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// Whether the directory holds an entry by that name: a link that loops or dangles is one, so that
+// reading it says what is wrong instead of passing it over.
+bool present(const fs::path& p) {
+  std::error_code ec;
+  return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
 }
 
 // A shard's header, read with pread: its data is left on disk.
 Result<tensorfile::SafetensorsHeader> read_header(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO among the shards is refused below, never waited on.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   Status s;
@@ -64,7 +67,7 @@ Result<tensorfile::SafetensorsHeader> read_header(const std::string& path) {
 
 // The index's weight_map: tensor name -> shard file name.
 Result<std::map<std::string, std::string>> read_index(const std::string& path) {
-  Result<std::string> text = read_text(path);
+  Result<std::string> text = tensorfile::read_bounded_file(path, kMaxJsonBytes);
   if (!text.ok()) return text.status();
   const nlohmann::json j = nlohmann::json::parse(text.value(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
@@ -102,8 +105,8 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
   bool indexed = false;
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
-    if (fs::exists(dir / "config.json")) {
-      Result<std::string> config = read_text((dir / "config.json").string());
+    if (present(dir / "config.json")) {
+      Result<std::string> config = tensorfile::read_bounded_file((dir / "config.json").string(), kMaxJsonBytes);
       if (!config.ok()) return config.status();
       c.config_text_ = std::move(config).value();
     }
@@ -111,7 +114,7 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       if (e.path().extension() == ".safetensors") files.insert(e.path().filename().string());
     }
-    if (fs::exists(dir / kIndex)) {
+    if (present(dir / kIndex)) {
       Result<std::map<std::string, std::string>> m = read_index((dir / kIndex).string());
       if (!m.ok()) return m.status();
       index = std::move(m).value();
@@ -183,7 +186,7 @@ std::uint64_t CheckpointFiles::tensor_bytes() const {
 Result<MappedTensor> CheckpointFiles::map(const CheckpointTensor& t) const {
   const std::string& path = shards_[t.shard];
   if (t.entry.bytes() == 0) return MappedTensor(nullptr, 0, {});
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
   const std::uint64_t offset = data_offsets_[t.shard] + t.entry.begin;
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));

@@ -5,13 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/tensorfile/bounded_file.h"
 
 namespace fp8scope::checkpoint {
 namespace {
+
+constexpr std::uint64_t kMaxConfigBytes = 1 << 20;  // hf_quant_config.json: a few hundred bytes
 
 using nlohmann::json;
 
@@ -179,6 +180,21 @@ Result<json> parse(const std::string& text, const std::string& source) {
   return j;
 }
 
+// A quantization section of `source`: its fields of the wrong JSON type (a number where a name
+// belongs) are the file's error, never an exception out of the command.
+Result<Declaration> declared_in(const json& section, const std::string& key, const std::string& source,
+                                Result<Declaration> (*read)(const json&, const std::string&)) {
+  if (!section.is_object()) return Status::error(source + ": " + key + ": expected an object");
+  try {
+    Result<Declaration> d = read(section, source);
+    if (d.ok()) d.value().config_file = source;
+    if (!d.ok() && d.message().rfind(source, 0) != 0) return Status::error(source + ": " + d.message());
+    return d;
+  } catch (const json::exception& e) {
+    return Status::error(source + ": " + key + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 const ConventionInfo& convention_info(Convention c) { return kConventions[static_cast<std::size_t>(c)]; }
@@ -197,7 +213,8 @@ std::string convention_names() {
 }
 
 Result<Declaration> read_declaration(const CheckpointFiles& files) {
-  const std::filesystem::path dir = std::filesystem::is_directory(files.path())
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::is_directory(files.path(), ec)
                                         ? std::filesystem::path(files.path())
                                         : std::filesystem::path(files.path()).parent_path();
   if (!files.config_text().empty()) {
@@ -205,22 +222,17 @@ Result<Declaration> read_declaration(const CheckpointFiles& files) {
     Result<json> config = parse(files.config_text(), source);
     if (!config.ok()) return config.status();
     if (config.value().contains("quantization_config")) {
-      Result<Declaration> d = from_config(config.value()["quantization_config"], source);
-      if (d.ok()) d.value().config_file = source;
-      return d;
+      return declared_in(config.value()["quantization_config"], "quantization_config", source, from_config);
     }
   }
   const std::filesystem::path legacy = dir / "hf_quant_config.json";
-  if (std::filesystem::exists(legacy)) {
-    std::ifstream in(legacy);
-    std::ostringstream text;
-    text << in.rdbuf();
-    Result<json> j = parse(text.str(), legacy.string());
+  if (std::filesystem::symlink_status(legacy, ec).type() != std::filesystem::file_type::not_found && !ec) {
+    Result<std::string> text = tensorfile::read_bounded_file(legacy.string(), kMaxConfigBytes);
+    if (!text.ok()) return text.status();
+    Result<json> j = parse(text.value(), legacy.string());
     if (!j.ok()) return j.status();
     if (j.value().contains("quantization")) {
-      Result<Declaration> d = modelopt_config(j.value()["quantization"], legacy.string());
-      if (d.ok()) d.value().config_file = legacy.string();
-      return d;
+      return declared_in(j.value()["quantization"], "quantization", legacy.string(), modelopt_config);
     }
   }
   return detect(files);

@@ -222,6 +222,14 @@ void check_against(const CheckpointFiles& refs, const QuantizedWeight& w, Conven
   out.relative_error = relative_error(el.sums);
   out.sqnr_db = el.sums.squared_error > 0 ? 10.0 * std::log10(el.sums.ref_squares / el.sums.squared_error) : HUGE_VAL;
   out.codes_differing = el.differing_from_expected, out.codes_off_by_more = el.off_by_more, out.scales_differing = scales.differing;
+  // Pairs with NaN or Inf on either side are left out of the sums; with none left there is no
+  // figure to hold the export to, and no verdict either.
+  if (el.sums.count == 0 && out.numel > 0) {
+    out.add({Severity::kError, "unusable_reference",
+             format("no value could be compared: reference %s holds only NaN or Inf where the export is finite",
+                    out.reference.c_str())});
+    return;
+  }
   const double n = static_cast<double>(std::max<std::uint64_t>(out.numel, 1));
   const bool scale_2_wrong = w.scale_2 != nullptr && !near(dec.scale_2(), scales.scale_2_expected);
   if (out.cosine < 0.9) {
