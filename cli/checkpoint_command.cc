@@ -12,6 +12,7 @@
 
 #include "fp8scope/checkpoint/checkpoint_check.h"
 #include "fp8scope/checkpoint/training_check.h"
+#include "fp8scope/cli/terminal_text.h"
 #include "fp8scope/insight/inference_check.h"
 #include "fp8scope/report/checkpoint_page.h"
 
@@ -70,10 +71,13 @@ void print_json(const checkpoint::CheckpointReport& r, const std::optional<insig
 void print_table(const checkpoint::CheckpointReport& r, const std::optional<insight::InferenceCheck>& training,
                  std::ostream& out) {
   const checkpoint::ConventionInfo& c = checkpoint::convention_info(r.declaration.convention);
-  out << "convention " << c.name << (r.declaration.declared ? " (declared: " : " (detected: ") << r.declaration.why << ")\n"
+  // Names and messages come from the files: printed escaped (terminal_text.h).
+  out << "convention " << c.name << (r.declaration.declared ? " (declared: " : " (detected: ")
+      << printable(r.declaration.why) << ")\n"
       << "rules from " << c.loader << "\n";
   for (const auto& [where, f] : r.structure) {
-    out << checkpoint::severity_name(f.severity) << "  " << f.code << "  " << where << ": " << f.message << "\n";
+    out << checkpoint::severity_name(f.severity) << "  " << f.code << "  " << printable(where) << ": "
+        << printable(f.message) << "\n";
   }
   char line[512];
   std::snprintf(line, sizeof line, "\n%-8s %-20s %-44s %-9s %-16s %9s %8s %10s %10s\n", "severity", "verdict", "weight",
@@ -86,21 +90,22 @@ void print_table(const checkpoint::CheckpointReport& r, const std::optional<insi
       return w.compared ? std::string(t) : std::string("-");
     };
     std::snprintf(line, sizeof line, "%-8s %-20s %-44s %-9s %-16s %9s %8s %10s %10s\n", checkpoint::severity_name(w.severity),
-                  w.verdict.c_str(), w.module.c_str(), w.codes_dtype.c_str(), w.scale_layout.c_str(),
+                  w.verdict.c_str(), printable(w.module).c_str(), w.codes_dtype.c_str(), w.scale_layout.c_str(),
                   figure(w.cosine, "%.6f").c_str(), figure(w.sqnr_db, "%.1f").c_str(),
                   figure(w.relative_error, "%.3g").c_str(),
                   w.compared ? std::to_string(w.codes_differing).c_str() : "-");
     out << line;
-    for (const checkpoint::Finding& f : w.findings) out << "         " << f.code << ": " << f.message << "\n";
+    for (const checkpoint::Finding& f : w.findings) out << "         " << f.code << ": " << printable(f.message) << "\n";
   }
   if (training) {
-    out << "\nagainst training run " << training->training << ": " << training->flagged << " of "
+    out << "\nagainst training run " << printable(training->training) << ": " << training->flagged << " of "
         << training->weights.size() << " FP8 weights differ from what it ended with\n";
     for (const insight::WeightCheck& w : training->weights) {
-      out << "  " << insight::weight_verdict_name(w.verdict) << "  " << w.tensor.layer << ": " << w.detail << "\n";
+      out << "  " << insight::weight_verdict_name(w.verdict) << "  " << printable(w.tensor.layer) << ": "
+          << printable(w.detail) << "\n";
     }
   }
-  out << "\nverdict: " << r.verdict() << "\n";
+  out << "\nverdict: " << printable(r.verdict()) << "\n";
 }
 
 // The export's per-tensor FP8 weights against the scales and fingerprints training ended with.

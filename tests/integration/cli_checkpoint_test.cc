@@ -186,6 +186,46 @@ TEST_CASE("a reference of NaNs gives no verdict: the weight could not be compare
   CHECK_THAT(r.out, !Catch::Contains("matches its reference"));
 }
 
+TEST_CASE("names from the files are printed escaped: one verdict line, no terminal control",
+          "[checkpoint][cli][hostile]") {
+  TempDir dir;
+  // JSON escapes in the header (write_safetensors writes names as given): a newline and an ESC.
+  const std::string forged = "model.layers.0.mlp\\nverdict: FORGED export matches\\u001b[2J.down_proj";
+  const Weight w = random_weight(128, 128, 7);
+  write_export(dir.file("export"), kDeepSeekConfig, deepseek_layer(forged, w), 1);
+  const ProcessResult r = checkpoint({dir.file("export")});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\x1b') == 0);
+  std::size_t verdicts = 0;
+  for (std::size_t at = 0; (at = r.out.find("\nverdict:", at)) != std::string::npos; ++at) ++verdicts;
+  CHECK(verdicts == 1);
+  CHECK_THAT(r.out, Catch::Contains("model.layers.0.mlp\\nverdict: FORGED export matches\\x1B[2J.down_proj"));
+}
+
+TEST_CASE("a tensor named twice in a header is taken as loaders take it, and said", "[checkpoint][cli][hostile]") {
+  TempDir dir;
+  const std::vector<StTensor> layer = deepseek_layer(kModule0, random_weight(128, 128, 9));
+  write_export(dir.file("export"), kDeepSeekConfig, layer, 1);
+  // The header again with the weight's entry given a second time, both over the same bytes.
+  const std::string shard = dir.file("export/model.safetensors"), bytes = file_text(shard);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  std::string header = bytes.substr(8, n);
+  header.erase(header.find_last_not_of(' ') + 1);
+  const std::string key = "\"" + kModule0 + ".weight\":";
+  const std::size_t at = header.find(key), end = header.find('}', at) + 1;
+  header.insert(header.size() - 1, "," + header.substr(at, end - at));
+  while (header.size() % 8) header += ' ';
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  std::ofstream(shard, std::ios::binary) << out << header << bytes.substr(8 + n);
+  const ProcessResult r = checkpoint({dir.file("export")});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("repeated_name"));
+  CHECK_THAT(r.out, Catch::Contains("tensor '" + kModule0 + ".weight' is named twice"));
+}
+
 // Runs fn in a forked child and waits for it. A spawned process's peak RSS (wait4's ru_maxrss)
 // starts from the spawning process's own peak, so the big exports are made where this test
 // process never holds them.

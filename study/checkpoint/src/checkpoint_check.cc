@@ -98,7 +98,9 @@ Result<CheckpointReport> check_checkpoint(const std::string& export_path, const 
   report.reference_path = reference;
   report.declaration = d.value();
   report.bytes = files.value().tensor_bytes();
-  for (const std::string& p : files.value().problems()) report.structure.emplace_back(export_path, Finding{Severity::kWarning, "index", p});
+  for (const FileProblem& p : files.value().problems()) {
+    report.structure.emplace_back(export_path, Finding{Severity::kWarning, p.code, p.message});
+  }
   const Discovery found = discover_weights(files.value(), d.value());
   std::map<std::string, std::vector<Finding>> by_module;
   std::set<std::string> quantized;

@@ -129,7 +129,9 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
         }
       }
       for (const std::string& f : files) {
-        if (!named.count(f)) c.problems_.push_back("shard " + f + " is not in the index: loaders read no tensor from it");
+        if (!named.count(f)) {
+          c.problems_.push_back({"index", "shard " + f + " is not in the index: loaders read no tensor from it"});
+        }
       }
       files = named;
     }
@@ -145,9 +147,17 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
   for (std::size_t i = 0; i < c.shards_.size(); ++i) {
     Result<tensorfile::SafetensorsHeader> h = read_header(c.shards_[i]);
     if (!h.ok()) return h.status();
-    if (Status s = tensorfile::check_data_covered(h.value()); !s.ok()) return Status::error(c.shards_[i] + ": " + s.message());
-    c.data_offsets_.push_back(h.value().data_offset);
     const std::string file = fs::path(c.shards_[i]).filename().string();
+    std::string repeated;
+    for (const std::string& name : h.value().repeated_names) {
+      c.problems_.push_back({"repeated_name", "tensor '" + name + "' is named twice in the header of " + file +
+                            " (the format disallows it): loaders take its last entry, and so does this check"});
+      repeated += (repeated.empty() ? "; named twice: '" : ", '") + name + "'";
+    }
+    if (Status s = tensorfile::check_data_covered(h.value()); !s.ok()) {
+      return Status::error(c.shards_[i] + ": " + s.message() + repeated);
+    }
+    c.data_offsets_.push_back(h.value().data_offset);
     for (tensorfile::SafetensorsEntry& e : h.value().entries) {
       if (const auto it = seen.find(e.name); it != seen.end()) {
         return Status::error(c.shards_[i] + ": tensor '" + e.name + "' is in " + c.shards_[it->second] + " too");
@@ -156,16 +166,18 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
       if (indexed) {
         const auto it = index.find(e.name);
         if (it == index.end()) {
-          c.problems_.push_back("tensor '" + e.name + "' of " + file + " is not in the index");
+          c.problems_.push_back({"index", "tensor '" + e.name + "' of " + file + " is not in the index"});
         } else if (it->second != file) {
-          c.problems_.push_back("the index says tensor '" + e.name + "' is in " + it->second + "; it is in " + file);
+          c.problems_.push_back({"index", "the index says tensor '" + e.name + "' is in " + it->second + "; it is in " + file});
         }
       }
       c.tensors_.push_back(CheckpointTensor{e.name, i, std::move(e)});
     }
   }
   for (const auto& [tensor, shard] : index) {
-    if (!seen.count(tensor)) c.problems_.push_back("the index names tensor '" + tensor + "' in " + shard + ", which lacks it");
+    if (!seen.count(tensor)) {
+      c.problems_.push_back({"index", "the index names tensor '" + tensor + "' in " + shard + ", which lacks it"});
+    }
   }
   std::sort(c.tensors_.begin(), c.tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return c;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <string_view>
+#include <unordered_set>
 
 namespace fp8scope::tensorfile {
 namespace {
@@ -51,7 +52,48 @@ Result<std::int64_t> checked_numel(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-Result<SafetensorsEntry> parse_entry(const std::string& name, const nlohmann::ordered_json& entry,
+// The top-level keys of a JSON object in order, and those given more than once (SAX: linear).
+struct TopLevelKeys : nlohmann::json_sax<nlohmann::json> {
+  std::vector<std::string> order, repeated;
+  std::unordered_set<std::string> seen;
+  int depth = 0;
+
+  bool key(string_t& k) override {
+    if (depth != 1) return true;
+    if (seen.insert(k).second) {
+      order.push_back(k);
+    } else {
+      repeated.push_back(k);
+    }
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    ++depth;
+    return true;
+  }
+  bool end_object() override {
+    --depth;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    ++depth;
+    return true;
+  }
+  bool end_array() override {
+    --depth;
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+Result<SafetensorsEntry> parse_entry(const std::string& name, const nlohmann::json& entry,
                                      std::uint64_t data_bytes) {
   if (!entry.is_object()) return bad("entry '" + name + "' is not an object");
   const auto dtype = entry.find("dtype");
@@ -140,10 +182,18 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
   h.data_offset = length.value();
   h.data_bytes = file_size - length.value();
   const auto* text = reinterpret_cast<const char*>(head.data() + 8);
-  const nlohmann::ordered_json header = nlohmann::ordered_json::parse(text, text + (length.value() - 8), nullptr, false);
+  // Parsed into a std::map: an ordered_json inserts each key by linear search, and nlohmann's
+  // parser callbacks cost as much again, each quadratic in the tensor count. The header's order and
+  // the names it repeats come from a second, SAX pass over its top-level keys.
+  const std::string_view json_text(text, length.value() - 8);
+  TopLevelKeys keys;
+  if (!nlohmann::json::sax_parse(json_text, &keys)) return bad("not valid JSON");
+  h.repeated_names = std::move(keys.repeated);
+  const nlohmann::json header = nlohmann::json::parse(json_text, nullptr, false);
   if (header.is_discarded()) return bad("not valid JSON");
   if (!header.is_object()) return bad("expected a JSON object");
-  for (const auto& [name, entry] : header.items()) {
+  for (const std::string& name : keys.order) {
+    const nlohmann::json& entry = header.at(name);
     if (name == "__metadata__") {
       if (!entry.is_object()) return bad("expected __metadata__ to be an object of strings");
       for (const auto& [key, value] : entry.items()) {

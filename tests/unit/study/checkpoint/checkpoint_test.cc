@@ -379,7 +379,7 @@ TEST_CASE("bad files give an error naming the file and the tensor, never a crash
     Result<CheckpointFiles> files = CheckpointFiles::open(good);
     REQUIRE(files.ok());
     REQUIRE(files.value().problems().size() == 1);
-    CHECK(files.value().problems()[0].find("the index says tensor 'm.weight' is in model-00002") != std::string::npos);
+    CHECK(files.value().problems()[0].message.find("the index says tensor 'm.weight' is in model-00002") != std::string::npos);
   }
 }
 

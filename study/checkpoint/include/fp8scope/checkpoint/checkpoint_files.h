@@ -20,6 +20,13 @@
 
 namespace fp8scope::checkpoint {
 
+// What the files show that loaders pass over: a finding's code ("index": shards, index and
+// headers disagree; "repeated_name": a header names a tensor twice) and its message.
+struct FileProblem {
+  const char* code;
+  std::string message;
+};
+
 struct CheckpointTensor {
   std::string name;
   std::size_t shard = 0;  // into CheckpointFiles::shards()
@@ -57,7 +64,7 @@ class CheckpointFiles {
   const CheckpointTensor* find(std::string_view name) const;
   // What loaders tolerate but a verifier reports: index entries naming the wrong shard, shards the
   // index does not list, tensors the index does not name.
-  const std::vector<std::string>& problems() const { return problems_; }
+  const std::vector<FileProblem>& problems() const { return problems_; }
   std::uint64_t tensor_bytes() const;
 
   Result<MappedTensor> map(const CheckpointTensor& tensor) const;
@@ -67,7 +74,7 @@ class CheckpointFiles {
   std::vector<std::string> shards_;
   std::vector<std::uint64_t> data_offsets_;  // per shard: where its data region starts
   std::vector<CheckpointTensor> tensors_;
-  std::vector<std::string> problems_;
+  std::vector<FileProblem> problems_;
 };
 
 }  // namespace fp8scope::checkpoint

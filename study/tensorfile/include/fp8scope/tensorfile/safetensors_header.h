@@ -44,8 +44,11 @@ struct SafetensorsEntry {
 struct SafetensorsHeader {
   std::uint64_t data_offset = 0;  // where the data region starts in the file: 8 + N
   std::uint64_t data_bytes = 0;   // the data region's length: the rest of the file
-  std::vector<SafetensorsEntry> entries;  // in the header's order
+  std::vector<SafetensorsEntry> entries;  // in the header's order; a name given twice: its last entry
   std::map<std::string, std::string> metadata;
+  // Names the header gives more than once (the format disallows it; loaders take the last entry,
+  // as nlohmann's and Hugging Face's parsers do), once per repeat.
+  std::vector<std::string> repeated_names;
 };
 
 // The header's total length (8 + N) from a file's first 8 bytes, checked against its size.
