@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "fp8scope/tensorfile/bounded_file.h"
@@ -15,6 +16,31 @@ namespace {
 struct ConfigError {
   std::string message;
 };
+
+// TE's keys are Python names and its config's section names; anything else here is a broken file.
+bool printable_ascii(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7E; });
+}
+
+// Well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, at most U+10FFFF), as every string the
+// policy carries to the daemon must be.
+bool valid_utf8(const std::string& text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const int more = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
+    if (more < 0 || text.size() - i <= static_cast<std::size_t>(more)) return false;
+    std::uint32_t cp = more == 0 ? c : c & (0x3F >> more);
+    for (int k = 1; k <= more; ++k) {
+      const auto b = static_cast<unsigned char>(text[i + static_cast<std::size_t>(k)]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const std::uint32_t least[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[more] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<std::size_t>(more) + 1;
+  }
+  return true;
+}
 
 class Converter {
  public:
@@ -30,6 +56,7 @@ class Converter {
     out.line = n.Mark().is_null() ? 0 : n.Mark().line + 1;
     switch (n.Type()) {
       case YAML::NodeType::Scalar:
+        if (!valid_utf8(n.Scalar())) throw ConfigError{where(n) + " " + key + ": not valid UTF-8"};
         out.kind = ConfigNode::Kind::kScalar;
         out.text = n.Scalar();
         out.plain = n.Tag() != "!" && plain_yaml(out.text);  // a plain text the writer would quote is a string
@@ -46,6 +73,10 @@ class Converter {
             throw ConfigError{where(entry.first) + " " + key + ": expected a name as the key"};
           }
           const std::string name = entry.first.Scalar();
+          if (!printable_ascii(name)) {
+            throw ConfigError{where(entry.first) + " " + (key.empty() ? "" : key + ": ") +
+                              "a key must be printable ASCII (a section name or a TE name)"};
+          }
           const std::string path = key.empty() ? name : key + "." + name;
           // PyYAML keeps the last of a key given twice; a config that does so is a mistake.
           if (!seen.insert(name).second) throw ConfigError{where(entry.first) + " " + path + ": given twice"};

@@ -78,6 +78,24 @@ TEST_CASE("duplicate keys and malformed YAML are refused with the file and the l
   CHECK_THAT(te::parse_debug_config("a: 1\n---\nb: 2\n", "c.yaml").message(), Catch::Contains("2 YAML documents"));
 }
 
+TEST_CASE("values are well-formed UTF-8 and keys printable ASCII, or the file and line say why", "[debug_config]") {
+  const auto value = [](const std::string& bytes) {
+    return te::parse_debug_config("s:\n  enabled: true\n  layers:\n    layer_name_regex_pattern: " + bytes + "\n", "c.yaml");
+  };
+  for (const std::string& good : {std::string("mlp"), std::string("caf\xc3\xa9"), std::string("\xf0\x9f\x98\x80"),
+                                  std::string("\xef\xbf\xbd")}) {
+    CHECK(value(good).ok());
+  }
+  // A lone continuation byte, an overlong '/', a UTF-16 surrogate, a truncated sequence, past U+10FFFF.
+  for (const std::string& bad : {std::string("a\x80"), std::string("\xc0\xaf"), std::string("\xed\xa0\x80"),
+                                 std::string("\xe2\x82"), std::string("\xf4\x90\x80\x80")}) {
+    INFO(bad);
+    CHECK_THAT(value(bad).message(), Catch::Contains("c.yaml:4: s.layers.layer_name_regex_pattern: not valid UTF-8"));
+  }
+  CHECK_THAT(te::parse_debug_config("s:\n  enabled: true\n  \x01bad: 1\n", "c.yaml").message(),
+             Catch::Contains("c.yaml:3: s: a key must be printable ASCII"));
+}
+
 TEST_CASE("the reader is bounded: size before parsing, regular files only, expanded aliases counted", "[debug_config]") {
   testing::TempDir dir;
   {
