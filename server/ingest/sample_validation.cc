@@ -246,6 +246,12 @@ Step check_experts(const v1::TensorHeader& h, SampleHeader& s) {
     return refusal("bad_expert", "expert_tokens has " + std::to_string(h.expert_tokens_size()) + " entries for " +
                                      std::to_string(h.experts()) + " experts");
   }
+  for (int e = 0; e < h.expert_tokens_size(); ++e) {
+    if (h.expert_tokens(e) > kMaxExpertTokens) {
+      return refusal("bad_expert", "expert_tokens[" + std::to_string(e) + "] = " + std::to_string(h.expert_tokens(e)) +
+                                       " is more than any matrix holds (at most " + std::to_string(kMaxExpertTokens) + ")");
+    }
+  }
   const std::uint64_t first_dimension = s.shape.empty() ? 1 : static_cast<std::uint64_t>(s.shape[0]);
   const bool rows_separable = !is_block_layout(s.scale_layout) || scales_of_rows_are_a_prefix(s.scale_layout, s.k_is_outer);
   if (h.valid_rows() > first_dimension || (h.valid_rows() != 0 && (s.shape.size() != 2 || !rows_separable))) {

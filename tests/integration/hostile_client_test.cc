@@ -547,6 +547,44 @@ TEST_CASE("every accepted step round-trips through history, and a step history c
   for (const v1::HistoryRow& r : rows) CHECK(r.step() == kLargest);
 }
 
+TEST_CASE("expert token counts a matrix can hold are kept exactly, and larger ones refused, never wrapped",
+          "[hostile]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  auto stream = SampleStream::open(to(daemon), hello("tokens"));
+  REQUIRE(stream.ok());
+  const auto expert_header = [](const std::string& layer, std::vector<std::uint64_t> tokens) {
+    v1::TensorHeader h = header(layer, 1);
+    h.set_experts(static_cast<std::uint32_t>(tokens.size()));
+    h.set_expert(0);
+    for (std::uint64_t t : tokens) h.add_expert_tokens(t);
+    return h;
+  };
+  constexpr std::uint64_t kMost = std::uint64_t{1} << 40;
+  const auto kept = stream.value()->send(expert_header("moe.kept", {kMost, kMost}), payload());
+  std::vector<std::uint64_t> ids;
+  for (const std::vector<std::uint64_t>& tokens : {std::vector<std::uint64_t>{~std::uint64_t{0}, ~std::uint64_t{0}},
+                                                   std::vector<std::uint64_t>{std::uint64_t{1} << 63, std::uint64_t{1} << 63},
+                                                   std::vector<std::uint64_t>{kMost + 1, 0}}) {
+    const auto sent = stream.value()->send(expert_header("moe.wraps", tokens), payload());
+    REQUIRE(sent.ok());
+    ids.push_back(sent.value());
+  }
+  REQUIRE(kept.ok());
+  auto acks = stream.value()->wait_for_acks(30);
+  REQUIRE(acks.ok());
+  CHECK(acks.value()[kept.value()].outcome() == v1::SAMPLE_OUTCOME_ACCEPTED);
+  for (std::uint64_t id : ids) {
+    CHECK(acks.value()[id].outcome() == v1::SAMPLE_OUTCOME_REJECTED);
+    CHECK(acks.value()[id].reason() == "bad_expert");
+  }
+  const std::map<std::string, std::string> layer = {{"job", "hostile"}, {"layer", "moe.kept"}};
+  REQUIRE(eventually([&] {
+    return metric_value(http_get(daemon.metrics(), "/metrics"), "fp8scope_expert_tokens_mean", layer) ==
+           static_cast<double>(kMost);
+  }));
+}
+
 TEST_CASE("only literal loopback addresses listen without protection", "[hostile]") {
   TempDir dir;
   const ProcessResult refused =

@@ -19,6 +19,9 @@ inline constexpr std::size_t kMaxLabelBytes = 200;  // job, run, layer names
 inline constexpr std::uint64_t kMaxStep = std::numeric_limits<std::int64_t>::max();
 inline constexpr int kMaxRank = 8;                  // tensor dimensions
 inline constexpr std::uint32_t kMaxExperts = 65536;  // experts of one call
+// Tokens routed to one expert: 2^40 rows is more than any device holds, and kMaxExperts of them
+// sum to 2^56, so a layer's totals never wrap.
+inline constexpr std::uint64_t kMaxExpertTokens = std::uint64_t{1} << 40;
 
 struct Refusal {
   std::string reason;   // "bad_shape", "size_mismatch", ...: a metric label value
