@@ -81,8 +81,9 @@ void TeLogWriter::run() {
 // the first time it is reached, not once a block.
 void TeLogWriter::write(const Block& b) {
   const auto now = std::chrono::steady_clock::now();
-  if (failing_ && now < retry_at_) {  // not tried: the last write failed less than retry_after ago
-    std::lock_guard<std::mutex> lock(mu_);
+  const std::pair<std::string, std::uint32_t> file{b.job, b.rank};
+  if (const auto it = retry_at_.find(file); it != retry_at_.end() && now < it->second) {
+    std::lock_guard<std::mutex> lock(mu_);  // not tried: its last write failed less than retry_after ago
     return drop(TeLogDrop::kWriteFailed, b.lines);
   }
   const te::AppendOutcome outcome = files_->append(b.job, b.rank, b.text);
@@ -91,8 +92,7 @@ void TeLogWriter::write(const Block& b) {
   switch (outcome) {
     case te::AppendOutcome::kWritten:
       counts_.lines += b.lines;
-      if (failing_) spdlog::info("--te-log-dir: writing again");
-      failing_ = false;
+      if (retry_at_.erase(file) != 0 && retry_at_.empty()) spdlog::info("--te-log-dir: writing again");
       return;
     case te::AppendOutcome::kSizeLimit:
       if (!std::exchange(said_size_limit_, true)) {
@@ -109,9 +109,14 @@ void TeLogWriter::write(const Block& b) {
       }
       return drop(TeLogDrop::kTooManyFiles, b.lines);
     case te::AppendOutcome::kFailed:
-      if (!failing_) spdlog::warn("--te-log-dir: {}; lines are dropped and counted until a write succeeds", files_->error());
-      failing_ = true;
-      retry_at_ = now + limits_.retry_after;
+      if (retry_at_.empty()) {
+        spdlog::warn("--te-log-dir: {}; that file's lines are dropped and counted until a write to it succeeds",
+                     files_->error());
+      }
+      // Bounded: past max_files failing files, those whose pause is over go first, then the oldest name.
+      if (retry_at_.size() >= limits_.max_files) std::erase_if(retry_at_, [&](const auto& e) { return e.second <= now; });
+      if (retry_at_.size() >= limits_.max_files) retry_at_.erase(retry_at_.begin());
+      retry_at_[file] = now + limits_.retry_after;
       return drop(TeLogDrop::kWriteFailed, b.lines);
   }
 }

@@ -45,6 +45,20 @@ std::string escape_job(const std::string& job) {
   if (job.empty()) return "%";
   static const char kHex[] = "0123456789ABCDEF";
   std::string out;
+  const auto shortened = [&] {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a 64
+    for (const char c : job) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    std::string tail = "%~";
+    for (int shift = 60; shift >= 0; shift -= 4) tail += kHex[(h >> shift) & 15];
+    std::size_t keep = kMaxEscapedJob - tail.size();
+    // Not inside a %XX: the head stays a prefix of the escape.
+    if (out[keep - 1] == '%') {
+      keep -= 1;
+    } else if (out[keep - 2] == '%') {
+      keep -= 2;
+    }
+    return out.substr(0, keep) + tail;
+  };
   for (std::size_t i = 0; i < job.size(); ++i) {
     const auto c = static_cast<unsigned char>(job[i]);
     const bool plain = std::isalnum(c) != 0 || c == '_' || c == '-' || (c == '.' && i > 0);
@@ -56,7 +70,7 @@ std::string escape_job(const std::string& job) {
       out += kHex[c & 15];
     }
   }
-  return out;
+  return out.size() > kMaxEscapedJob ? shortened() : out;
 }
 
 Result<std::unique_ptr<NvdlfwLogFiles>> NvdlfwLogFiles::open(const std::string& dir, NvdlfwLogFilesOptions options) {

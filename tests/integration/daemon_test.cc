@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fp8scope/te/nvdlfw_log_files.h"
 #include "support/csv_table.h"
 #include "support/daemon_fixture.h"
 #include "support/daemon_samples.h"
@@ -524,6 +525,39 @@ TEST_CASE("fp8scoped --te-log-dir writes each job's TE debug logs as it analyzes
                                          {}, 30);
   CHECK(tiny.exit_code == 1);
   CHECK((tiny.out + tiny.err).find("--te-log-max-bytes: expected at least 1 MiB, got 1000") != std::string::npos);
+}
+
+TEST_CASE("fp8scoped --te-log-dir: a job's longest legal name is a file too, and no job's failure silences another",
+          "[daemon]") {
+  TempDir dir;
+  const std::string logs = dir.file("te-logs");
+  DaemonProcess daemon(dir.file("data"), {"--te-log-dir", logs, "--analysis-workers", "1"});
+  const auto send = [&](const std::string& job, std::uint32_t rank) {
+    v1::Hello h = hello("te-names", rank);
+    h.set_job(job);
+    auto stream = SampleStream::open(to(daemon), h);
+    REQUIRE(stream.ok());
+    REQUIRE(stream.value()->send(f32_header("blocks.0.mlp.fc1#0", 0, 64, 64), bytes_of(activation(64, 64, 1.0f))).ok());
+    REQUIRE(stream.value()->wait_for_acks(60.0).ok());
+  };
+  const std::string longest(200, '/');  // escapes to 600 bytes: past NAME_MAX unless shortened
+  // A rank's file made unwritable (a directory in its place): its job fails, the others write.
+  const std::string blocked = logs + "/blocked/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log";
+  std::filesystem::create_directories(blocked);
+  send(longest, 0);
+  send("blocked", 0);
+  send("other", 0);
+  send("blocked", 0);
+  send("later", 0);
+  const std::map<std::string, std::string> failed = {{"reason", "write_failed"}};
+  REQUIRE(eventually([&] {
+    const std::string metrics = http_get(daemon.metrics(), "/metrics");
+    return metric_value(metrics, "fp8scope_te_log_lines_dropped_total", failed) > 0 &&
+           std::filesystem::exists(logs + "/later/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log");
+  }));
+  CHECK(std::filesystem::exists(logs + "/" + fp8scope::te::escape_job(longest) +
+                                "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"));
+  CHECK(std::filesystem::exists(logs + "/other/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"));
 }
 
 TEST_CASE("bad input is refused and counted, and the daemon keeps serving and loses nothing accepted", "[daemon]") {

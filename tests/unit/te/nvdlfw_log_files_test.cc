@@ -42,6 +42,25 @@ std::set<std::string> tree(const std::string& dir) {
   return out;
 }
 
+TEST_CASE("every legal job name escapes to a legal file name: a long escape keeps its head and a hash") {
+  // 200 bytes (the longest label) that escape to 600: past NAME_MAX unless shortened.
+  const std::string slashes(200, '/'), slashes_b = std::string(199, '/') + "x";
+  const std::string e = escape_job(slashes);
+  CHECK(e.size() <= te::kMaxEscapedJob);
+  CHECK(e.rfind("%2F%2F", 0) == 0);
+  CHECK(e.find("%~") == e.size() - 18);
+  CHECK(escape_job(slashes) == e);  // the same name, the same file, across restarts
+  CHECK(escape_job(slashes_b) != e);
+  // Cut on a %XX boundary whatever the length of the plain head before it.
+  for (std::size_t plain = 0; plain < 4; ++plain) {
+    const std::string mixed = escape_job(std::string(plain, 'a') + std::string(150, '/'));
+    const std::string head = mixed.substr(0, mixed.find("%~"));
+    INFO(plain << ": " << head);
+    CHECK((head.size() - plain) % 3 == 0);
+  }
+  CHECK(escape_job(std::string(200, 'a')) == std::string(200, 'a'));  // plain names stay as they are
+}
+
 TEST_CASE("a job's name escapes into one path component, and no two names share one") {
   CHECK(escape_job("pretrain-7b_v2.1") == "pretrain-7b_v2.1");
   CHECK(escape_job("../etc") == "%2E.%2Fetc");

@@ -74,7 +74,11 @@ class NvdlfwLogFiles {
 };
 
 // A job's name as one path component: bytes other than [A-Za-z0-9._-], and a leading '.', become
-// %XX ("" becomes "%"), so "../x" or "a/b" stay inside the log dir and no two names share one.
+// %XX ("" becomes "%"), so "../x" or "a/b" stay inside the log dir and no two names share one. An
+// escape longer than kMaxEscapedJob bytes (a legal 200-byte name can triple) keeps its head and
+// ends in "%~" and the name's 64-bit FNV-1a hash, so every legal name is a legal file name
+// (NAME_MAX, 255 bytes) and two long names share one only if their hashes collide.
+inline constexpr std::size_t kMaxEscapedJob = 200;
 std::string escape_job(const std::string& job);
 
 }  // namespace fp8scope::te

@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <deque>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fp8scope/history/records.h"
@@ -39,7 +41,7 @@ struct TeLogLimits {
   std::uint64_t max_bytes = 1ull << 30;   // all files together
   std::size_t max_files = 4096;           // job and rank pairs
   std::uint64_t queue_bytes = 16ull << 20;  // lines waiting for the disk
-  std::chrono::milliseconds retry_after{1000};  // after a failed write, blocks are dropped this long
+  std::chrono::milliseconds retry_after{1000};  // after a failed write, that file's blocks are dropped this long
 };
 
 class TeLogWriter {
@@ -73,9 +75,11 @@ class TeLogWriter {
   std::uint64_t queued_bytes_ = 0;
   bool stopping_ = false;
   TeLogCounts counts_;
-  // The writer thread's: when writes may be tried again, and what was last said in the log.
-  std::chrono::steady_clock::time_point retry_at_{};
-  bool failing_ = false, said_size_limit_ = false, said_too_many_files_ = false;
+  // The writer thread's: per job and rank whose last write failed, when it may be tried again (a
+  // file that cannot be written holds back no other; at most max_files kept), and what was last
+  // said in the log.
+  std::map<std::pair<std::string, std::uint32_t>, std::chrono::steady_clock::time_point> retry_at_;
+  bool said_size_limit_ = false, said_too_many_files_ = false;
   std::thread thread_;
 };
 
