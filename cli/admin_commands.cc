@@ -19,6 +19,7 @@
 #include "fp8scope/pattern/layer_pattern.h"
 #include "fp8scope/te/nvdlfw_log.h"
 #include "fp8scope/te/nvdlfw_log_files.h"
+#include "fp8scope/vocabulary/printable_text.h"
 #include "fp8scope/wire/wire.h"
 
 namespace fp8scope::cli {
@@ -339,10 +340,12 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
   if (csv_output(o)) {
     out << history::record_csv_row(r);
   } else {
-    char line[512];
+    // Names read from a store (which anything may have written) are printed escaped.
+    char line[1024];
     const std::string expert = r.expert >= 0 ? std::to_string(r.expert) : "-";
     std::snprintf(line, sizeof line, "%7llu %-10s %-28s %6s %-6s %-3s %4u %-15s %11s %11s %10s %9s\n",
-                  static_cast<unsigned long long>(r.step), r.run.c_str(), r.layer.c_str(), expert.c_str(), gemm_name(r.gemm),
+                  static_cast<unsigned long long>(r.step), printable(r.run).c_str(), printable(r.layer).c_str(),
+                  expert.c_str(), gemm_name(r.gemm),
                   operand_name(r.operand), r.rank, r.caster.name(), number(value("underflow_ratio")).c_str(),
                   number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
                   number(value("cosine"), "%.6f").c_str());

@@ -12,9 +12,9 @@
 
 #include "fp8scope/checkpoint/checkpoint_check.h"
 #include "fp8scope/checkpoint/training_check.h"
-#include "fp8scope/cli/terminal_text.h"
 #include "fp8scope/insight/inference_check.h"
 #include "fp8scope/report/checkpoint_page.h"
+#include "fp8scope/vocabulary/printable_text.h"
 
 namespace fp8scope::cli {
 namespace {
@@ -71,7 +71,7 @@ void print_json(const checkpoint::CheckpointReport& r, const std::optional<insig
 void print_table(const checkpoint::CheckpointReport& r, const std::optional<insight::InferenceCheck>& training,
                  std::ostream& out) {
   const checkpoint::ConventionInfo& c = checkpoint::convention_info(r.declaration.convention);
-  // Names and messages come from the files: printed escaped (terminal_text.h).
+  // Names and messages come from the files: printed escaped (printable_text.h).
   out << "convention " << c.name << (r.declaration.declared ? " (declared: " : " (detected: ")
       << printable(r.declaration.why) << ")\n"
       << "rules from " << c.loader << "\n";

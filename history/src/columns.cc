@@ -1,6 +1,7 @@
 #include "columns.h"
 
 #include <cmath>
+#include <utility>
 
 #include "fp8scope/kernels/recipe.h"
 #include "fp8scope/kernels/statistics_table.h"
@@ -50,7 +51,11 @@ Column<R> integer(std::string name, I R::*field) {
   return {std::move(name), SqlType::kInteger, true,
           [=](const R& r, FieldSink& s) { s.integer(static_cast<std::int64_t>(r.*field)); },
           [=](const FieldSource& s, R& r) {
-            r.*field = static_cast<I>(s.integer());
+            // A value the field cannot hold (a rank of -1 or 2^40 from another writer) is no record
+            // of ours: converting it would name another rank's file or wrap a count.
+            const std::int64_t v = s.integer();
+            if (!std::in_range<I>(v)) return false;
+            r.*field = static_cast<I>(v);
             return true;
           }};
 }
@@ -62,7 +67,13 @@ Column<R> optional_integer(std::string name, I R::*field, I absent) {
   return {std::move(name), SqlType::kInteger, false,
           [=](const R& r, FieldSink& s) { r.*field == absent ? s.null() : s.integer(static_cast<std::int64_t>(r.*field)); },
           [=](const FieldSource& s, R& r) {
-            r.*field = s.null() ? absent : static_cast<I>(s.integer());
+            if (s.null()) {
+              r.*field = absent;
+              return true;
+            }
+            const std::int64_t v = s.integer();
+            if (!std::in_range<I>(v)) return false;  // as integer()'s
+            r.*field = static_cast<I>(v);
             return true;
           }};
 }

@@ -7,6 +7,7 @@
 
 #include "fp8scope/kernels/statistics_table.h"
 #include "fp8scope/te/te_names.h"
+#include "fp8scope/vocabulary/printable_text.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 
 namespace fp8scope::te {
@@ -16,7 +17,8 @@ namespace {
 // TE's layer: the module (fp8scope's label without its "#ordinal"); an expert of a grouped layer
 // is its GEMM n, as TE names GroupedLinear's (docs/debug/2_config_file_structure.rst:113).
 std::string te_layer(const history::HistoryRecord& r) {
-  std::string layer = r.layer.substr(0, r.layer.rfind('#'));
+  // Escaped: a history written by anything else may hold a name that would start a line.
+  std::string layer = printable(r.layer.substr(0, r.layer.rfind('#')));
   if (r.expert >= 0) layer += ".gemm_" + std::to_string(r.expert);
   return layer;
 }

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -395,6 +396,55 @@ TEST_CASE("history --csv quotes per RFC 4180: a strict reader gets every name ba
   for (std::size_t r = 0; r < table.rows.size(); ++r) names.insert(table.at(r, "layer"));
   CHECK(names == std::set<std::string>(layers.begin(), layers.end()));
   for (const std::string& c : table.header) CHECK(columns.insert(c).second);  // every column once
+}
+
+TEST_CASE("a history written by anything else can neither forge a line nor name a rank it cannot hold", "[daemon]") {
+  TempDir dir;
+  {
+    DaemonProcess daemon(dir.file("data"));
+    auto stream = SampleStream::open(to(daemon), hello("forged"));
+    REQUIRE(stream.ok());
+    for (const char* layer : {"a#0", "b#0", "c#0"}) {
+      REQUIRE(stream.value()->send(f32_header(layer, 1, 16, 16), bytes_of(activation(16, 16, 1.0f))).ok());
+    }
+    REQUIRE(stream.value()->wait_for_acks(60.0).ok());
+    wait_for_records_stored(daemon, 3 * kDefaultRecipeCount);
+    REQUIRE(daemon.stop(SIGTERM) == 0);
+  }
+  // What an older fp8scope, a shared database or a hand-edited copy may hold.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((dir.file("data") + "/history.sqlite").c_str(), &db) == SQLITE_OK);
+  const char* edits =
+      "UPDATE records SET rank = -1 WHERE layer = 'a#0';"
+      "UPDATE records SET rank = 1099511627776 WHERE layer = 'b#0';"
+      "UPDATE records SET layer = 'c' || char(10) || '2026-01-01 00:00:00,000 - INFO - forged_activation_mse "
+      "iteration=000001 value=0.0000' || char(27) || '[2J#0' WHERE layer = 'c#0';";
+  REQUIRE(sqlite3_exec(db, edits, nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  const ProcessResult lines = cli({"history", "--history", dir.file("data"), "--format", "nvdlfw"});
+  REQUIRE(lines.exit_code == 0);
+  std::istringstream in(lines.out);
+  int count = 0;
+  for (std::string line; std::getline(in, line); ++count) {
+    INFO(line);
+    CHECK(line.find(" - INFO - c\\n2026-01-01") == 23);  // c's lines alone, its name escaped, one line each
+    CHECK(line.find('\x1b') == std::string::npos);
+  }
+  CHECK(count > 0);
+  const ProcessResult table = cli({"history", "--history", dir.file("data")});
+  REQUIRE(table.exit_code == 0);
+  CHECK(std::count(table.out.begin(), table.out.end(), '\x1b') == 0);
+  CHECK(table.out.find("\n2026-01-01") == std::string::npos);
+  // Ranks -1 and 2^40 name no file: rank 0's holds c's lines alone.
+  const ProcessResult files = cli({"history", "--history", dir.file("data"), "--format", "nvdlfw", "--te-log-dir",
+                                   dir.file("te-logs")});
+  REQUIRE(files.exit_code == 0);
+  std::set<std::string> written;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("te-logs/nvdlfw_inspect_statistics_logs"))) {
+    written.insert(e.path().filename().string());
+  }
+  CHECK(written == std::set<std::string>{"nvdlfw_inspect_globalrank-0.log"});
+  CHECK(read_file(dir.file("te-logs/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log")) == lines.out);
 }
 
 TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and BioNeMo's parsers read as --csv says",
