@@ -1,9 +1,7 @@
 #include "fp8scope/export/tensor_series.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 namespace fp8scope::server {
 
@@ -36,15 +34,33 @@ bool TensorSeries::set(const MetricDef& metric, const prometheus::Labels& labels
     }
     auto family = families_.find(metric.name);
     if (family == families_.end()) return false;
-    it = series_.emplace(key, Series{&metric, &family->second->Add(labels), {}, now}).first;
+    it = series_.emplace(key, Series{&metric, &family->second->Add(labels), {}, {}, {}, now}).first;
   }
   Series& s = it->second;
   const std::uint64_t rank = options_.per_rank ? 0 : member.rank;
   const std::int64_t expert = options_.per_expert ? -1 : member.expert;
-  s.by_member[rank << 32 | static_cast<std::uint64_t>(expert + 1)] = {value, now};
+  const std::uint64_t key_of_member = rank << 32 | static_cast<std::uint64_t>(expert + 1);
+  const auto [at, fresh] = s.by_member.try_emplace(key_of_member, value, now);
+  if (!fresh) {
+    forget(s, key_of_member, at->second.first);
+    at->second = {value, now};
+  }
+  remember(s, key_of_member, value);
   s.updated = now;
   publish(s);
   return true;
+}
+
+void TensorSeries::remember(Series& s, std::uint64_t member, double value) {
+  if (std::isnan(value)) return;
+  s.by_value.emplace(value, member);
+  if (is_expert(member)) s.experts_by_value.insert({value, member});
+}
+
+void TensorSeries::forget(Series& s, std::uint64_t member, double value) {
+  if (std::isnan(value)) return;
+  s.by_value.erase({value, member});
+  if (is_expert(member)) s.experts_by_value.erase({value, member});
 }
 
 std::optional<ExpertSpread> TensorSeries::expert_spread(const MetricDef& metric, const prometheus::Labels& labels_in) const {
@@ -54,21 +70,17 @@ std::optional<ExpertSpread> TensorSeries::expert_spread(const MetricDef& metric,
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = series_.find(key);
   if (it == series_.end()) return std::nullopt;
-  ExpertSpread spread;
-  std::vector<double> values;
-  for (const auto& [member, entry] : it->second.by_member) {
-    const std::int64_t expert = static_cast<std::int64_t>(member & 0xFFFFFFFFu) - 1;
-    const double v = entry.first;
-    if (expert < 0 || std::isnan(v)) continue;
-    values.push_back(v);
-    if (spread.worst_expert < 0 || (metric.lower_is_worse ? v < spread.worst : v > spread.worst)) {
-      spread.worst_expert = expert, spread.worst = v;
-    }
-  }
-  if (values.empty()) return std::nullopt;
-  std::sort(values.begin(), values.end());
+  const RankedByValue& values = it->second.experts_by_value;
   const std::size_t n = values.size();
-  spread.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  if (n == 0) return std::nullopt;
+  // The worst value, and of the members holding it the first by rank and expert.
+  const double worst = metric.lower_is_worse ? values.begin()->first : values.rbegin()->first;
+  const std::uint64_t member = values.lower_bound({worst, 0})->second;
+  ExpertSpread spread;
+  spread.worst_expert = static_cast<std::int64_t>(member & 0xFFFFFFFFu) - 1;
+  spread.worst = worst;
+  const auto at = [&](std::size_t k) { return values.find_by_order(k)->first; };
+  spread.median = n % 2 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
   spread.experts = n;
   return spread;
 }
@@ -76,13 +88,8 @@ std::optional<ExpertSpread> TensorSeries::expert_spread(const MetricDef& metric,
 // The worst member's value: the largest, or the smallest for statistics where lower is worse. NaN
 // members (undefined statistics) count only when every member is NaN.
 void TensorSeries::publish(Series& s) {
-  double out = std::numeric_limits<double>::quiet_NaN();
-  for (const auto& [member, entry] : s.by_member) {
-    const double v = entry.first;
-    if (std::isnan(v)) continue;
-    if (std::isnan(out) || (s.metric->lower_is_worse ? v < out : v > out)) out = v;
-  }
-  s.gauge->Set(out);
+  if (s.by_value.empty()) return s.gauge->Set(std::numeric_limits<double>::quiet_NaN());
+  s.gauge->Set(s.metric->lower_is_worse ? s.by_value.begin()->first : s.by_value.rbegin()->first);
 }
 
 void TensorSeries::expire(Clock::time_point now) {
@@ -90,7 +97,12 @@ void TensorSeries::expire(Clock::time_point now) {
   for (auto it = series_.begin(); it != series_.end();) {
     Series& s = it->second;
     for (auto r = s.by_member.begin(); r != s.by_member.end();) {
-      r = now - r->second.second > options_.ttl ? s.by_member.erase(r) : std::next(r);
+      if (now - r->second.second > options_.ttl) {
+        forget(s, r->first, r->second.first);
+        r = s.by_member.erase(r);
+      } else {
+        ++r;
+      }
     }
     if (s.by_member.empty()) {
       families_.at(s.metric->name)->Remove(s.gauge);

@@ -5,7 +5,12 @@
 #include <prometheus/text_serializer.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <random>
+#include <vector>
 
 using namespace fp8scope::server;
 using Clock = TensorSeries::Clock;
@@ -118,4 +123,57 @@ TEST_CASE("per-expert metrics carry an expert label, inside the series cap", "[t
   CHECK(exposition(registry).find("expert=\"2\"") != std::string::npos);
   CHECK(exposition(registry).find("expert=\"3\"") == std::string::npos);
   CHECK_FALSE(series.expert_spread(*find_metric("fp8scope_underflow_ratio"), kLabels));
+}
+
+TEST_CASE("the worst member and the experts' median match a pass over every member, whatever the updates",
+          "[tensor_series]") {
+  // Random updates of ranks and experts (ties, NaN, repeats), then expiry: after each, the gauge
+  // and the spread are what a pass over the members' last values gives (the first member holding
+  // the worst value names it).
+  std::mt19937 rng(11);
+  for (const char* name : {"fp8scope_underflow_ratio", "fp8scope_cosine_similarity"}) {
+    const MetricDef& metric = *find_metric(name);
+    prometheus::Registry registry;
+    TensorSeries series(registry, SeriesOptions{});
+    std::map<std::pair<std::uint32_t, std::int64_t>, std::pair<double, Clock::time_point>> last;
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < 2000; ++i) {
+      const SeriesMember m{static_cast<std::uint32_t>(rng() % 5), static_cast<std::int64_t>(rng() % 9) - 1};
+      const double v = rng() % 17 == 0 ? std::nan("") : static_cast<double>(rng() % 6) / 8;
+      const Clock::time_point t = start + std::chrono::seconds(i);
+      series.set(metric, kLabels, m, v, t);
+      last[{m.rank, m.expert}] = {v, t};
+      if (i % 500 == 499) {
+        const Clock::time_point now = t + std::chrono::seconds(900) - std::chrono::seconds(300);
+        series.expire(now);
+        std::erase_if(last, [&](const auto& e) { return now - e.second.second > std::chrono::seconds(900); });
+      }
+      double worst = std::nan("");
+      std::vector<double> experts;
+      std::int64_t worst_expert = -1;
+      double worst_expert_value = 0;
+      for (const auto& [member, entry] : last) {  // in (rank, expert) order, as the series keys them
+        const double x = entry.first;
+        if (std::isnan(x)) continue;
+        if (std::isnan(worst) || (metric.lower_is_worse ? x < worst : x > worst)) worst = x;
+        if (member.second < 0) continue;
+        experts.push_back(x);
+        if (worst_expert < 0 || (metric.lower_is_worse ? x < worst_expert_value : x > worst_expert_value)) {
+          worst_expert = member.second, worst_expert_value = x;
+        }
+      }
+      INFO(name << " after update " << i);
+      const double gauge = value_of(registry, name);
+      CHECK(((std::isnan(gauge) && std::isnan(worst)) || gauge == worst));
+      const std::optional<ExpertSpread> spread = series.expert_spread(metric, kLabels);
+      REQUIRE(spread.has_value() == !experts.empty());
+      if (experts.empty()) continue;
+      std::sort(experts.begin(), experts.end());
+      const std::size_t n = experts.size();
+      CHECK(spread->experts == n);
+      CHECK(spread->median == (n % 2 ? experts[n / 2] : (experts[n / 2 - 1] + experts[n / 2]) / 2));
+      CHECK(spread->worst == worst_expert_value);
+      CHECK(spread->worst_expert == worst_expert);
+    }
+  }
 }

@@ -1,8 +1,13 @@
 // The tensor statistics as Prometheus series: one gauge per (metric, label set), combining ranks
 // and a mixture-of-experts layer's experts into the worst one's value unless per-rank or
 // per-expert labels were asked for, capped at max_series (new series beyond it are counted and
-// suppressed) and expired when not updated for ttl.
+// suppressed) and expired when not updated for ttl. A series keeps its members' values in order,
+// so an update, its worst and its experts' median cost O(log members), not a pass over thousands
+// of experts or ranks.
 #pragma once
+
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
 
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -13,8 +18,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "fp8scope/export/metrics_table.h"
 
@@ -60,13 +67,24 @@ class TensorSeries {
   std::uint64_t suppressed() const;
 
  private:
+  // (value, member) in order; with ranks (libstdc++'s order-statistics tree) for the median.
+  using ByValue = std::set<std::pair<double, std::uint64_t>>;
+  using RankedByValue = __gnu_pbds::tree<std::pair<double, std::uint64_t>, __gnu_pbds::null_type,
+                                         std::less<std::pair<double, std::uint64_t>>, __gnu_pbds::rb_tree_tag,
+                                         __gnu_pbds::tree_order_statistics_node_update>;
   struct Series {
     const MetricDef* metric;
     prometheus::Gauge* gauge;
     // By member: rank in the high 32 bits, expert + 1 in the low.
     std::map<std::uint64_t, std::pair<double, Clock::time_point>> by_member;
+    ByValue by_value;              // every member's value but NaN
+    RankedByValue experts_by_value;  // the experts' alone
     Clock::time_point updated;
   };
+  static bool is_expert(std::uint64_t member) { return (member & 0xFFFFFFFFu) != 0; }
+  // A member's value into and out of the ordered views (NaN is in none).
+  static void remember(Series& s, std::uint64_t member, double value);
+  static void forget(Series& s, std::uint64_t member, double value);
   void publish(Series& s);
   std::string key_of(const MetricDef& metric, prometheus::Labels& labels, SeriesMember member) const;
 
