@@ -6,6 +6,17 @@
 
 namespace fp8scope::hook {
 
+CastStash::~CastStash() {
+  for (const StashedCast& c : casts_) {
+    if (c.written != nullptr) cu_.event_destroy(c.written);
+  }
+  for (const std::vector<CUevent>* events : {&freed_writes_, &free_events_}) {
+    for (CUevent e : *events) cu_.event_destroy(e);
+  }
+  if (buffer_ != 0) cu_.mem_free(buffer_);
+  if (zeros_ != 0) cu_.mem_free(zeros_);
+}
+
 bool CastStash::set_up(CUstream stream) {
   state_ = State::kFailed;
   CUcontext context = nullptr;

@@ -38,6 +38,10 @@ struct StashedCast {
 class CastStash {
  public:
   CastStash(const DriverApi& cu, std::uint64_t bytes) : cu_(cu), bytes_(bytes) {}
+  // Frees the ring and its events (the hook's stash lives as long as the process; tests' do not).
+  ~CastStash();
+  CastStash(const CastStash&) = delete;
+  CastStash& operator=(const CastStash&) = delete;
 
   // Room for a part of `bytes`, freeing the oldest casts no record is reading; nothing when there
   // is none (or no device buffer: the first call allocates it, on a thread with the context).
