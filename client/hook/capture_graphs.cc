@@ -145,6 +145,43 @@ bool Capture::write_plan(const std::vector<std::pair<std::uint32_t, CUdeviceptr>
   return true;
 }
 
+std::optional<shm::DropReason> Capture::replay_record(const Recording& r, const Chosen& c, PendingRecord& p,
+                                                      ReplayPlan& plan) {
+  const RecordedOperand& op = r.operands[c.operand];
+  const std::uint64_t tokens_bytes = 8 * op.tokens.size();
+  if (const auto full = reserve(op.staging, op.payload + op.cast_bytes + tokens_bytes, p)) return full;
+  SampleSpec spec{c.step, op.layer, op.role, op.operand, op.source};
+  spec.expert = op.expert;
+  if (!op.tokens.empty()) {
+    spec.experts = static_cast<std::uint32_t>(op.tokens.size());
+    spec.tokens = &op.tokens;
+  }
+  spec.valid_rows = op.valid_rows;
+  fill_sample_header(*p.record, spec, op.view, op.alpha, op.payload);
+  if (spec.tokens != nullptr) write_tokens(*p.record, op.payload, op.tokens);
+  p.payload_bytes = op.payload + op.cast_bytes + tokens_bytes;
+  p.device_bytes = op.payload;
+  p.staged_scale = op.scale_at != 0 ? p.staged + op.scale_at : 0;
+  p.staged_alpha = op.alpha_at != 0 ? p.staged + op.alpha_at : 0;
+  if (op.cast) {
+    const RecordedCast& cast = r.casts[*op.cast];
+    shm::CastRecord& cr = p.record->cast;
+    cr = cast.cast.record;
+    cr.flags |= op.columnwise ? shm::kCastColumnwise : 0;
+    cr.flags |= op.columnwise && cast.cast.columnwise_transposed ? shm::kCastTransposed : 0;
+    p.cast_bytes = cr.bytes;
+    p.staged_cast = p.staged + op.before_cast;
+    const bool placed =
+        std::any_of(plan.cast_parts.begin(), plan.cast_parts.end(), [&](const auto& e) { return e.first == *op.cast; });
+    if (!placed) {
+      plan.cast_parts.emplace_back(*op.cast, p.staged_cast);
+      plan.entries.emplace_back(cast.slot, p.staged_cast);
+    }
+  }
+  plan.entries.emplace_back(op.slot, p.staged);
+  return std::nullopt;
+}
+
 CUresult Capture::replay(CUgraphExec exec, const Recording& r, const std::vector<Chosen>& chosen, CUstream stream,
                          GraphLaunch launch, std::vector<shm::DropReason>& dropped) {
   // A replay nobody samples: only the ordering behind the last plan's clearing.
@@ -158,60 +195,25 @@ CUresult Capture::replay(CUgraphExec exec, const Recording& r, const std::vector
   std::unique_lock<std::mutex> lock(mu_);
   const std::optional<shm::DropReason> problem = !writer_ ? shm::DropReason::kRingFull : staging_.problem();
   std::vector<PendingRecord> records;
-  std::vector<std::pair<std::uint32_t, CUdeviceptr>> plan;
-  std::vector<std::pair<std::size_t, CUdeviceptr>> cast_parts;  // each cast's part goes to one record
+  ReplayPlan plan;
   for (const Chosen& c : chosen) {
-    if (problem) {
-      dropped.push_back(*problem);
-      continue;
-    }
-    const RecordedOperand& op = r.operands[c.operand];
-    const std::uint64_t tokens_bytes = 8 * op.tokens.size();
     PendingRecord p;
-    if (const auto full = reserve(op.staging, op.payload + op.cast_bytes + tokens_bytes, p)) {
-      dropped.push_back(*full);
+    if (const auto dropped_as = problem ? problem : replay_record(r, c, p, plan)) {
+      dropped.push_back(*dropped_as);
       continue;
     }
-    SampleSpec spec{c.step, op.layer, op.role, op.operand, op.source};
-    spec.expert = op.expert;
-    if (!op.tokens.empty()) {
-      spec.experts = static_cast<std::uint32_t>(op.tokens.size());
-      spec.tokens = &op.tokens;
-    }
-    spec.valid_rows = op.valid_rows;
-    fill_sample_header(*p.record, spec, op.view, op.alpha, op.payload);
-    if (spec.tokens != nullptr) write_tokens(*p.record, op.payload, op.tokens);
-    p.payload_bytes = op.payload + op.cast_bytes + tokens_bytes;
-    p.device_bytes = op.payload;
-    p.staged_scale = op.scale_at != 0 ? p.staged + op.scale_at : 0;
-    p.staged_alpha = op.alpha_at != 0 ? p.staged + op.alpha_at : 0;
-    if (op.cast) {
-      const RecordedCast& cast = r.casts[*op.cast];
-      shm::CastRecord& cr = p.record->cast;
-      cr = cast.cast.record;
-      cr.flags |= op.columnwise ? shm::kCastColumnwise : 0;
-      cr.flags |= op.columnwise && cast.cast.columnwise_transposed ? shm::kCastTransposed : 0;
-      p.cast_bytes = cr.bytes;
-      p.staged_cast = p.staged + op.before_cast;
-      const bool placed = std::any_of(cast_parts.begin(), cast_parts.end(), [&](const auto& e) { return e.first == *op.cast; });
-      if (!placed) {
-        cast_parts.emplace_back(*op.cast, p.staged_cast);
-        plan.emplace_back(cast.slot, p.staged_cast);
-      }
-    }
-    plan.emplace_back(op.slot, p.staged);
     records.push_back(p);
   }
   if (records.empty()) {
     lock.unlock();
     return unsampled();
   }
-  bool ok = graphs_.before_replay(exec, stream) && write_plan(plan, false, stream);
+  bool ok = graphs_.before_replay(exec, stream) && write_plan(plan.entries, false, stream);
   const CUresult result = launch();
   ok = ok && result == CUDA_SUCCESS;
   // Cleared behind the replay, or a later one would copy into staging that is no longer its.
   // Should that fail, sampling stops: the staging is then never handed out again.
-  CUevent cleared = write_plan(plan, true, stream) ? graphs_.take_event() : nullptr;
+  CUevent cleared = write_plan(plan.entries, true, stream) ? graphs_.take_event() : nullptr;
   if (cleared != nullptr && cu_.event_record(cleared, stream) != CUDA_SUCCESS) {
     cu_.event_destroy(cleared);
     cleared = nullptr;

@@ -107,6 +107,15 @@ class Capture {
   // Under mu_, at capture: the staging, the kernels and the plan table, set up in relaxed capture
   // mode; the reason when they cannot be.
   std::optional<shm::DropReason> graph_set_up();
+  // A sampled replay's plan: a destination per slot, and where each recorded cast's part goes
+  // (into the first record that reads it).
+  struct ReplayPlan {
+    std::vector<std::pair<std::uint32_t, CUdeviceptr>> entries;
+    std::vector<std::pair<std::size_t, CUdeviceptr>> cast_parts;  // by Recording::casts index
+  };
+  // Under mu_: the record of chosen operand c reserved and filled as its eager sample would be, its
+  // slots in `plan`; or why it is dropped.
+  std::optional<shm::DropReason> replay_record(const Recording& r, const Chosen& c, PendingRecord& p, ReplayPlan& plan);
   // The plan entries written (or cleared) on `stream` before (after) a replay.
   bool write_plan(const std::vector<std::pair<std::uint32_t, CUdeviceptr>>& entries, bool clear, CUstream stream);
 
