@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "fp8scope/tensorfile/bounded_file.h"
@@ -101,8 +102,7 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
   CheckpointFiles c;
   c.path_ = path;
   std::error_code ec;
-  std::map<std::string, std::string> index;  // tensor -> shard file name
-  bool indexed = false;
+  std::optional<std::map<std::string, std::string>> index;  // tensor -> shard file name, when there is one
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
     if (present(dir / "config.json")) {
@@ -118,13 +118,12 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
       Result<std::map<std::string, std::string>> m = read_index((dir / kIndex).string());
       if (!m.ok()) return m.status();
       index = std::move(m).value();
-      indexed = true;
       std::set<std::string> named;
-      for (const auto& [tensor, shard] : index) named.insert(shard);
+      for (const auto& [tensor, shard] : *index) named.insert(shard);
       for (const std::string& shard : named) {
         if (!files.count(shard)) {
           return Status::error((dir / kIndex).string() + ": names shard " + shard + " (for tensor '" +
-                               std::find_if(index.begin(), index.end(), [&](const auto& kv) { return kv.second == shard; })->first +
+                               std::find_if(index->begin(), index->end(), [&](const auto& kv) { return kv.second == shard; })->first +
                                "'), which is not in " + path);
         }
       }
@@ -145,42 +144,50 @@ Result<CheckpointFiles> CheckpointFiles::open(const std::string& path) {
 
   std::map<std::string, std::size_t> seen;  // tensor -> shard
   for (std::size_t i = 0; i < c.shards_.size(); ++i) {
-    Result<tensorfile::SafetensorsHeader> h = read_header(c.shards_[i]);
-    if (!h.ok()) return h.status();
-    const std::string file = fs::path(c.shards_[i]).filename().string();
-    std::string repeated;
-    for (const std::string& name : h.value().repeated_names) {
-      c.problems_.push_back({"repeated_name", "tensor '" + name + "' is named twice in the header of " + file +
-                            " (the format disallows it): loaders take its last entry, and so does this check"});
-      repeated += (repeated.empty() ? "; named twice: '" : ", '") + name + "'";
-    }
-    if (Status s = tensorfile::check_data_covered(h.value()); !s.ok()) {
-      return Status::error(c.shards_[i] + ": " + s.message() + repeated);
-    }
-    c.data_offsets_.push_back(h.value().data_offset);
-    for (tensorfile::SafetensorsEntry& e : h.value().entries) {
-      if (const auto it = seen.find(e.name); it != seen.end()) {
-        return Status::error(c.shards_[i] + ": tensor '" + e.name + "' is in " + c.shards_[it->second] + " too");
-      }
-      seen[e.name] = i;
-      if (indexed) {
-        const auto it = index.find(e.name);
-        if (it == index.end()) {
-          c.problems_.push_back({"index", "tensor '" + e.name + "' of " + file + " is not in the index"});
-        } else if (it->second != file) {
-          c.problems_.push_back({"index", "the index says tensor '" + e.name + "' is in " + it->second + "; it is in " + file});
-        }
-      }
-      c.tensors_.push_back(CheckpointTensor{e.name, i, std::move(e)});
-    }
+    if (Status s = c.add_shard(i, index ? &*index : nullptr, seen); !s.ok()) return s;
   }
-  for (const auto& [tensor, shard] : index) {
-    if (!seen.count(tensor)) {
-      c.problems_.push_back({"index", "the index names tensor '" + tensor + "' in " + shard + ", which lacks it"});
+  if (index) {
+    for (const auto& [tensor, shard] : *index) {
+      if (!seen.count(tensor)) {
+        c.problems_.push_back({"index", "the index names tensor '" + tensor + "' in " + shard + ", which lacks it"});
+      }
     }
   }
   std::sort(c.tensors_.begin(), c.tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return c;
+}
+
+Status CheckpointFiles::add_shard(std::size_t i, const std::map<std::string, std::string>* index,
+                                  std::map<std::string, std::size_t>& seen) {
+  Result<tensorfile::SafetensorsHeader> h = read_header(shards_[i]);
+  if (!h.ok()) return h.status();
+  const std::string file = fs::path(shards_[i]).filename().string();
+  std::string repeated;
+  for (const std::string& name : h.value().repeated_names) {
+    problems_.push_back({"repeated_name", "tensor '" + name + "' is named twice in the header of " + file +
+                         " (the format disallows it): loaders take its last entry, and so does this check"});
+    repeated += (repeated.empty() ? "; named twice: '" : ", '") + name + "'";
+  }
+  if (Status s = tensorfile::check_data_covered(h.value()); !s.ok()) {
+    return Status::error(shards_[i] + ": " + s.message() + repeated);
+  }
+  data_offsets_.push_back(h.value().data_offset);
+  for (tensorfile::SafetensorsEntry& e : h.value().entries) {
+    if (const auto it = seen.find(e.name); it != seen.end()) {
+      return Status::error(shards_[i] + ": tensor '" + e.name + "' is in " + shards_[it->second] + " too");
+    }
+    seen[e.name] = i;
+    if (index != nullptr) {
+      const auto it = index->find(e.name);
+      if (it == index->end()) {
+        problems_.push_back({"index", "tensor '" + e.name + "' of " + file + " is not in the index"});
+      } else if (it->second != file) {
+        problems_.push_back({"index", "the index says tensor '" + e.name + "' is in " + it->second + "; it is in " + file});
+      }
+    }
+    tensors_.push_back(CheckpointTensor{e.name, i, std::move(e)});
+  }
+  return Status();
 }
 
 const CheckpointTensor* CheckpointFiles::find(std::string_view name) const {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,10 @@ class CheckpointFiles {
   Result<MappedTensor> map(const CheckpointTensor& tensor) const;
 
  private:
+  // Shard i's header read: its tensors (`seen`: every tensor so far, by shard) checked against the
+  // index (null: none) and the other shards.
+  Status add_shard(std::size_t i, const std::map<std::string, std::string>* index, std::map<std::string, std::size_t>& seen);
+
   std::string path_, config_text_;
   std::vector<std::string> shards_;
   std::vector<std::uint64_t> data_offsets_;  // per shard: where its data region starts
