@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -353,29 +354,28 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
   }
 }
 
-}  // namespace
-
-int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+// The query history's flags ask for; nothing (with the reason on err) when a flag is malformed.
+std::optional<history::HistoryFilter> history_filter(const AdminOptions& o, std::ostream& err) {
   history::HistoryFilter f;
   f.job = o.job;
   f.run = o.run;
   f.layer_regex = o.layer;
   if (std::string error; !LayerPattern::compile(f.layer_regex, &error)) {
     err << "fp8scope history: --layer: not a layer pattern: " << error << "\n";
-    return kUsage;
+    return std::nullopt;
   }
   if (!o.gemm.empty()) {
     f.gemm = gemm_from_name(o.gemm);
     if (!f.gemm) {
       err << "fp8scope history: --gemm: expected fprop, dgrad, wgrad or unknown, got " << o.gemm << "\n";
-      return kUsage;
+      return std::nullopt;
     }
   }
   if (!o.operand.empty()) {
     f.operand = operand_from_name(o.operand);
     if (!f.operand) {
       err << "fp8scope history: --operand: expected x, w or dy, got " << o.operand << "\n";
-      return kUsage;
+      return std::nullopt;
     }
   }
   if (!o.recipe.empty()) {
@@ -383,13 +383,22 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     if (!f.caster) {
       err << "fp8scope history: --recipe: expected observed or one of " << recipe_name_list() << ", got " << o.recipe
           << "\n";
-      return kUsage;
+      return std::nullopt;
     }
   }
   if (o.expert) f.expert = *o.expert;
   f.min_step = o.min_step;
   f.max_step = o.max_step;
   f.limit = o.limit == 0 ? 100000 : o.limit;
+  return f;
+}
+
+}  // namespace
+
+int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
+  const std::optional<history::HistoryFilter> filter = history_filter(o, err);
+  if (!filter) return kUsage;
+  const history::HistoryFilter& f = *filter;
   if (!o.te_log_dir.empty() && o.format != "nvdlfw") {
     err << "fp8scope history: --te-log-dir goes with --format nvdlfw\n";
     return kUsage;
