@@ -181,75 +181,83 @@ std::uint64_t Capture::grouped_capacity(const SampleSpec& spec, bool scales) {
   return gather_.capacity(ExpertGather::size_key(spec.layer, spec.operand), scales);
 }
 
-std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
-                                                      const OperandView& activation, CUstream stream) {
-  if (!writer_) return shm::DropReason::kRingFull;
-  const bool device_shaped = v.device_dims.present();
-  const auto expert = static_cast<std::uint32_t>(spec.expert);
+Capture::ExpertLayout Capture::expert_layout(const SampleSpec& spec, const OperandView& v,
+                                             bool activation_device_shaped) {
+  ExpertLayout l;
+  l.device_shaped = v.device_dims.present();
   // The kernel copies rows-contiguous (column major) matrices; a row-major one is the same bytes
   // with rows and cols swapped.
-  const ExpertShape host = v.shape_of(expert);
-  const ExpertShape copied = v.row_major ? ExpertShape{host.cols, host.rows, host.ld} : host;
-  const std::uint64_t codes = device_shaped ? grouped_capacity(spec) : copied.rows * v.element_bits / 8 * copied.cols;
+  const ExpertShape host = v.shape_of(static_cast<std::uint32_t>(spec.expert));
+  l.copied = v.row_major ? ExpertShape{host.cols, host.rows, host.ld} : host;
+  l.codes = l.device_shaped ? grouped_capacity(spec) : l.copied.rows * v.element_bits / 8 * l.copied.cols;
   // Per-group block scales (grouped layouts only: read_expert_scales refuses them elsewhere).
-  const bool block_scales = device_shaped && v.scales_per_expert && is_block_layout(v.scale_layout);
-  const std::uint64_t scales = block_scales ? grouped_capacity(spec, true) : 0;
-  const bool with_tokens = spec.tokens != nullptr || (device_shaped && activation.device_dims.present());
-  const std::uint64_t tokens_bytes = with_tokens ? 8ull * spec.experts : 0;
-  std::unique_lock<std::mutex> lock(mu_);
-  if (const auto problem = staging_.problem()) return problem;
-  if (!gather_.ready()) return shm::DropReason::kGatherUnavailable;
-  // Staging: the codes, the block scales, a header slot (ExpertGather's kSlot*), and for grouped
-  // layouts the two dims_out.
-  const std::uint64_t dims = device_shaped ? ExpertGather::dims_bytes(spec.experts) : 0;
-  const std::uint64_t codes_staged = align_up(codes, DeviceStaging::kAlign),
-                      scales_staged = align_up(scales, DeviceStaging::kAlign);
-  PendingRecord p;
-  if (const auto full = reserve(codes_staged + scales_staged + DeviceStaging::kAlign + 2 * dims,
-                                codes + scales + tokens_bytes, p)) {
-    return full;
-  }
-  fill_sample_header(*p.record, spec, v, alpha, codes);
+  l.block_scales = l.device_shaped && v.scales_per_expert && is_block_layout(v.scale_layout);
+  l.scales = l.block_scales ? grouped_capacity(spec, true) : 0;
+  l.with_tokens = spec.tokens != nullptr || (l.device_shaped && activation_device_shaped);
+  l.tokens_bytes = l.with_tokens ? 8ull * spec.experts : 0;
+  l.dims = l.device_shaped ? ExpertGather::dims_bytes(spec.experts) : 0;
+  return l;
+}
+
+CUdeviceptr Capture::prepare_expert(PendingRecord& p, const SampleSpec& spec, const OperandView& v,
+                                    const GemmAlpha& alpha, const ExpertLayout& l) {
+  fill_sample_header(*p.record, spec, v, alpha, l.codes);
   shm::RecordHeader& r = *p.record;
   r.scale_bytes = 0;  // block scales: set once their size is known (ExpertGather::settle)
   r.ndim = 2;
-  r.shape[0] = static_cast<std::int64_t>(std::max<std::uint64_t>(copied.cols, 1));  // grouped: set when known
-  r.shape[1] = static_cast<std::int64_t>(std::max<std::uint64_t>(copied.rows, 1));
-  r.leading_dimension = host.ld;
+  r.shape[0] = static_cast<std::int64_t>(std::max<std::uint64_t>(l.copied.cols, 1));  // grouped: set when known
+  r.shape[1] = static_cast<std::int64_t>(std::max<std::uint64_t>(l.copied.rows, 1));
+  r.leading_dimension = v.shape_of(static_cast<std::uint32_t>(spec.expert)).ld;
   // The tokens follow the codes (and scales): a grouped sample's, where its sizes are known.
-  if (spec.tokens != nullptr && !device_shaped) write_tokens(r, codes, *spec.tokens);
-  p.payload_bytes = codes + tokens_bytes;
-  p.device_bytes = codes;
-  const CUdeviceptr slot = p.staged + codes_staged + scales_staged;
-  if (device_shaped) {
+  if (spec.tokens != nullptr && !l.device_shaped) write_tokens(r, l.codes, *spec.tokens);
+  p.payload_bytes = l.codes + l.tokens_bytes;
+  p.device_bytes = l.codes;
+  const CUdeviceptr slot = p.staged + l.codes_staged() + l.scales_staged();
+  if (l.device_shaped) {
     GroupedParts& g = p.grouped.emplace();
     if (spec.tokens != nullptr) g.tokens = *spec.tokens;
     g.experts = spec.experts;
     g.element_bits = static_cast<std::uint32_t>(v.element_bits);
     g.tokens_in_cols = spec.tokens_in_b_cols;
     g.dims = slot + DeviceStaging::kAlign;
-    if (with_tokens && spec.tokens == nullptr) g.token_dims = g.dims + dims;  // the device's count
+    if (l.with_tokens && spec.tokens == nullptr) g.token_dims = g.dims + l.dims;  // the device's count
     g.size_key = ExpertGather::size_key(spec.layer, spec.operand);
+    if (l.block_scales) {
+      g.block_scales = p.staged + l.codes_staged();
+      g.scale_bytes = slot + ExpertGather::kSlotScaleBytes;
+    }
   }
-  bool ok = gather_.launch(v.data, expert, v.device_dims, spec.experts, copied, static_cast<std::uint32_t>(v.element_bits),
-                           p.staged, codes, device_shaped ? p.grouped->dims : slot + ExpertGather::kSlotScaleScratch,
+  if (v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr) p.staged_scale = slot + ExpertGather::kSlotScale;
+  if (alpha.device != nullptr || alpha.per_expert != nullptr) p.staged_alpha = slot + ExpertGather::kSlotAlpha;
+  return slot;
+}
+
+std::optional<shm::DropReason> Capture::sample_expert(const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                                                      const OperandView& activation, CUstream stream) {
+  if (!writer_) return shm::DropReason::kRingFull;
+  const auto expert = static_cast<std::uint32_t>(spec.expert);
+  const ExpertLayout l = expert_layout(spec, v, activation.device_dims.present());
+  std::unique_lock<std::mutex> lock(mu_);
+  if (const auto problem = staging_.problem()) return problem;
+  if (!gather_.ready()) return shm::DropReason::kGatherUnavailable;
+  PendingRecord p;
+  if (const auto full = reserve(l.staging(), l.payload(), p)) return full;
+  const CUdeviceptr slot = prepare_expert(p, spec, v, alpha, l);
+  bool ok = gather_.launch(v.data, expert, v.device_dims, spec.experts, l.copied, static_cast<std::uint32_t>(v.element_bits),
+                           p.staged, l.codes, l.device_shaped ? p.grouped->dims : slot + ExpertGather::kSlotScaleScratch,
                            stream);
-  if (ok && block_scales) {
-    p.grouped->block_scales = p.staged + codes_staged;
-    p.grouped->scale_bytes = slot + ExpertGather::kSlotScaleBytes;
-    ok = gather_.launch_scales(v, expert, copied, p.grouped->block_scales, scales, p.grouped->scale_bytes, stream);
+  if (ok && l.block_scales) {
+    ok = gather_.launch_scales(v, expert, l.copied, p.grouped->block_scales, l.scales, p.grouped->scale_bytes, stream);
   }
-  if (ok && device_shaped && p.grouped->token_dims != 0) {  // the activation's shapes only: nothing copied
+  if (ok && l.device_shaped && p.grouped->token_dims != 0) {  // the activation's shapes only: nothing copied
     ok = gather_.launch(activation.data, expert, activation.device_dims, spec.experts, ExpertShape{}, 8, p.staged, 0,
                         p.grouped->token_dims, stream);
   }
-  if (ok && v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr) {
-    p.staged_scale = slot + ExpertGather::kSlotScale;
+  if (ok && p.staged_scale != 0) {
     ok = gather_.stage_scalar(p.staged_scale, v.scales, v.scales_per_expert ? v.scales : nullptr, expert,
                               slot + ExpertGather::kSlotScaleScratch, stream);
   }
-  if (ok && (alpha.device != nullptr || alpha.per_expert != nullptr)) {
-    p.staged_alpha = slot + ExpertGather::kSlotAlpha;
+  if (ok && p.staged_alpha != 0) {
     ok = gather_.stage_scalar(p.staged_alpha, alpha.device, alpha.per_expert, expert,
                               slot + ExpertGather::kSlotAlphaScratch, stream);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fp8scope/hook/capture.h"
+#include "fp8scope/kernels/scale_layout.h"
 
 namespace fp8scope::hook {
 namespace {
@@ -17,6 +18,13 @@ PlanSegment direct(const void* src, std::uint64_t offset, std::uint64_t bytes) {
   s.batches = 1;
   s.from_slot = kPlanDirect;
   s.zeros = src == nullptr ? 1 : 0;
+  return s;
+}
+
+// A plan slot that copies to `dst`.
+PlanSlot to(CUdeviceptr dst) {
+  PlanSlot s{};
+  s.dst = dst;
   return s;
 }
 
@@ -104,6 +112,96 @@ std::optional<shm::DropReason> Capture::record_operand(const DriverApi::CaptureI
   return std::nullopt;
 }
 
+std::optional<shm::DropReason> Capture::record_expert(const DriverApi::CaptureInfo& capture, std::size_t gemm,
+                                                      const SampleSpec& spec, const OperandView& v,
+                                                      const GemmAlpha& alpha, const OperandView& activation,
+                                                      bool padded, std::uint32_t nodes, CUstream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const auto problem = graph_set_up()) return problem;
+  const std::shared_ptr<Recording> r = graphs_.recording(capture.id, capture.graph);
+  constexpr unsigned long long kNone = ~0ull;
+  const auto address = [](const void* p) { return reinterpret_cast<unsigned long long>(p); };
+  RecordedGather g;
+  g.experts = spec.experts;
+  g.activation_device_shaped = activation.device_dims.present();
+  g.tokens_in_b_cols = spec.tokens_in_b_cols;
+  g.padded = padded;
+  // What fp8scope_plan_gather copies, as sample_expert's launches copy it (ExpertLayout).
+  PlanGather& k = g.plan;
+  const bool device_shaped = v.device_dims.present();
+  k.pointers = address(v.data);
+  if (device_shaped) {
+    k.rows_array = address(v.device_dims.rows);
+    k.cols_array = address(v.device_dims.cols);
+    k.ld_array = address(v.device_dims.ld);
+    k.widths = (v.device_dims.rows_cols_64 ? 1u : 0u) | (v.device_dims.ld_64 ? 2u : 0u);
+  }
+  k.groups = spec.experts;
+  k.element_bits = static_cast<unsigned int>(v.element_bits);
+  k.k_is_outer = v.k_is_outer ? 1u : 0u;
+  k.align = DeviceStaging::kAlign;
+  k.dims_at = device_shaped ? DeviceStaging::kAlign : ExpertGather::kSlotScaleScratch;
+  k.scale_bytes_at = ExpertGather::kSlotScaleBytes;
+  if (device_shaped && v.scales_per_expert && is_block_layout(v.scale_layout)) {
+    k.scales = address(v.scales);
+    k.geometry = scale_geometry(v.scale_layout);
+  }
+  k.token_dims_at = kNone;
+  if (device_shaped && g.activation_device_shaped && spec.tokens == nullptr) {
+    k.token_pointers = address(activation.data);
+    k.token_rows_array = address(activation.device_dims.rows);
+    k.token_cols_array = address(activation.device_dims.cols);
+    k.token_ld_array = address(activation.device_dims.ld);
+    k.token_widths = (activation.device_dims.rows_cols_64 ? 1u : 0u) | (activation.device_dims.ld_64 ? 2u : 0u);
+    k.token_dims_at = DeviceStaging::kAlign + ExpertGather::dims_bytes(spec.experts);
+  }
+  k.scale_at = k.alpha_at = kNone;
+  if (v.scale_layout == ScaleLayout::kTensorScalar && v.scales != nullptr) {
+    k.scale = address(v.scales);
+    k.scale_per_expert = v.scales_per_expert ? 1u : 0u;
+    k.scale_at = ExpertGather::kSlotScale;
+  }
+  if (alpha.device != nullptr || alpha.per_expert != nullptr) {
+    k.alpha = address(alpha.per_expert != nullptr ? alpha.per_expert : alpha.device);
+    k.alpha_per_expert = alpha.per_expert != nullptr ? 1u : 0u;
+    k.alpha_at = ExpertGather::kSlotAlpha;
+  }
+  // The grid for the most one expert's matrix may copy now (it grows with the tokens).
+  SampleSpec first = spec;
+  first.expert = 0;
+  const std::uint64_t bytes = expert_layout(first, v, g.activation_device_shaped).codes;
+  for (std::uint32_t node = 0; node < nodes; ++node) {
+    RecordedOperand op;
+    op.gemm = gemm;
+    op.layer = spec.layer;
+    op.role = spec.role;
+    op.operand = spec.operand;
+    op.source = spec.source;
+    if (spec.tokens != nullptr) op.tokens = *spec.tokens;
+    op.view = v;
+    op.alpha = alpha;
+    op.gather = g;
+    op.gather->node = node;
+    const std::optional<std::uint32_t> slot = graphs_.allocate_slot(*r);
+    if (!slot) return shm::DropReason::kGraphTableFull;
+    op.slot = *slot;
+    if (!kernels_.plan_gather(graphs_.table(), op.slot, k, bytes, stream)) return shm::DropReason::kCudaError;
+    r->operands.push_back(std::move(op));
+  }
+  return std::nullopt;
+}
+
+std::uint64_t Capture::replay_bytes(const RecordedOperand& op, std::uint32_t expert) {
+  if (!op.gather) return op.bytes();
+  const std::string& layer = op.layer;
+  SampleSpec spec{0, layer, op.role, op.operand, op.source};
+  spec.expert = expert;
+  spec.experts = op.gather->experts;
+  spec.tokens = op.tokens.empty() ? nullptr : &op.tokens;
+  const ExpertLayout l = expert_layout(spec, op.view, op.gather->activation_device_shaped);
+  return l.device_shaped || l.copied.rows * l.copied.cols != 0 ? l.codes + l.scales : 0;
+}
+
 std::optional<shm::DropReason> Capture::record_cast(const DriverApi::CaptureInfo& capture, const CastToStash& c,
                                                     CUstream stream) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -132,13 +230,12 @@ std::optional<shm::DropReason> Capture::record_cast(const DriverApi::CaptureInfo
   return std::nullopt;
 }
 
-bool Capture::write_plan(const std::vector<std::pair<std::uint32_t, CUdeviceptr>>& entries, bool clear,
-                         CUstream stream) {
+bool Capture::write_plan(const std::vector<std::pair<std::uint32_t, PlanSlot>>& entries, bool clear, CUstream stream) {
   for (std::size_t at = 0; at < entries.size(); at += kPlanEntries) {
     PlanEntries e{};
     for (std::size_t i = at; i < entries.size() && e.count < kPlanEntries; ++i, ++e.count) {
       e.slot[e.count] = entries[i].first;
-      e.dst[e.count] = clear ? 0 : entries[i].second;
+      e.value[e.count] = clear ? PlanSlot{} : entries[i].second;
     }
     if (!kernels_.plan_set(graphs_.table(), e, stream)) return false;
   }
@@ -148,6 +245,7 @@ bool Capture::write_plan(const std::vector<std::pair<std::uint32_t, CUdeviceptr>
 std::optional<shm::DropReason> Capture::replay_record(const Recording& r, const Chosen& c, PendingRecord& p,
                                                       ReplayPlan& plan) {
   const RecordedOperand& op = r.operands[c.operand];
+  if (op.gather) return replay_expert(op, c, p, plan);
   const std::uint64_t tokens_bytes = 8 * op.tokens.size();
   if (const auto full = reserve(op.staging, op.payload + op.cast_bytes + tokens_bytes, p)) return full;
   SampleSpec spec{c.step, op.layer, op.role, op.operand, op.source};
@@ -175,10 +273,34 @@ std::optional<shm::DropReason> Capture::replay_record(const Recording& r, const 
         std::any_of(plan.cast_parts.begin(), plan.cast_parts.end(), [&](const auto& e) { return e.first == *op.cast; });
     if (!placed) {
       plan.cast_parts.emplace_back(*op.cast, p.staged_cast);
-      plan.entries.emplace_back(cast.slot, p.staged_cast);
+      plan.entries.emplace_back(cast.slot, to(p.staged_cast));
     }
   }
-  plan.entries.emplace_back(op.slot, p.staged);
+  plan.entries.emplace_back(op.slot, to(p.staged));
+  return std::nullopt;
+}
+
+std::optional<shm::DropReason> Capture::replay_expert(const RecordedOperand& op, const Chosen& c, PendingRecord& p,
+                                                      ReplayPlan& plan) {
+  const RecordedGather& g = *op.gather;
+  SampleSpec spec{c.step, op.layer, op.role, op.operand, op.source};
+  spec.expert = c.expert;
+  spec.experts = g.experts;
+  spec.tokens = op.tokens.empty() ? nullptr : &op.tokens;
+  spec.tokens_in_b_cols = g.tokens_in_b_cols;
+  const ExpertLayout l = expert_layout(spec, op.view, g.activation_device_shaped);
+  const std::uint64_t rows = op.view.row_major ? l.copied.cols : l.copied.rows;
+  spec.valid_rows = g.padded ? valid_rows(op.tokens, op.operand, c.expert, l.device_shaped ? ~0ull : rows) : 0;
+  if (const auto full = reserve(l.staging(), l.payload(), p)) return full;
+  prepare_expert(p, spec, op.view, op.alpha, l);
+  PlanSlot slot = to(p.staged);
+  slot.rows = l.copied.rows;
+  slot.cols = l.copied.cols;
+  slot.ld = static_cast<unsigned long long>(l.copied.ld);
+  slot.capacity = l.codes;
+  slot.scales_capacity = l.scales;
+  slot.index = c.expert;
+  plan.entries.emplace_back(op.slot, slot);
   return std::nullopt;
 }
 

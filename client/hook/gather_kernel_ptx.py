@@ -31,7 +31,7 @@ COMMITTED = os.path.join(HERE, "gather_kernel.ptx")
 INCLUDES = [os.path.join(HERE, "..", "..", "kernels", "include"), os.path.join(HERE, "include")]
 ISA = "7.0"
 ARCHITECTURES = ["sm_75", "sm_89", "sm_90", "sm_100"]
-ENTRIES = ["fp8scope_gather", "fp8scope_gather_scales", "fp8scope_plan_copy", "fp8scope_plan_set"]
+ENTRIES = ["fp8scope_gather", "fp8scope_gather_scales", "fp8scope_plan_copy", "fp8scope_plan_set", "fp8scope_plan_gather"]
 DIGEST_LINE = "// fp8scope sources sha256 "
 
 

@@ -9,7 +9,7 @@ bool GraphRecorder::ensure_table(CUstream side) {
   if (table_ != 0) return true;
   if (table_failed_ || cu_.memset_d8_async == nullptr) return false;
   RelaxedCaptureMode relaxed(cu_);
-  const std::size_t bytes = sizeof(unsigned long long) * kPlanSlots;
+  const std::size_t bytes = sizeof(PlanSlot) * kPlanSlots;
   CUevent done = nullptr;
   const bool ok = cu_.mem_alloc(&table_, bytes) == CUDA_SUCCESS &&
                   cu_.memset_d8_async(table_, 0, bytes, side) == CUDA_SUCCESS &&

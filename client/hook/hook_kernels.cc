@@ -17,7 +17,8 @@ bool HookKernels::ready() {
     return cu_.module_get_function(&f, module_, name) == CUDA_SUCCESS;
   };
   if (loaded != CUDA_SUCCESS || !get(gather_, "fp8scope_gather") || !get(gather_scales_, "fp8scope_gather_scales") ||
-      !get(plan_copy_, "fp8scope_plan_copy") || !get(plan_set_, "fp8scope_plan_set") || cu_.launch_kernel == nullptr) {
+      !get(plan_copy_, "fp8scope_plan_copy") || !get(plan_set_, "fp8scope_plan_set") ||
+      !get(plan_gather_, "fp8scope_plan_gather") || cu_.launch_kernel == nullptr) {
     std::fprintf(stderr,
                  "fp8scope hook: cannot load the hook's kernels (CUDA error %d; the driver may be older than their "
                  "PTX); batched, grouped and graphed GEMMs are not sampled\n",
@@ -39,6 +40,18 @@ bool HookKernels::plan_copy(CUdeviceptr plan, unsigned int slot, const PlanCopy&
   constexpr unsigned int kThreads = 256;
   const auto blocks = static_cast<unsigned int>(std::clamp<unsigned long long>(bytes / (kThreads * 16 * 4), 1, 128));
   return cu_.launch_kernel(plan_copy_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+}
+
+bool HookKernels::plan_gather(CUdeviceptr plan, unsigned int slot, const PlanGather& gather, unsigned long long bytes,
+                              CUstream stream) {
+  CUdeviceptr p_plan = plan;
+  unsigned int p_slot = slot;
+  PlanGather p_gather = gather;
+  void* params[] = {&p_plan, &p_slot, &p_gather};
+  // One byte a thread, as the eager gather copies.
+  constexpr unsigned int kThreads = 256;
+  const auto blocks = static_cast<unsigned int>(std::clamp<unsigned long long>(bytes / (kThreads * 8), 1, 1024));
+  return cu_.launch_kernel(plan_gather_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
 }
 
 bool HookKernels::plan_set(CUdeviceptr plan, const PlanEntries& entries, CUstream stream) {

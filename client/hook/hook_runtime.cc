@@ -188,12 +188,6 @@ void HookRuntime::observe_cublas_grouped(const char* source, const std::optional
   });
 }
 
-std::uint64_t HookRuntime::valid_rows(const GemmName& name, Operand operand, std::int64_t expert, std::uint64_t rows) {
-  if (operand == Operand::kW || expert < 0 || static_cast<std::uint64_t>(expert) >= name.declared_tokens.size()) return 0;
-  const std::uint64_t tokens = name.declared_tokens[static_cast<std::size_t>(expert)];
-  return tokens < rows ? tokens : 0;
-}
-
 SampleSpec HookRuntime::operand_spec(const GemmCall& call, std::uint64_t step, const GemmName& name,
                                      const OperandView& view, Operand kind) {
   // A GEMM named for its expert (a range or the C API) carries the layer's declared tokens.
@@ -202,7 +196,8 @@ SampleSpec HookRuntime::operand_spec(const GemmCall& call, std::uint64_t step, c
   if (name.expert >= 0 && !name.declared_tokens.empty()) {
     spec.experts = static_cast<std::uint32_t>(name.declared_tokens.size());
     spec.tokens = &name.declared_tokens;
-    spec.valid_rows = tokens_in_rows(call, name.role, view) ? valid_rows(name, kind, name.expert, view.outer()) : 0;
+    spec.valid_rows =
+        tokens_in_rows(call, name.role, view) ? valid_rows(name.declared_tokens, kind, name.expert, view.outer()) : 0;
   }
   return spec;
 }
@@ -228,13 +223,37 @@ void HookRuntime::observe_captured(const DriverApi::CaptureInfo& capture, std::u
   if (tensors.none()) return;
   if (!read_result.call) return count(read_result.reason);
   const GemmCall& call = *read_result.call;
-  if (grouped) return count(shm::DropReason::kGraphCapture);
+  if (grouped) return record_experts(capture, gemm, call, name, tensors);
   const bool te = te_casts_seen_.load(std::memory_order_relaxed);
   for (const auto& [view, kind] : {std::pair<const OperandView&, Operand>{call.a, operand_of_a(name.role)},
                                    std::pair<const OperandView&, Operand>{call.b, operand_of_b(name.role)}}) {
     if (!tensors.takes(name.role, kind)) continue;
     const SampleSpec spec = operand_spec(call, 0, name, view, kind);
     if (const auto dropped = capture_.record_operand(capture, gemm, spec, view, call.alpha, te, call.stream)) {
+      count(*dropped);
+    }
+  }
+}
+
+void HookRuntime::record_experts(const DriverApi::CaptureInfo& capture, std::size_t gemm, const GemmCall& call,
+                                 const GemmName& name, TensorSelection tensors) {
+  // As sample_experts reads a call, once for every replay: which experts a node copies is the
+  // replay's choice, so each operand gets as many nodes as the sampler picks experts a call.
+  const bool declared = name.declared_tokens.size() == call.experts;
+  const std::vector<std::uint64_t> counted = host_tokens(call, name.role);
+  const std::vector<std::uint64_t>* tokens = declared ? &name.declared_tokens : counted.empty() ? nullptr : &counted;
+  const std::uint32_t nodes = sampler_.experts_per_call(call.experts);
+  for (const auto& [view, kind] : {std::pair<const OperandView&, Operand>{call.a, operand_of_a(name.role)},
+                                   std::pair<const OperandView&, Operand>{call.b, operand_of_b(name.role)}}) {
+    if (!tensors.takes(name.role, kind)) continue;
+    SampleSpec spec{0, name.layer, name.role, kind, call.source};
+    spec.experts = call.experts;
+    spec.tokens = tokens;
+    spec.tokens_in_b_cols = tokens_in_b_cols(name.role, call.transb);
+    // Declared tokens count the rows of each expert that are not padding.
+    const bool padded = declared && tokens_in_rows(call, name.role, view);
+    if (const auto dropped =
+            capture_.record_expert(capture, gemm, spec, view, call.alpha, call.b, padded, nodes, call.stream)) {
       count(*dropped);
     }
   }
@@ -258,6 +277,16 @@ CUresult HookRuntime::graph_launch(CUgraphExec exec, CUstream stream, GraphLaunc
   std::vector<Capture::Chosen> chosen;
   bool any_step = false;
   for (const RecordedOperand& op : r->operands) any_step = any_step || sampler_.step_selected(link_.segment(), step_of(op));
+  // The experts each recorded GEMM's nodes copy at this replay, picked as for an eager call.
+  std::unordered_map<std::size_t, std::vector<std::uint32_t>> experts_of;
+  const auto expert_of = [&](const RecordedOperand& op) -> std::optional<std::uint32_t> {
+    auto it = experts_of.find(op.gemm);
+    if (it == experts_of.end()) {
+      it = experts_of.emplace(op.gemm, sampler_.experts_for_call(op.layer, op.gather->experts)).first;
+    }
+    if (op.gather->node >= it->second.size()) return std::nullopt;
+    return it->second[op.gather->node];
+  };
   if (any_step) {
     // From where the budget stopped last time, so every operand is seen in turn.
     const std::size_t n = r->operands.size(), start = r->rotation.load(std::memory_order_relaxed) % n;
@@ -269,13 +298,17 @@ CUresult HookRuntime::graph_launch(CUgraphExec exec, CUstream stream, GraphLaunc
       if (!sampler_.step_selected(link_.segment(), step) || !sampler_.select(step, op.layer).takes(op.role, op.operand)) {
         continue;
       }
-      if (!sampler_.charge(step, op.bytes())) {
+      const std::optional<std::uint32_t> expert = op.gather ? expert_of(op) : 0;
+      if (!expert) continue;
+      const std::uint64_t bytes = capture_.replay_bytes(op, *expert);
+      if (bytes == 0) continue;  // an expert without tokens: nothing to copy
+      if (!sampler_.charge(step, bytes)) {
         count(shm::DropReason::kBudget);
         if (!first_skipped) first_skipped = i;
         continue;
       }
       if (op.cast_uncovered) count(shm::DropReason::kCastUncovered);
-      chosen.push_back({i, step});
+      chosen.push_back({i, step, *expert});
     }
     if (first_skipped) r->rotation.store(*first_skipped, std::memory_order_relaxed);
   }
@@ -355,7 +388,7 @@ void HookRuntime::sample_experts(const GemmCall& call, std::uint64_t step, const
       // A grouped layout's rows are the device's: the daemon holds valid_rows to them. Tokens that
       // run along the contiguous dimension (wgrad's transposed copies) have no padding rows.
       const bool padded = declared && tokens_in_rows(call, name.role, part.view);
-      spec.valid_rows = padded ? valid_rows(name, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
+      spec.valid_rows = padded ? valid_rows(name.declared_tokens, part.kind, expert, device_shaped ? ~0ull : rows) : 0;
       const bool block_scales = part.view.scales_per_expert && is_block_layout(part.view.scale_layout);
       const std::uint64_t bytes = device_shaped ? capture_.grouped_capacity(spec) +
                                                       (block_scales ? capture_.grouped_capacity(spec, true) : 0)

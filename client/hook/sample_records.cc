@@ -10,6 +10,13 @@ void copy_text(char* dst, std::size_t size, const char* src) { std::snprintf(dst
 
 }  // namespace
 
+std::uint64_t valid_rows(const std::vector<std::uint64_t>& tokens, Operand operand, std::int64_t expert,
+                         std::uint64_t rows) {
+  if (operand == Operand::kW || expert < 0 || static_cast<std::uint64_t>(expert) >= tokens.size()) return 0;
+  const std::uint64_t t = tokens[static_cast<std::size_t>(expert)];
+  return t < rows ? t : 0;
+}
+
 shm::RecordHeader* reserve_record(shm::RingWriter& writer, std::uint64_t payload_bytes, std::uint64_t& end) {
   const std::uint64_t bytes = shm::round_up(sizeof(shm::RecordHeader) + payload_bytes);
   const std::optional<std::uint64_t> pos = writer.reserve(bytes);

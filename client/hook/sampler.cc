@@ -229,6 +229,11 @@ bool Sampler::charge(std::uint64_t step, std::uint64_t bytes) {
   return true;
 }
 
+std::uint32_t Sampler::experts_per_call(std::uint32_t experts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return experts_per_call_ == 0 || experts_per_call_ >= experts ? experts : experts_per_call_;
+}
+
 std::vector<std::uint32_t> Sampler::experts_for_call(const std::string& layer, std::uint32_t experts) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::uint32_t> chosen;

@@ -70,6 +70,16 @@ class Capture {
   std::optional<shm::DropReason> record_operand(const DriverApi::CaptureInfo& capture, std::size_t gemm,
                                                 const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
                                                 bool te_casts_seen, CUstream stream);
+  // The same for the experts of a batched or grouped GEMM: `nodes` fp8scope_plan_gather nodes for
+  // operand v, each copying the expert a replay chooses for it, as sample_expert would (`padded`:
+  // spec's tokens count each expert's rows that are not padding).
+  std::optional<shm::DropReason> record_expert(const DriverApi::CaptureInfo& capture, std::size_t gemm,
+                                               const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                                               const OperandView& activation, bool padded, std::uint32_t nodes,
+                                               CUstream stream);
+  // What a replay's copy of recorded operand `op` (of `expert`, for an expert's node) charges to the
+  // step's budget; 0 for an expert whose matrix the host knows is empty.
+  std::uint64_t replay_bytes(const RecordedOperand& op, std::uint32_t expert);
   std::optional<shm::DropReason> record_cast(const DriverApi::CaptureInfo& capture, const CastToStash& c,
                                              CUstream stream);
   GraphRecorder& graphs() { return graphs_; }
@@ -81,6 +91,7 @@ class Capture {
   struct Chosen {
     std::size_t operand;
     std::uint64_t step;
+    std::uint32_t expert = 0;  // an expert's node's
   };
   CUresult replay(CUgraphExec exec, const Recording& r, const std::vector<Chosen>& chosen, CUstream stream,
                   GraphLaunch launch, std::vector<shm::DropReason>& dropped);
@@ -102,6 +113,23 @@ class Capture {
   bool enqueue_copies(PendingRecord& p, const OperandView& v, const GemmAlpha& alpha, CUstream stream);
   // Under mu_: the cast of operand v (p's record) into the record, and its part's copy enqueued.
   bool enqueue_cast(PendingRecord& p, const StashedCast& cast, bool columnwise, CUstream stream);
+  // Where an expert's sample lies in its staging, for sample_expert and a replay's gather alike
+  // (ExpertGather, fp8scope_plan_gather): the codes, the block scales, a header slot (ExpertGather's
+  // kSlot*) and a grouped layout's two dims_out.
+  struct ExpertLayout {
+    bool device_shaped = false, block_scales = false, with_tokens = false;
+    ExpertShape copied;  // the shape the host knows, column major
+    std::uint64_t codes = 0, scales = 0, tokens_bytes = 0, dims = 0;
+    std::uint64_t codes_staged() const { return align_up(codes, DeviceStaging::kAlign); }
+    std::uint64_t scales_staged() const { return align_up(scales, DeviceStaging::kAlign); }
+    std::uint64_t staging() const { return codes_staged() + scales_staged() + DeviceStaging::kAlign + 2 * dims; }
+    std::uint64_t payload() const { return codes + scales + tokens_bytes; }
+  };
+  ExpertLayout expert_layout(const SampleSpec& spec, const OperandView& v, bool activation_device_shaped);
+  // Under mu_: the header and grouped parts of p (reserved for `l`) for expert spec.expert of v;
+  // returns its header slot.
+  CUdeviceptr prepare_expert(PendingRecord& p, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha,
+                             const ExpertLayout& l);
   // Under mu_: a record of no payload (a step or a scalar) queued behind the samples before it.
   shm::RecordHeader* reserve_marker(PendingRecord& p);
   // Under mu_, at capture: the staging, the kernels and the plan table, set up in relaxed capture
@@ -110,14 +138,17 @@ class Capture {
   // A sampled replay's plan: a destination per slot, and where each recorded cast's part goes
   // (into the first record that reads it).
   struct ReplayPlan {
-    std::vector<std::pair<std::uint32_t, CUdeviceptr>> entries;
+    std::vector<std::pair<std::uint32_t, PlanSlot>> entries;
     std::vector<std::pair<std::size_t, CUdeviceptr>> cast_parts;  // by Recording::casts index
   };
   // Under mu_: the record of chosen operand c reserved and filled as its eager sample would be, its
   // slots in `plan`; or why it is dropped.
   std::optional<shm::DropReason> replay_record(const Recording& r, const Chosen& c, PendingRecord& p, ReplayPlan& plan);
+  // ... for an expert's node, its record laid out as sample_expert lays it out.
+  std::optional<shm::DropReason> replay_expert(const RecordedOperand& op, const Chosen& c, PendingRecord& p,
+                                               ReplayPlan& plan);
   // The plan entries written (or cleared) on `stream` before (after) a replay.
-  bool write_plan(const std::vector<std::pair<std::uint32_t, CUdeviceptr>>& entries, bool clear, CUstream stream);
+  bool write_plan(const std::vector<std::pair<std::uint32_t, PlanSlot>>& entries, bool clear, CUstream stream);
 
   ShipperLink& link_;
   const DriverApi& cu_;

@@ -27,11 +27,23 @@
 
 #include "fp8scope/hook/cast_stash.h"
 #include "fp8scope/hook/gemm_operands.h"
+#include "fp8scope/hook/graph_plan.h"
 #include "fp8scope/hook/real_api.h"
 
 namespace fp8scope::hook {
 
-// One GEMM operand recorded at capture, with what its sample record will say but the step.
+// An expert's node of a batched or grouped GEMM (fp8scope_plan_gather): which expert it copies is
+// each replay's choice, the `node`th of those the sampler picks for its GEMM.
+struct RecordedGather {
+  PlanGather plan;
+  std::uint32_t experts = 0, node = 0;
+  bool activation_device_shaped = false;  // the activation's shapes give the tokens (no declared ones)
+  bool padded = false;                    // declared tokens count the valid rows of each expert
+  bool tokens_in_b_cols = true;
+};
+
+// One GEMM operand recorded at capture, with what its sample record will say but the step (and,
+// for an expert's node, the expert).
 struct RecordedOperand {
   std::uint32_t slot = 0;
   std::size_t gemm = 0;  // its GEMM's place in the capture (Recording::signatures)
@@ -40,7 +52,7 @@ struct RecordedOperand {
   Operand operand = Operand::kX;
   const char* source = "";
   std::int64_t expert = -1;
-  std::vector<std::uint64_t> tokens;  // declared for the layer (a single expert's GEMM)
+  std::vector<std::uint64_t> tokens;  // declared for the layer, or (experts' nodes) counted on the host
   std::uint64_t valid_rows = 0;
   OperandView view;
   GemmAlpha alpha;
@@ -51,6 +63,7 @@ struct RecordedOperand {
   bool columnwise = false;                   // the cast's column-wise copy
   std::uint64_t cast_bytes = 0;
   bool cast_uncovered = false;  // FP8/FP4 codes whose cast TE did not show us
+  std::optional<RecordedGather> gather;
   std::uint64_t bytes() const { return payload + cast_bytes; }
 };
 

@@ -23,6 +23,10 @@ class HookKernels {
 
   // fp8scope_plan_copy on `stream` (under capture: a node of the graph), with a grid for `bytes`.
   bool plan_copy(CUdeviceptr plan, unsigned int slot, const PlanCopy& copy, unsigned long long bytes, CUstream stream);
+  // fp8scope_plan_gather on `stream` (under capture: a node of the graph); its grid sized for
+  // `bytes`, the most it is expected to copy.
+  bool plan_gather(CUdeviceptr plan, unsigned int slot, const PlanGather& gather, unsigned long long bytes,
+                   CUstream stream);
   // fp8scope_plan_set on `stream`.
   bool plan_set(CUdeviceptr plan, const PlanEntries& entries, CUstream stream);
 
@@ -30,7 +34,8 @@ class HookKernels {
   const DriverApi& cu_;
   enum class State { kUnset, kReady, kFailed } state_ = State::kUnset;
   CUmodule module_ = nullptr;  // kept for as long as the kernels may run: the process's life
-  CUfunction gather_ = nullptr, gather_scales_ = nullptr, plan_copy_ = nullptr, plan_set_ = nullptr;
+  CUfunction gather_ = nullptr, gather_scales_ = nullptr, plan_copy_ = nullptr, plan_set_ = nullptr,
+             plan_gather_ = nullptr;
 };
 
 }  // namespace fp8scope::hook

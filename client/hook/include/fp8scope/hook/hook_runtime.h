@@ -70,6 +70,9 @@ class HookRuntime {
   template <class Read>
   void observe_captured(const DriverApi::CaptureInfo& capture, std::uint64_t signature, bool transa, bool transb,
                         Read read);
+  // At capture: the nodes of a batched or grouped GEMM's experts (Capture::record_expert).
+  void record_experts(const DriverApi::CaptureInfo& capture, std::size_t gemm, const GemmCall& call,
+                      const GemmName& name, TensorSelection tensors);
   // The capture a call's stream is in, when any capture is in flight.
   std::optional<DriverApi::CaptureInfo> captured(CUstream stream);
   // What a sample of one operand of the call says, but its expert of a batched or grouped GEMM.
@@ -77,9 +80,6 @@ class HookRuntime {
                                  Operand kind);
   // A cast of Transformer Engine's as the stash or a graph keeps it; the reason when it cannot be read.
   std::optional<CastToStash> read_cast(const TeCastCall& call, std::uint64_t step, shm::DropReason& dropped);
-  // The rows of an activation of `expert` that hold tokens, as fp8scope_expert_tokens() declared
-  // them (0: all, or not declared).
-  static std::uint64_t valid_rows(const GemmName& name, Operand operand, std::int64_t expert, std::uint64_t rows);
   void count(shm::DropReason reason, std::uint64_t n = 1) { shm::count_drop(link_.segment(), reason, n); }
   // Whether a cast (and its step) may be sampled: the step, or with steps found from the GEMMs'
   // signatures the next one too (a step's first casts come before its first GEMM).

@@ -27,6 +27,11 @@ struct SampleSpec {
   bool tokens_in_b_cols = true;
 };
 
+// The rows of an expert's activation that hold tokens, from the tokens declared per expert, when
+// fewer than its `rows` (padding follows them); 0 (all rows) otherwise, and for weights.
+std::uint64_t valid_rows(const std::vector<std::uint64_t>& tokens, Operand operand, std::int64_t expert,
+                         std::uint64_t rows);
+
 // A zeroed record of `payload_bytes` after its header, its magic and sizes set, and where its
 // publication ends (`end`); null when the ring has no room.
 shm::RecordHeader* reserve_record(shm::RingWriter& writer, std::uint64_t payload_bytes, std::uint64_t& end);

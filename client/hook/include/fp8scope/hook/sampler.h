@@ -62,6 +62,8 @@ class Sampler {
   // The experts of a batched or grouped GEMM to sample this call: all, or experts_per_call of them
   // starting where this layer's previous call stopped, so each is seen in turn.
   std::vector<std::uint32_t> experts_for_call(const std::string& layer, std::uint32_t experts);
+  // How many experts_for_call picks of `experts` under the current policy.
+  std::uint32_t experts_per_call(std::uint32_t experts);
 
  private:
   void adopt(const shm::PolicyCopy& p);
