@@ -213,34 +213,58 @@ void Gemms::lt_one(bool transa, bool transb, const ExpertProblem& p) {
   cublasLtMatmulDescDestroy(desc);
 }
 
+GroupedArrays::GroupedArrays(int groups, Element element) : groups_(groups), element_(element) {
+  for (int a = 0; a < kArrays; ++a) {
+    const std::size_t element_bytes = a <= kD || a >= kAScales ? sizeof(void*) : sizeof(std::int32_t);
+    arrays_[a] = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(std::max(groups, 1)) * element_bytes);
+  }
+}
+
+void GroupedArrays::write(const std::vector<ExpertProblem>& problems) {
+  if (static_cast<int>(problems.size()) != groups_) fail("a grouped GEMM's problems: not one per group", 0);
+  std::vector<const void*> pointers[5];  // a, b, d, a_scales, b_scales
+  std::vector<std::int32_t> dims[6];     // a_rows, a_cols, b_rows, b_cols, d_rows, d_cols
+  for (const ExpertProblem& p : problems) {
+    pointers[0].push_back(p.a), pointers[1].push_back(p.b), pointers[2].push_back(p.d);
+    pointers[3].push_back(p.a_scales), pointers[4].push_back(p.b_scales);
+    dims[0].push_back(p.a_rows), dims[1].push_back(p.a_cols), dims[2].push_back(p.b_rows), dims[3].push_back(p.b_cols);
+    dims[4].push_back(p.m), dims[5].push_back(p.n);
+  }
+  if (groups_ == 0) return;
+  const Array pointer_arrays[] = {kA, kB, kD, kAScales, kBScales};
+  for (int i = 0; i < 5; ++i) arrays_[pointer_arrays[i]]->upload(pointers[i].data(), pointers[i].size() * sizeof(void*));
+  for (int i = 0; i < 6; ++i) arrays_[kARows + i]->upload(dims[i].data(), dims[i].size() * sizeof(std::int32_t));
+}
+
 void Gemms::lt_grouped(bool transa, bool transb, const std::vector<ExpertProblem>& problems) {
+  GroupedArrays arrays(static_cast<int>(problems.size()), problems.front().element);
+  arrays.write(problems);
+  lt_grouped(transa, transb, arrays);
+}
+
+void Gemms::lt_grouped(bool transa, bool transb, const GroupedArrays& arrays) {
   // As Transformer Engine sets it up (cublaslt_grouped_gemm.cu): device arrays of pointers and of
   // int32 rows and cols per group, ld = rows, every layout grouped.
-  std::vector<const void*> a, b, a_scales, b_scales;
-  std::vector<void*> d;
-  std::vector<std::int32_t> a_rows, a_cols, b_rows, b_cols, d_rows, d_cols;
-  for (const ExpertProblem& p : problems) {
-    a.push_back(p.a), b.push_back(p.b), d.push_back(p.d), a_scales.push_back(p.a_scales), b_scales.push_back(p.b_scales);
-    a_rows.push_back(p.a_rows), a_cols.push_back(p.a_cols), b_rows.push_back(p.b_rows), b_cols.push_back(p.b_cols);
-    d_rows.push_back(p.m), d_cols.push_back(p.n);
-  }
-  auto da = device_array(a), db = device_array(b), dd = device_array(d), dar = device_array(a_rows),
-       dac = device_array(a_cols), dbr = device_array(b_rows), dbc = device_array(b_cols), ddr = device_array(d_rows),
-       ddc = device_array(d_cols), das = device_array(a_scales), dbs = device_array(b_scales);
-  const int groups = static_cast<int>(problems.size());
-  const cudaDataType type = data_type(problems.front().element);
+  using A = GroupedArrays;
+  const int groups = arrays.groups();
+  const cudaDataType type = data_type(arrays.element());
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  check(grouped_layout_create()(&la, type, groups, dar->get(), dac->get(), dar->get()), "grouped layout A");
-  check(grouped_layout_create()(&lb, type, groups, dbr->get(), dbc->get(), dbr->get()), "grouped layout B");
-  check(grouped_layout_create()(&ld, CUDA_R_32F, groups, ddr->get(), ddc->get(), ddr->get()), "grouped layout D");
+  check(grouped_layout_create()(&la, type, groups, arrays.get(A::kARows), arrays.get(A::kACols), arrays.get(A::kARows)),
+        "grouped layout A");
+  check(grouped_layout_create()(&lb, type, groups, arrays.get(A::kBRows), arrays.get(A::kBCols), arrays.get(A::kBRows)),
+        "grouped layout B");
+  check(grouped_layout_create()(&ld, CUDA_R_32F, groups, arrays.get(A::kDRows), arrays.get(A::kDCols),
+                                arrays.get(A::kDRows)),
+        "grouped layout D");
   cublasLtMatmulDesc_t desc = nullptr;
   check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const std::int32_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
-  if (problems.front().element != Element::kBF16) set_mxfp8_scales(desc, das->get(), dbs->get());
+  if (arrays.element() != Element::kBF16) set_mxfp8_scales(desc, arrays.get(A::kAScales), arrays.get(A::kBScales));
   const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(lt_, desc, &alpha, da->get(), la, db->get(), lb, &beta, dd->get(), ld, dd->get(), ld, nullptr,
+  void* d = const_cast<void*>(arrays.get(A::kD));
+  check(cublasLtMatmul(lt_, desc, &alpha, arrays.get(A::kA), la, arrays.get(A::kB), lb, &beta, d, ld, d, ld, nullptr,
                        workspace_->get(), kWorkspaceBytes, stream_),
         "cublasLtMatmul (grouped)");
   cublasLtMatmulDescDestroy(desc);

@@ -65,6 +65,25 @@ struct ExpertProblem {
   const void* b_scales = nullptr;
 };
 
+// One pass of a grouped GEMM as cuBLASLt's grouped layouts read it: device arrays of each group's
+// pointers and of its rows and cols (int32, ld = rows). Kept across calls, the same arrays each
+// time, so a CUDA graph that captured the GEMM reads what write() put there at every replay.
+class GroupedArrays {
+ public:
+  GroupedArrays(int groups, Element element);
+  // The problems' pointers and shapes (one per group) into the arrays.
+  void write(const std::vector<ExpertProblem>& problems);
+  int groups() const { return groups_; }
+  Element element() const { return element_; }
+  enum Array { kA, kB, kD, kARows, kACols, kBRows, kBCols, kDRows, kDCols, kAScales, kBScales, kArrays };
+  const void* get(Array a) const { return arrays_[a]->get(); }
+
+ private:
+  int groups_;
+  Element element_;
+  std::unique_ptr<DeviceBuffer> arrays_[kArrays];
+};
+
 class Gemms {
  public:
   Gemms();
@@ -89,6 +108,8 @@ class Gemms {
 
   // Every expert's problem of one pass in the given form (kCublasBatched: all of one shape).
   void experts(ExpertForm form, bool transa, bool transb, const std::vector<ExpertProblem>& problems);
+  // One pass through cuBLASLt's grouped layouts, from arrays the caller keeps.
+  void lt_grouped(bool transa, bool transb, const GroupedArrays& arrays);
 
   // Starts capturing the stream into a CUDA graph, runs one GEMM, ends and discards the graph.
   void capture_probe(const DeviceOperand& w, const DeviceOperand& x, DeviceBuffer& out, int M, int N, int K);

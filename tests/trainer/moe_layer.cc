@@ -45,6 +45,19 @@ MoeLayer::MoeLayer(const std::string& name, int width, const MoeOptions& options
   }
   expert_tokens_api_ =
       reinterpret_cast<void (*)(const std::uint64_t*, std::uint32_t)>(dlsym(RTLD_DEFAULT, "fp8scope_expert_tokens"));
+  if (o_.graphed) {
+    // An expert gets at most every token once (its top-k are distinct experts).
+    region_rows_ = o_.tokens;
+    const std::size_t rows = static_cast<std::size_t>(o_.experts) * region_rows_, w = static_cast<std::size_t>(width);
+    x_device_ = std::make_unique<DeviceBuffer>(rows * w * 2);
+    dy_device_ = std::make_unique<DeviceBuffer>(rows * w * 2);
+    out_device_ = std::make_unique<DeviceBuffer>(rows * w * sizeof(float));
+    dx_device_ = std::make_unique<DeviceBuffer>(rows * w * sizeof(float));
+    dw_device_ = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(o_.experts) * w * w * sizeof(float));
+    for (auto* arrays : {&fprop_arrays_, &dgrad_arrays_, &wgrad_arrays_}) {
+      *arrays = std::make_unique<GroupedArrays>(o_.experts, Element::kBF16);
+    }
+  }
 }
 
 void MoeLayer::route(const Matrix& x) {
@@ -74,10 +87,10 @@ void MoeLayer::route(const Matrix& x) {
   total_rows_ = 0;
   for (int e = 0; e < o_.experts; ++e) {
     Group& g = groups_[static_cast<std::size_t>(e)];
-    g.first = total_rows_;
+    g.first = o_.graphed ? e * region_rows_ : total_rows_;
     g.tokens = count[e];
     g.rows = o_.form == ExpertForm::kCublasBatched ? most : padded(count[e]);
-    total_rows_ += g.rows;
+    total_rows_ += o_.graphed ? region_rows_ : g.rows;
   }
 }
 
@@ -118,7 +131,7 @@ std::vector<std::uint16_t> MoeLayer::token_rows(const std::vector<std::uint16_t>
   return std::vector<std::uint16_t>(begin, begin + static_cast<std::ptrdiff_t>(g.tokens) * width_);
 }
 
-Matrix MoeLayer::forward(int step, const Matrix& x, Gemms& gemms, const OperandDump& dump) {
+void MoeLayer::dispatch(int step, const Matrix& x) {
   input_ = x;
   route(x);
   const std::size_t row_elements = static_cast<std::size_t>(width_);
@@ -137,21 +150,24 @@ Matrix MoeLayer::forward(int step, const Matrix& x, Gemms& gemms, const OperandD
                 x_rows_.begin() + static_cast<std::ptrdiff_t>(g->first + g->rows) * width_, std::uint16_t{0x7FC0});
     }
   }
-  const auto x_device = uploaded(x_rows_, x_rows_.size());
-  auto out = uploaded(std::vector<float>{}, static_cast<std::size_t>(total_rows_) * row_elements);
+}
+
+Matrix MoeLayer::combine(int tokens) const {
+  const std::size_t row_elements = static_cast<std::size_t>(width_);
+  Matrix y(tokens, width_);
+  for (int t = 0; t < tokens; ++t) {
+    for (const Route& r : routes_[t]) {
+      const std::size_t row = static_cast<std::size_t>(groups_[r.expert].first + r.row);
+      for (int c = 0; c < width_; ++c) y.at(t, c) += r.gate * expert_out_[row * row_elements + c];
+    }
+  }
+  return y;
+}
+
+std::vector<ExpertProblem> MoeLayer::bf16_fprop(const std::uint16_t* xb, float* ob, const OperandDump& dump) {
   std::vector<ExpertProblem> problems;
-  std::vector<std::unique_ptr<DeviceBuffer>> held;
-  const auto* xb = static_cast<const std::uint16_t*>(x_device->get());
-  auto* ob = static_cast<float*>(out->get());
   for (int e = 0; e < o_.experts; ++e) {
     const Group& g = groups_[static_cast<std::size_t>(e)];
-    if (o_.mxfp8) {
-      const std::string tag = g.tokens > 0 ? ".e" + std::to_string(e) : "";
-      problems.push_back(mxfp8_problem(weights_[static_cast<std::size_t>(e)], tag.empty() ? "" : name_ + ".fprop.w" + tag,
-                                       expert_matrix(x_rows_, e), tag.empty() ? "" : name_ + ".fprop.x" + tag, g.tokens,
-                                       ob + static_cast<std::ptrdiff_t>(g.first) * width_, dump, held));
-      continue;
-    }
     const std::vector<std::uint16_t> w_bits = to_bf16(weights_[static_cast<std::size_t>(e)]);
     weight_buffers_[static_cast<std::size_t>(e)]->upload(w_bits.data(), w_bits.size() * 2);
     // out_e (col major N x rows) = W_e^T (stored K x N, transposed) X_e (stored K x rows).
@@ -163,21 +179,52 @@ Matrix MoeLayer::forward(int step, const Matrix& x, Gemms& gemms, const OperandD
       dump.bf16(name_ + ".fprop.w.e" + std::to_string(e), width_, width_, w_bits);
     }
   }
-  run(gemms, "fprop", true, false, problems);
-  expert_out_ = download_floats(*out, static_cast<std::size_t>(total_rows_) * row_elements);
-  Matrix y(x.rows, width_);
-  for (int t = 0; t < x.rows; ++t) {
-    for (const Route& r : routes_[t]) {
-      const std::size_t row = static_cast<std::size_t>(groups_[r.expert].first + r.row);
-      for (int c = 0; c < width_; ++c) y.at(t, c) += r.gate * expert_out_[row * row_elements + c];
-    }
-  }
-  return y;
+  return problems;
 }
 
-Matrix MoeLayer::backward(const Matrix& dy, Gemms& gemms, const OperandDump& dump, float learning_rate) {
+Matrix MoeLayer::forward(int step, const Matrix& x, Gemms& gemms, const OperandDump& dump) {
+  dispatch(step, x);
   const std::size_t row_elements = static_cast<std::size_t>(width_);
-  // Each expert's rows of dY: the gate times the output's gradient.
+  const auto x_device = uploaded(x_rows_, x_rows_.size());
+  auto out = uploaded(std::vector<float>{}, static_cast<std::size_t>(total_rows_) * row_elements);
+  auto* ob = static_cast<float*>(out->get());
+  std::vector<ExpertProblem> problems;
+  std::vector<std::unique_ptr<DeviceBuffer>> held;
+  if (o_.mxfp8) {
+    for (int e = 0; e < o_.experts; ++e) {
+      const Group& g = groups_[static_cast<std::size_t>(e)];
+      const std::string tag = g.tokens > 0 ? ".e" + std::to_string(e) : "";
+      problems.push_back(mxfp8_problem(weights_[static_cast<std::size_t>(e)], tag.empty() ? "" : name_ + ".fprop.w" + tag,
+                                       expert_matrix(x_rows_, e), tag.empty() ? "" : name_ + ".fprop.x" + tag, g.tokens,
+                                       ob + static_cast<std::ptrdiff_t>(g.first) * width_, dump, held));
+    }
+  } else {
+    problems = bf16_fprop(static_cast<const std::uint16_t*>(x_device->get()), ob, dump);
+  }
+  run(gemms, "fprop", true, false, problems);
+  expert_out_ = download_floats(*out, static_cast<std::size_t>(total_rows_) * row_elements);
+  return combine(x.rows);
+}
+
+void MoeLayer::forward_program(const HostWork& host, const int& step, const Matrix& x, Matrix& y, Gemms& gemms,
+                               const OperandDump& dump) {
+  host([this, &step, &x, dump] {
+    dispatch(step, x);
+    x_device_->upload(x_rows_.data(), x_rows_.size() * 2);
+    fprop_arrays_->write(
+        bf16_fprop(static_cast<const std::uint16_t*>(x_device_->get()), static_cast<float*>(out_device_->get()), dump));
+  });
+  // No tokens declared: a replay could not declare each step's (the hook reads the group sizes).
+  nvtxRangePushA((name_ + "/fprop").c_str());
+  gemms.lt_grouped(true, false, *fprop_arrays_);
+  nvtxRangePop();
+  host([this, &x, &y] {
+    expert_out_ = download_floats(*out_device_, static_cast<std::size_t>(total_rows_) * width_);
+    y = combine(x.rows);
+  });
+}
+
+Matrix MoeLayer::scatter(const Matrix& dy) const {
   Matrix dy_rows(total_rows_, width_);
   for (int t = 0; t < dy.rows; ++t) {
     for (const Route& r : routes_[t]) {
@@ -185,31 +232,14 @@ Matrix MoeLayer::backward(const Matrix& dy, Gemms& gemms, const OperandDump& dum
       for (int c = 0; c < width_; ++c) dy_rows.at(row, c) = r.gate * dy.at(t, c);
     }
   }
-  const std::vector<std::uint16_t> dy_bits = to_bf16(dy_rows);
-  const auto dy_device = uploaded(dy_bits, dy_bits.size()), x_device = uploaded(x_rows_, x_rows_.size());
-  auto dx_out = uploaded(std::vector<float>{}, static_cast<std::size_t>(total_rows_) * row_elements);
-  auto dw_out = uploaded(std::vector<float>{}, static_cast<std::size_t>(o_.experts) * row_elements * row_elements);
-  const auto* dyb = static_cast<const std::uint16_t*>(dy_device->get());
-  const auto* xb = static_cast<const std::uint16_t*>(x_device->get());
-  auto* dxb = static_cast<float*>(dx_out->get());
-  auto* dwb = static_cast<float*>(dw_out->get());
-  std::vector<ExpertProblem> dgrad, wgrad;
-  std::vector<std::unique_ptr<DeviceBuffer>> held;
+  return dy_rows;
+}
+
+void MoeLayer::bf16_backward(const std::uint16_t* xb, const std::uint16_t* dyb, const std::vector<std::uint16_t>& dy_bits,
+                             float* dxb, float* dwb, const OperandDump& dump, std::vector<ExpertProblem>& dgrad,
+                             std::vector<ExpertProblem>& wgrad) {
   for (int e = 0; e < o_.experts; ++e) {
     const Group& g = groups_[static_cast<std::size_t>(e)];
-    if (o_.mxfp8) {
-      // TN with transposed copies: dX_e = dY_e W_e, dW_e = dY_e^T X_e (K along N, then along the tokens).
-      const std::string tag = g.tokens > 0 ? ".e" + std::to_string(e) : "";
-      const auto named = [&](const char* what) { return tag.empty() ? std::string() : name_ + what + tag; };
-      const Matrix dy_e = rows_of(dy_rows, g.first, g.rows);
-      dgrad.push_back(mxfp8_problem(weights_[static_cast<std::size_t>(e)].transposed(), named(".dgrad.w"), dy_e,
-                                    named(".dgrad.dy"), g.tokens, dxb + static_cast<std::ptrdiff_t>(g.first) * width_,
-                                    dump, held));
-      wgrad.push_back(mxfp8_problem(expert_matrix(x_rows_, e).transposed(), named(".wgrad.x"), dy_e.transposed(),
-                                    named(".wgrad.dy"), width_, dwb + static_cast<std::ptrdiff_t>(e) * width_ * width_,
-                                    dump, held));
-      continue;
-    }
     const void* w = weight_buffers_[static_cast<std::size_t>(e)]->get();  // the forward pass's copy
     const std::uint16_t* dy_e = dyb + static_cast<std::ptrdiff_t>(g.first) * width_;
     // dX_e (K x rows) = W_e (stored K x N) dY_e (stored N x rows); dW_e (K x N) = X_e (K x rows) dY_e^T.
@@ -225,10 +255,73 @@ Matrix MoeLayer::backward(const Matrix& dy, Gemms& gemms, const OperandDump& dum
       dump.bf16(name_ + ".wgrad.dy" + tag, g.tokens, width_, token_rows(dy_bits, e));
     }
   }
+}
+
+Matrix MoeLayer::backward(const Matrix& dy, Gemms& gemms, const OperandDump& dump, float learning_rate) {
+  const std::size_t row_elements = static_cast<std::size_t>(width_);
+  const Matrix dy_rows = scatter(dy);
+  const std::vector<std::uint16_t> dy_bits = to_bf16(dy_rows);
+  const auto dy_device = uploaded(dy_bits, dy_bits.size()), x_device = uploaded(x_rows_, x_rows_.size());
+  auto dx_out = uploaded(std::vector<float>{}, static_cast<std::size_t>(total_rows_) * row_elements);
+  auto dw_out = uploaded(std::vector<float>{}, static_cast<std::size_t>(o_.experts) * row_elements * row_elements);
+  auto* dxb = static_cast<float*>(dx_out->get());
+  auto* dwb = static_cast<float*>(dw_out->get());
+  std::vector<ExpertProblem> dgrad, wgrad;
+  std::vector<std::unique_ptr<DeviceBuffer>> held;
+  if (o_.mxfp8) {
+    for (int e = 0; e < o_.experts; ++e) {
+      const Group& g = groups_[static_cast<std::size_t>(e)];
+      // TN with transposed copies: dX_e = dY_e W_e, dW_e = dY_e^T X_e (K along N, then along the tokens).
+      const std::string tag = g.tokens > 0 ? ".e" + std::to_string(e) : "";
+      const auto named = [&](const char* what) { return tag.empty() ? std::string() : name_ + what + tag; };
+      const Matrix dy_e = rows_of(dy_rows, g.first, g.rows);
+      dgrad.push_back(mxfp8_problem(weights_[static_cast<std::size_t>(e)].transposed(), named(".dgrad.w"), dy_e,
+                                    named(".dgrad.dy"), g.tokens, dxb + static_cast<std::ptrdiff_t>(g.first) * width_,
+                                    dump, held));
+      wgrad.push_back(mxfp8_problem(expert_matrix(x_rows_, e).transposed(), named(".wgrad.x"), dy_e.transposed(),
+                                    named(".wgrad.dy"), width_, dwb + static_cast<std::ptrdiff_t>(e) * width_ * width_,
+                                    dump, held));
+    }
+  } else {
+    bf16_backward(static_cast<const std::uint16_t*>(x_device->get()), static_cast<const std::uint16_t*>(dy_device->get()),
+                  dy_bits, dxb, dwb, dump, dgrad, wgrad);
+  }
   run(gemms, "dgrad", o_.mxfp8, false, dgrad);
   run(gemms, "wgrad", o_.mxfp8, !o_.mxfp8, wgrad);
-  const std::vector<float> dx_rows = download_floats(*dx_out, static_cast<std::size_t>(total_rows_) * row_elements);
-  const std::vector<float> dw = download_floats(*dw_out, static_cast<std::size_t>(o_.experts) * row_elements * row_elements);
+  return finish_backward(dy, download_floats(*dx_out, static_cast<std::size_t>(total_rows_) * row_elements),
+                         download_floats(*dw_out, static_cast<std::size_t>(o_.experts) * row_elements * row_elements),
+                         learning_rate);
+}
+
+void MoeLayer::backward_program(const HostWork& host, const Matrix& dy, Matrix& dx, Gemms& gemms,
+                                const OperandDump& dump, float learning_rate) {
+  host([this, &dy, dump] {
+    const std::vector<std::uint16_t> dy_bits = to_bf16(scatter(dy));
+    dy_device_->upload(dy_bits.data(), dy_bits.size() * 2);
+    std::vector<ExpertProblem> dgrad, wgrad;
+    bf16_backward(static_cast<const std::uint16_t*>(x_device_->get()), static_cast<const std::uint16_t*>(dy_device_->get()),
+                  dy_bits, static_cast<float*>(dx_device_->get()), static_cast<float*>(dw_device_->get()), dump, dgrad,
+                  wgrad);
+    dgrad_arrays_->write(dgrad);
+    wgrad_arrays_->write(wgrad);
+  });
+  nvtxRangePushA((name_ + "/dgrad").c_str());
+  gemms.lt_grouped(false, false, *dgrad_arrays_);
+  nvtxRangePop();
+  nvtxRangePushA((name_ + "/wgrad").c_str());
+  gemms.lt_grouped(false, true, *wgrad_arrays_);
+  nvtxRangePop();
+  host([this, &dy, &dx, learning_rate] {
+    const std::size_t row_elements = static_cast<std::size_t>(width_);
+    dx = finish_backward(dy, download_floats(*dx_device_, static_cast<std::size_t>(total_rows_) * row_elements),
+                         download_floats(*dw_device_, static_cast<std::size_t>(o_.experts) * row_elements * row_elements),
+                         learning_rate);
+  });
+}
+
+Matrix MoeLayer::finish_backward(const Matrix& dy, const std::vector<float>& dx_rows, const std::vector<float>& dw,
+                                 float learning_rate) {
+  const std::size_t row_elements = static_cast<std::size_t>(width_);
   // dX through the experts, and through the gates to the router (softmax over each token's top-k).
   Matrix dx(dy.rows, width_), d_router(o_.experts, width_);
   for (int t = 0; t < dy.rows; ++t) {

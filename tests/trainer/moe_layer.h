@@ -8,6 +8,13 @@
 // no token at all. At `nan_padding_step` the first padded expert's padding rows of X are NaN
 // instead (the bug fp8scope must flag). The layer tells the hook how many of each expert's rows are tokens
 // (fp8scope_expert_tokens) when the hook is loaded.
+//
+// Graphed (tiny_trainer --cuda-graph): the layer is a program of host work and grouped GEMMs
+// (forward_program, backward_program) over buffers that outlive the graph: each expert owns a
+// fixed region of every buffer, as many rows as there are tokens, and each step's routing writes
+// only the group sizes of cuBLASLt's grouped layouts, which the GEMMs read on the device. Its rows
+// are its tokens (no padding): the hook learns them from those sizes, since a replay calls nothing
+// on the host that could declare them.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +35,12 @@ struct MoeOptions {
   ExpertForm form = ExpertForm::kLtGrouped;
   bool mxfp8 = false;
   int nan_padding_step = -1;
+  bool graphed = false;  // a program over persistent buffers (lt-grouped only, no padding)
+  int tokens = 0;        // graphed: the tokens of every batch
 };
+
+// Host work of a step: run now, or recorded as a host node of the graph being captured.
+using HostWork = std::function<void(std::function<void()>)>;
 
 // What dumps the operands, named "<range>.<gemm>.<operand>.e<expert>": BF16 bits, or MXFP8 codes
 // with their scale tensor; rows and cols of the operand as the GEMM reads it (activations: their
@@ -47,6 +59,13 @@ class MoeLayer {
   // dX for the layer below, from dY of the output; updates the router and the experts.
   Matrix backward(const Matrix& dy, Gemms& gemms, const OperandDump& dump, float learning_rate);
 
+  // The same as programs (options.graphed): host work reads x (dy) and writes y (dx) when it runs,
+  // at each replay under a graph; `step` is read then too.
+  void forward_program(const HostWork& host, const int& step, const Matrix& x, Matrix& y, Gemms& gemms,
+                       const OperandDump& dump);
+  void backward_program(const HostWork& host, const Matrix& dy, Matrix& dx, Gemms& gemms, const OperandDump& dump,
+                        float learning_rate);
+
  private:
   struct Route {
     int expert, row;  // the expert and the token's row among its rows
@@ -57,6 +76,21 @@ class MoeLayer {
     int first = 0, tokens = 0, rows = 0;
   };
   void route(const Matrix& x);
+  // The forward pass's host parts: the input routed and each expert's rows of it (x_rows_); the
+  // output from the experts' (expert_out_).
+  void dispatch(int step, const Matrix& x);
+  Matrix combine(int tokens) const;
+  // BF16 problems of each pass, over device buffers of x_rows_, the output and dY's rows, and
+  // their dumps; the forward one uploads each expert's weights.
+  std::vector<ExpertProblem> bf16_fprop(const std::uint16_t* x, float* out, const OperandDump& dump);
+  void bf16_backward(const std::uint16_t* x, const std::uint16_t* dy, const std::vector<std::uint16_t>& dy_bits,
+                     float* dx, float* dw, const OperandDump& dump, std::vector<ExpertProblem>& dgrad,
+                     std::vector<ExpertProblem>& wgrad);
+  // Each expert's rows of dY (the gate times the output's gradient).
+  Matrix scatter(const Matrix& dy) const;
+  // The backward pass's host part after its GEMMs: dX, and the router's and experts' updates.
+  Matrix finish_backward(const Matrix& dy, const std::vector<float>& dx_rows, const std::vector<float>& dw,
+                         float learning_rate);
   // Runs one pass (fprop, dgrad, wgrad) of every expert in the layer's form, in its NVTX range.
   void run(Gemms& gemms, const std::string& gemm, bool transa, bool transb, const std::vector<ExpertProblem>& problems) const;
   // MXFP8: d = b a^T (TN, cuBLAS's A = a [Q, L], B = b [P, L]) with both quantized along L; the
@@ -83,6 +117,10 @@ class MoeLayer {
   std::vector<std::uint16_t> x_rows_;       // every expert's rows of X, BF16, padded
   std::vector<float> expert_out_;           // every expert's rows of X W^T, fp32
   int total_rows_ = 0;
+  // Graphed: the persistent buffers (each expert's region `region_rows_` rows) and grouped arrays.
+  int region_rows_ = 0;
+  std::unique_ptr<DeviceBuffer> x_device_, out_device_, dy_device_, dx_device_, dw_device_;
+  std::unique_ptr<GroupedArrays> fprop_arrays_, dgrad_arrays_, wgrad_arrays_;
   void (*expert_tokens_api_)(const std::uint64_t*, std::uint32_t) = nullptr;
 };
 

@@ -246,6 +246,7 @@ class Trainer {
   Matrix t1_, t2_;
   std::vector<Layer> layers_;
   std::unique_ptr<MoeLayer> moe_;
+  Matrix moe_dx_;  // --cuda-graph: the mixture of experts' dX, between its program and the layer below
   std::unique_ptr<TeModel> te_;
   std::unique_ptr<StepGraph> graph_;
   // The step the program runs (host work reads it when it runs: a replay's, under a graph), its
@@ -322,11 +323,21 @@ void Trainer::forward(int l) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const int M = o_.batch, K = L.w.cols, N = L.w.rows;
   const std::string name = "mlp." + std::to_string(l);
-  if (moe_ && l == kMoeLayer) {  // eager only (no --cuda-graph)
+  if (moe_ && l == kMoeLayer) {
+    const auto activate = [this, &L, l] {
+      acts_[l + 1] = L.pre_activation;
+      for (float& v : acts_[l + 1].v) v = std::max(v, 0.0f);
+    };
+    if (o_.cuda_graph) {  // a program of host work and grouped GEMMs, as the dense layers are
+      host([this, &L, l] { L.input = acts_[l]; });
+      moe_->forward_program([this](std::function<void()> work) { host(std::move(work)); }, step_, L.input,
+                            L.pre_activation, gemms_, moe_dump());
+      host(activate);
+      return;
+    }
     L.input = acts_[l];
     L.pre_activation = moe_->forward(step_, L.input, gemms_, moe_dump());
-    acts_[l + 1] = L.pre_activation;
-    for (float& v : acts_[l + 1].v) v = std::max(v, 0.0f);
+    activate();
     return;
   }
   DeviceBuffer& y = out(L, "fprop.out", static_cast<std::size_t>(M) * N * sizeof(float));
@@ -402,7 +413,13 @@ void Trainer::backward(int l) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const int M = o_.batch, N = L.w.rows, K = L.w.cols;
   const std::string name = "mlp." + std::to_string(l);
-  if (moe_ && l == kMoeLayer) {  // eager only (no --cuda-graph)
+  if (moe_ && l == kMoeLayer) {
+    if (o_.cuda_graph) {
+      moe_->backward_program([this](std::function<void()> work) { host(std::move(work)); }, grads_[l + 1], moe_dx_,
+                             gemms_, moe_dump(), kLearningRate);
+      host([this, l] { grads_[l] = below_relu(l, moe_dx_); });
+      return;
+    }
     grads_[l] = below_relu(l, moe_->backward(grads_[l + 1], gemms_, moe_dump(), kLearningRate));
     return;
   }
@@ -672,11 +689,19 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   o.capture_mode = capture_mode == "global"         ? CU_STREAM_CAPTURE_MODE_GLOBAL
                    : capture_mode == "thread-local" ? CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
                                                     : CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (o.cuda_graph && (o.mode == "moe" || !o.serve_weights.empty())) {
-    std::fprintf(stderr, "tiny_trainer: --cuda-graph captures the training step of bf16, fp8, mxfp8, block, nvfp4, "
-                         "nvfp4_row and te (got --mode %s%s)\n", o.mode.c_str(), o.serve_weights.empty() ? "" : " --serve");
+  if (o.cuda_graph && !o.serve_weights.empty()) {
+    std::fprintf(stderr, "tiny_trainer: --cuda-graph captures a training step, not --serve's\n");
     return 2;
   }
+  if (o.cuda_graph && o.mode == "moe" && (moe_gemm != "lt-grouped" || moe_recipe != "bf16" || o.moe.pad != 1)) {
+    // Graphed, the experts' group sizes live on the device and change at every replay: only
+    // cuBLASLt's grouped layouts read them there, and the hook counts tokens from them (no padding).
+    std::fprintf(stderr, "tiny_trainer: --cuda-graph --mode moe runs --moe-gemm lt-grouped --moe-recipe bf16 "
+                         "--moe-pad 1\n");
+    return 2;
+  }
+  o.moe.graphed = o.cuda_graph && o.mode == "moe";
+  o.moe.tokens = o.batch;
   o.te.recipe = *te_recipe_from_name(te_recipe);
   if (o.mode == "te" && o.te.library_dir.empty()) {
     std::fprintf(stderr, "tiny_trainer: --mode te needs --te-dir\n");
