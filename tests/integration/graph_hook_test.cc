@@ -15,6 +15,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "fp8scope/vocabulary/recipe_kind.h"
@@ -59,13 +61,14 @@ std::vector<std::string> records_of(const std::string& data_dir, const std::stri
   sqlite3_stmt* q = nullptr;
   sqlite3_prepare_v2(db,
                      "SELECT step, layer, gemm, operand, recipe, format, source, cast_recipe, stat_amax, "
-                     "stat_underflow_ratio, stat_mse, stat_cosine, stat_code_mismatch_ratio, scale, scale_current "
-                     "FROM records WHERE run = ? ORDER BY step, layer, gemm, operand, recipe, format",
+                     "stat_underflow_ratio, stat_mse, stat_cosine, stat_code_mismatch_ratio, scale, scale_current, "
+                     "expert, expert_tokens FROM records WHERE run = ? "
+                     "ORDER BY step, layer, gemm, operand, expert, recipe, format",
                      -1, &q, nullptr);
   sqlite3_bind_text(q, 1, run.c_str(), -1, SQLITE_TRANSIENT);
   while (sqlite3_step(q) == SQLITE_ROW) {
     std::string line = std::to_string(sqlite3_column_int64(q, 0));
-    for (int c = 1; c < 15; ++c) {
+    for (int c = 1; c < 17; ++c) {
       const unsigned char* t = sqlite3_column_text(q, c);
       line += " " + std::string(t != nullptr ? reinterpret_cast<const char*>(t) : "-");
     }
@@ -219,6 +222,76 @@ TEST_CASE("a graphed Transformer Engine trainer's casts are sampled at its repla
             counter(daemon, "fp8scope_cast_samples_total", {{"job", "te-" + recipe + "-eager"}, {"source", source}}));
     }
   }
+  CHECK(nonzero_series(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total").empty());
+}
+
+TEST_CASE("a graphed mixture of experts is sampled by expert at its replays as its eager run is",
+          "[hook][graph][moe]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::string dump = dir.file("dump");
+  std::filesystem::create_directories(dump);
+  constexpr int kExperts = 6;
+  auto with = [&](std::vector<std::string> more) {
+    const std::vector<std::string> moe = {"--mode", "moe", "--moe-gemm", "lt-grouped", "--moe-pad", "1",
+                                          "--experts", std::to_string(kExperts), "--top-k", "2", "--steps", "7"};
+    more.insert(more.begin(), moe.begin(), moe.end());
+    return more;
+  };
+  REQUIRE(trainer(with({"--losses", dir.file("plain")})).exit_code == 0);
+  const std::string trace = dir.file("trace");
+  const ProcessResult graphed =
+      under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--job", "moe", "--run", "moe-graph"},
+                 with({"--cuda-graph", "--losses", dir.file("graph"), "--dump-step", "5", "--dump-dir", dump}),
+                 {"FP8SCOPE_FIXTURE_TRACE=" + trace});
+  INFO(graphed.err);
+  REQUIRE(graphed.exit_code == 0);
+  REQUIRE(under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--job", "moe", "--run", "moe-eager"},
+                     with({"--losses", dir.file("eager")})).exit_code == 0);
+  CHECK(lines_of(dir.file("graph")) == lines_of(dir.file("plain")));
+  CHECK(lines_of(dir.file("eager")) == lines_of(dir.file("plain")));
+  // The replay of step 5 gathered every expert's two operands of each expert GEMM once, and copied
+  // the dense layers' operands; no other replay copied anything.
+  const std::vector<std::string> copies = lines_of(trace);
+  CHECK(lines_starting(copies, "fp8scope_plan_gather") == kExperts * 3 * 2);
+  CHECK(lines_starting(copies, "fp8scope_plan_copy") == (kLayers - 1) * 3 * 2);
+  // Every record of the graphed run, experts and their tokens included, is the eager run's.
+  std::vector<std::string> graph_records, eager_records;
+  REQUIRE(eventually([&] {
+    graph_records = records_of(dir.file("data"), "moe-graph");
+    eager_records = records_of(dir.file("data"), "moe-eager");
+    return lines_starting(graph_records, "5 mlp.1.experts#0") > 0 && graph_records == eager_records;
+  }));
+  // ... and holds analyze's figures of what the replay read, expert by expert.
+  int dumped = 0;
+  for (int e = 0; e < kExperts; ++e) {
+    for (const auto& [gemm, op] : {std::pair<std::string, std::string>{"fprop", "x"}, {"fprop", "w"}, {"dgrad", "dy"},
+                                   {"wgrad", "x"}, {"wgrad", "dy"}}) {
+      const std::string file = dump + "/mlp.1.experts." + gemm + "." + op + ".e" + std::to_string(e) + ".npy";
+      if (!std::filesystem::exists(file)) continue;  // an expert without tokens this step
+      INFO(file);
+      ++dumped;
+      const ProcessResult analyze = cli({"analyze", file, "--dtype", "bf16", "--json", "--recipe", "tensor_current",
+                                         "--format", op == "dy" ? "e5m2" : "e4m3"});
+      REQUIRE(analyze.exit_code == 0);
+      const json want = json::parse(analyze.out);
+      // step layer gemm operand recipe format source cast_recipe amax underflow mse ... expert tokens
+      std::vector<std::string> f;
+      for (const std::string& l : graph_records) {
+        std::istringstream fields(l);
+        std::vector<std::string> got{std::istream_iterator<std::string>(fields), std::istream_iterator<std::string>()};
+        if (got.size() == 17 && got[0] == "5" && got[1] == "mlp.1.experts#0" && got[2] == gemm && got[3] == op &&
+            got[4] == "tensor_current" && got[15] == std::to_string(e)) {
+          f = got;
+        }
+      }
+      REQUIRE(f.size() == 17);
+      CHECK(std::stod(f[10]) == Approx(want["mse"].get<double>()).epsilon(1e-12));
+      CHECK(std::stod(f[9]) == want["underflow_ratio"].get<double>());
+      CHECK(std::stoll(f[16]) > 0);  // the expert's tokens, from the group sizes on the device
+    }
+  }
+  CHECK(dumped >= 5);
   CHECK(nonzero_series(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total").empty());
 }
 
