@@ -292,6 +292,18 @@ TEST_CASE("a graphed mixture of experts is sampled by expert at its replays as i
     }
   }
   CHECK(dumped >= 5);
+  // Two experts a call: each replay's nodes copy the next two of each GEMM, so the six replays
+  // (steps 1 to 6) see every expert.
+  const std::string rotating = dir.file("rotating.trace");
+  REQUIRE(under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--experts-per-call", "2", "--job", "moe", "--run",
+                      "moe-rotating"},
+                     with({"--cuda-graph"}), {"FP8SCOPE_FIXTURE_TRACE=" + rotating}).exit_code == 0);
+  std::map<std::string, int> per_expert;
+  for (const std::string& l : lines_of(rotating)) {
+    if (l.rfind("fp8scope_plan_gather", 0) == 0) ++per_expert[l.substr(l.find("expert="))];
+  }
+  CHECK(per_expert.size() == kExperts);
+  for (const auto& [expert, copies] : per_expert) CHECK(copies == 6 * 3 * 2 * 2 / kExperts);
   CHECK(nonzero_series(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total").empty());
 }
 
