@@ -16,7 +16,9 @@ AssemblerEvent SampleAssembler::refuse(AssemblerEvent::Kind kind, std::string re
 
 ChunkBytes carried_bytes(const v1::TensorChunk& chunk) {
   const auto* data = reinterpret_cast<const std::uint8_t*>(chunk.data().data());
-  return ChunkBytes{{data, chunk.data().size()}, false, std::nullopt};
+  ChunkBytes carried;
+  carried.bytes = {data, chunk.data().size()};
+  return carried;
 }
 
 std::vector<AssemblerEvent> SampleAssembler::add(const v1::TensorChunk& chunk) {
@@ -59,7 +61,7 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
     received_ = 0;
   }
   if (in.unreadable) return refuse(AssemblerEvent::Kind::kRejected, in.unreadable->reason, in.unreadable->message);
-  const std::uint64_t size = in.bytes.size();
+  const std::uint64_t size = in.size();
   if (!in.shared && size > limits_.max_chunk_bytes) {
     return refuse(AssemblerEvent::Kind::kRejected, "chunk_too_large",
                   "chunk of " + std::to_string(size) + " bytes exceeds " + std::to_string(limits_.max_chunk_bytes));
@@ -79,7 +81,14 @@ std::optional<AssemblerEvent> SampleAssembler::add_one(const v1::TensorChunk& ch
                   "the daemon's queue memory budget is full (" + std::to_string(budget_->used()) + " of " +
                       std::to_string(budget_->capacity()) + " bytes)");
   }
-  if (size > 0) std::memcpy(current_->payload.data() + received_, in.bytes.data(), size);
+  if (in.shared && size > 0) {
+    if (const Status read = in.read_shared(current_->payload.data() + received_); !read.ok()) {
+      return refuse(AssemblerEvent::Kind::kRejected, "bad_region",
+                    "sample " + std::to_string(id) + ": its shared memory could not be read: " + read.message());
+    }
+  } else if (size > 0) {
+    std::memcpy(current_->payload.data() + received_, in.bytes.data(), size);
+  }
   received_ += size;
   if (!chunk.last()) return std::nullopt;
   if (received_ != current_->payload.size()) {

@@ -4,7 +4,6 @@
 #include <linux/magic.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -93,12 +92,16 @@ SharedRegions::~SharedRegions() {
   unlink(path_.c_str());
 }
 
-void SharedRegions::View::release() const {
-  if (bytes.empty()) return;
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data()) / page * page;
-  const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data() + bytes.size()) + page - 1) / page * page;
-  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // the pages stay the client's
+Status SharedRegions::View::read(std::uint8_t* into) const {
+  for (std::uint64_t done = 0; done < bytes;) {
+    const ssize_t n = pread(*file, into + done, static_cast<std::size_t>(bytes - done), static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Status::error(n < 0 ? errno_text() : "the region ended after " + std::to_string(offset + done) + " bytes");
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  return Status();
 }
 
 std::string SharedRegions::instance_id() const { return id_key(instance_); }
@@ -122,15 +125,15 @@ Result<SharedRegions::View> SharedRegions::view(const std::string& id, std::uint
   }
   // Bytes the client never wrote are a hole in its memfd, and tmpfs fills a hole the daemon reads
   // with new pages: memory neither the client's pages nor the daemon's budget account for.
-  const off_t hole = bytes == 0 ? 0 : lseek(r.file, static_cast<off_t>(offset), SEEK_HOLE);
+  const off_t hole = bytes == 0 ? 0 : lseek(*r.file, static_cast<off_t>(offset), SEEK_HOLE);
   if (hole < 0 || static_cast<std::uint64_t>(hole) - offset < bytes) {
     return Status::error("names bytes " + std::to_string(offset) + "+" + std::to_string(bytes) +
                          " of a shared memory region that were never written (a hole in its memfd)");
   }
-  return View{r.mapping, {static_cast<const std::uint8_t*>(r.mapping.get()) + offset, static_cast<std::size_t>(bytes)}};
+  return View{r.file, offset, bytes};
 }
 
-Result<SharedRegions::Region> SharedRegions::map_region(int fd) const {
+Result<SharedRegions::Region> SharedRegions::open_region(int fd) const {
   struct statfs fs {};
   if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
     return Status::error("expected a memfd (tmpfs, not hugetlbfs), got another kind of file");
@@ -145,24 +148,16 @@ Result<SharedRegions::Region> SharedRegions::map_region(int fd) const {
     return Status::error("expected a memfd of 1.." + std::to_string(limits_.max_region_bytes) + " bytes, got " +
                          std::to_string(st.st_size));
   }
-  const auto bytes = static_cast<std::size_t>(st.st_size);
   // A file description of the daemon's own, whose offset SEEK_HOLE may move (the client's is shared
   // with the descriptor it sent).
   const int file = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
   if (file < 0) return Status::error("cannot open it: " + errno_text());
-  void* base = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const std::string why = errno_text();
-    close(file);
-    return Status::error("cannot map it: " + why);
-  }
   Region r;
-  r.mapping = std::shared_ptr<const void>(base, [bytes, file](const void* p) {
-    munmap(const_cast<void*>(p), bytes);
-    close(file);
+  r.file = std::shared_ptr<const int>(new int(file), [](const int* f) {
+    close(*f);
+    delete f;
   });
-  r.file = file;
-  r.bytes = bytes;
+  r.bytes = static_cast<std::uint64_t>(st.st_size);
   return r;
 }
 
@@ -194,8 +189,8 @@ void SharedRegions::on_message(Connection& c) {
     refusal = "expected one file descriptor attached (SCM_RIGHTS), got " + std::to_string(msg.received());
   }
   Result<Region> region = Status::error(refusal);
-  if (refusal.empty()) region = map_region(region_fd);
-  if (region_fd >= 0) close(region_fd);  // the mapping keeps the file
+  if (refusal.empty()) region = open_region(region_fd);
+  if (region_fd >= 0) close(region_fd);  // the region keeps a file description of its own
   if (!region.ok()) {
     spdlog::warn("shared memory registration from uid {} refused: {}", c.uid, region.message());
     reply(c.fd, nullptr, region.message());

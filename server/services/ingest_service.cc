@@ -196,32 +196,34 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     return grpc::Status::OK;
   }
 
-  // The bytes a chunk names in the client's shared memory, mapped for as long as `view` lives.
-  ChunkBytes shared_bytes(const v1::TensorChunk& chunk, std::optional<SharedRegions::View>& view) const {
-    const auto unreadable = [](std::string message) {
-      return ChunkBytes{{}, true, Refusal{"bad_region", "a chunk " + std::move(message)}};
+  // The bytes a chunk names in the client's shared memory, read from it into the sample.
+  ChunkBytes shared_bytes(const v1::TensorChunk& chunk) const {
+    ChunkBytes shared;
+    shared.shared = true;
+    const auto unreadable = [&](std::string message) {
+      shared.unreadable = Refusal{"bad_region", "a chunk " + std::move(message)};
+      return shared;
     };
     if (!chunk.data().empty()) return unreadable("carries bytes and names shared memory too");
     if (deps_.shared_regions == nullptr) return unreadable("names shared memory, and this daemon offers none");
     Result<SharedRegions::View> v =
         deps_.shared_regions->view(chunk.shared_region(), chunk.shared_offset(), chunk.shared_bytes());
     if (!v.ok()) return unreadable(v.message());
-    view = std::move(v).value();
-    return ChunkBytes{view->bytes, true, std::nullopt};
+    shared.shared_size = v.value().bytes;
+    shared.read_shared = [view = std::move(v).value()](std::uint8_t* into) { return view.read(into); };
+    return shared;
   }
 
   void on_chunk(const v1::TensorChunk& chunk) {
-    std::optional<SharedRegions::View> view;
-    const ChunkBytes bytes = chunk.shared_region().empty() ? carried_bytes(chunk) : shared_bytes(chunk, view);
-    deps_.health->bytes_received(bytes.bytes.size());
-    if (bytes.shared) deps_.health->shared_memory_bytes(bytes.bytes.size());
+    const ChunkBytes bytes = chunk.shared_region().empty() ? carried_bytes(chunk) : shared_bytes(chunk);
+    deps_.health->bytes_received(bytes.size());
+    if (bytes.shared) deps_.health->shared_memory_bytes(bytes.size());
     std::vector<AssemblerEvent> events;
     {
       std::lock_guard<std::mutex> lock(assembly_mu_);
       events = assembler_->add(chunk, bytes);
       last_chunk_ = std::chrono::steady_clock::now();
     }
-    if (view) view->release();  // copied
     for (AssemblerEvent& e : events) {
       v1::ServerMessage ack;
       ack.mutable_ack()->set_sample_id(e.sample_id);

@@ -169,8 +169,19 @@ TEST_CASE("bytes found in shared memory complete a sample in one chunk past the 
   const v1::TensorHeader h = header(16, 64);  // 4096 bytes
   std::vector<std::uint8_t> shared(4096);
   for (std::size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<std::uint8_t>(i * 7);
+  // The caller reads the client's memory into the payload; here, from a vector.
+  const auto in_shared_memory = [&](Status read) {
+    ChunkBytes b;
+    b.shared = true;
+    b.shared_size = shared.size();
+    b.read_shared = [&shared, read](std::uint8_t* into) {
+      if (read.ok()) std::copy(shared.begin(), shared.end(), into);
+      return read;
+    };
+    return b;
+  };
   v1::TensorChunk reference = chunk(1, 0, 0, true, &h);
-  auto events = f.assembler.add(reference, ChunkBytes{shared, true, std::nullopt});
+  auto events = f.assembler.add(reference, in_shared_memory(Status()));
   REQUIRE(events.size() == 1);
   REQUIRE(events[0].kind == AssemblerEvent::Kind::kComplete);
   CHECK(std::equal(shared.begin(), shared.end(), events[0].sample->payload.begin()));
@@ -179,14 +190,28 @@ TEST_CASE("bytes found in shared memory complete a sample in one chunk past the 
 
   // The same bytes carried in the chunk itself are bound by the limit.
   v1::TensorChunk carried = chunk(2, 0, 0, true, &h);
-  events = f.assembler.add(carried, ChunkBytes{shared, false, std::nullopt});
+  ChunkBytes carried_bytes;
+  carried_bytes.bytes = shared;
+  events = f.assembler.add(carried, carried_bytes);
   REQUIRE(events.size() == 1);
   CHECK(events[0].refusal.reason == "chunk_too_large");
 
   v1::TensorChunk unreadable = chunk(3, 0, 0, true, &h);
-  events = f.assembler.add(unreadable, ChunkBytes{{}, true, Refusal{"bad_region", "a chunk names bytes past its region"}});
+  ChunkBytes past_end;
+  past_end.shared = true;
+  past_end.unreadable = Refusal{"bad_region", "a chunk names bytes past its region"};
+  events = f.assembler.add(unreadable, past_end);
   REQUIRE(events.size() == 1);
   CHECK(events[0].kind == AssemblerEvent::Kind::kRejected);
   CHECK(events[0].refusal.reason == "bad_region");
+  CHECK(f.budget.used() == 0);
+
+  // A read that fails part way (a client's file cut short) refuses the sample and keeps nothing.
+  v1::TensorChunk cut = chunk(4, 0, 0, true, &h);
+  events = f.assembler.add(cut, in_shared_memory(Status::error("the region ended after 2048 bytes")));
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == AssemblerEvent::Kind::kRejected);
+  CHECK(events[0].refusal.reason == "bad_region");
+  CHECK_THAT(events[0].refusal.message, Catch::Contains("could not be read: the region ended after 2048 bytes"));
   CHECK(f.budget.used() == 0);
 }

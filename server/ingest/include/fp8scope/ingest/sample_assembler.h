@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "fp8scope/ingest/byte_budget.h"
+#include "fp8scope/kernels/status.h"
 #include "fp8scope/ingest/sample.h"
 #include "fp8scope/ingest/sample_validation.h"
 
@@ -23,12 +25,16 @@ struct AssemblerLimits {
   std::uint64_t max_chunk_bytes = 4ull << 20;
 };
 
-// A chunk's bytes: those it carries, or a range of a client's shared memory it names instead (not
-// bound by max_chunk_bytes: no message carries them), or why that range cannot be read.
+// A chunk's bytes: those it carries, or `shared_size` bytes of a client's shared memory it names
+// instead (not bound by max_chunk_bytes: no message carries them), which `read_shared` copies into
+// the payload (the caller's I/O, not the assembler's); or why that range cannot be read.
 struct ChunkBytes {
   std::span<const std::uint8_t> bytes;
   bool shared = false;
+  std::uint64_t shared_size = 0;
+  std::function<Status(std::uint8_t* into)> read_shared;
   std::optional<Refusal> unreadable;
+  std::uint64_t size() const { return shared ? shared_size : bytes.size(); }
 };
 // The bytes a chunk carries itself.
 ChunkBytes carried_bytes(const v1::TensorChunk& chunk);

@@ -1,9 +1,11 @@
 // The shared memory clients on this host registered (shared_region_protocol.h): a unix
 // SOCK_SEQPACKET socket, one thread that accepts registrations and notices when a client goes,
 // and the table chunks look regions up in. A registered file must be a sealed memfd (tmpfs, its
-// size sealed), so reading any byte inside its mapping can never fault the daemon; everything
-// else is refused with the reason. Regions are read-only mappings, counted and bounded per user
-// and in all; a connection that does not register within seconds is closed.
+// size sealed against shrinking); everything else is refused with the reason. The daemon reads a
+// region with pread on a file description of its own, never mapping it: the client's pages never
+// count in the daemon's resident memory, and no page table is filled and torn down per sample.
+// Regions are counted and bounded per user and in all; a connection that does not register
+// within seconds is closed.
 #pragma once
 
 #include <sys/types.h>
@@ -15,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <string>
 #include <thread>
 
@@ -43,11 +44,10 @@ class SharedRegions {
 
   // A range of a region, readable while this value lives (the client may leave meanwhile).
   struct View {
-    std::shared_ptr<const void> mapping;
-    std::span<const std::uint8_t> bytes;
-    // Once the bytes are copied: drops the daemon's mappings of their pages, which are the client's
-    // memory and, mapped here, would count in the daemon's resident memory.
-    void release() const;
+    std::shared_ptr<const int> file;  // the region's file description, open while any view is
+    std::uint64_t offset = 0, bytes = 0;
+    // Copies the range into `into` (`bytes` of room).
+    Status read(std::uint8_t* into) const;
   };
   // The bytes [offset, offset + bytes) of region `id`; an error naming what is wrong otherwise
   // (outside the region, or never written: a hole).
@@ -60,9 +60,8 @@ class SharedRegions {
 
  private:
   struct Region {
-    std::shared_ptr<const void> mapping;  // closes `file` too
+    std::shared_ptr<const int> file;  // the memfd, on a file description of the daemon's own
     std::uint64_t bytes = 0;
-    int file = -1;  // the memfd, for SEEK_HOLE (view)
   };
   struct Connection;
 
@@ -73,7 +72,7 @@ class SharedRegions {
   // closes it, so the listener stops being readable (no spin) and one client is refused, not all.
   void refuse_one();
   // The region for a registration message's descriptor, or why not.
-  Result<Region> map_region(int fd) const;
+  Result<Region> open_region(int fd) const;
   void reply(int fd, const RegionId* id, const std::string& message) const;
 
   std::string path_;
