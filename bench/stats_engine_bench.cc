@@ -1,10 +1,13 @@
 // Statistics throughput on a BF16 tensor (256 MiB by default) for each recipe alone, for the five
 // FP8 recipes in one call and for the default recipes (what a policy that names none runs),
 // against a streaming read-and-reduce of the same buffer by the same number of threads in the
-// same run (BM_ReadReduce: the least any engine must do, and steadier on a shared machine than
-// memcpy, whose write stream varies most). Targets: one
+// same run (BM_ReadReduce: the least any engine must do, built for the CPU's widest vector ISA as
+// the engine is, named in its label; steadier on a shared machine than memcpy, whose write stream
+// varies most; BM_ReadReduceBaseline is the same loop built for the compiler's baseline, SSE2, the
+// figure the README reported before). Targets: one
 // recipe <= 2x the read, the five FP8 recipes <= 4x; nvfp4 <= 1.5x mxfp8. Run with
-// --benchmark_repetitions=N: the ratios then use the medians. Counters: "x_read", "x_memcpy",
+// --benchmark_repetitions=N: the ratios then use the medians. Counters: "x_read",
+// "x_read_baseline", "x_memcpy",
 // "x_one_recipe" (several recipes against tensor_current alone) and "x_mxfp8" (the FP4 recipes
 // against mxfp8). BM_OneRecipe/<name> runs each recipe of the vocabulary alone. BM_WeightRecipe/<name>
 // runs the recipes whose weights take 2-D blocks (nvfp4's 16x16, mxfp8_2d's 32x32) on the tensor as
@@ -42,6 +45,7 @@ namespace {
 
 std::size_t g_mib = 256;
 double g_read_seconds = 0.0;
+double g_read_baseline_seconds = 0.0;
 double g_memcpy_seconds = 0.0;
 double g_one_recipe_seconds = 0.0;
 double g_mxfp8_seconds = 0.0;
@@ -78,9 +82,32 @@ TensorView view() {
   return TensorView{t.data(), DType::kBF16, static_cast<std::int64_t>(t.size()) / cols, cols, 1.0f};
 }
 
+// Every element of [first, last) folded into a sum: built for the widest vector ISA the CPU has,
+// as the engine's kernels are (x86-64-v4 is AVX-512, v3 AVX2), or for the compiler's baseline.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) std::uint64_t
+read_sum(const std::uint16_t* first, const std::uint16_t* last) {
+  std::uint64_t sum = 0;
+  for (const std::uint16_t* p = first; p < last; ++p) sum += *p;
+  return sum;
+}
+std::uint64_t read_sum_baseline(const std::uint16_t* first, const std::uint16_t* last) {
+  std::uint64_t sum = 0;
+  for (const std::uint16_t* p = first; p < last; ++p) sum += *p;
+  return sum;
+}
+
+// The ISA read_sum runs with here, named as the engine's kernels are.
+const char* read_isa() {
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2)";
+  return "baseline (SSE2)";
+}
+
 // Every element read once and folded into a sum, by as many threads as the CPU engine starts,
-// each over its own contiguous share.
-void BM_ReadReduce(benchmark::State& state) {
+// each over its own contiguous share: with the per-ISA build (BM_ReadReduce, the baseline every
+// "x_read" is against) or the compiler's baseline (BM_ReadReduceBaseline, "x_read_baseline").
+template <std::uint64_t (*Sum)(const std::uint16_t*, const std::uint16_t*)>
+void read_reduce(benchmark::State& state) {
   const auto& t = tensor();
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::uint64_t> sums(threads);
@@ -89,9 +116,7 @@ void BM_ReadReduce(benchmark::State& state) {
     for (unsigned k = 0; k < threads; ++k) {
       pool.emplace_back([&, k] {
         const std::size_t first = t.size() * k / threads, last = t.size() * (k + 1) / threads;
-        std::uint64_t sum = 0;
-        for (std::size_t i = first; i < last; ++i) sum += t[i];
-        sums[k] = sum;
+        sums[k] = Sum(t.data() + first, t.data() + last);
       });
     }
     for (auto& th : pool) th.join();
@@ -99,6 +124,11 @@ void BM_ReadReduce(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * t.size() * 2));
 }
+void BM_ReadReduce(benchmark::State& state) {
+  read_reduce<read_sum>(state);
+  state.SetLabel(read_isa());
+}
+void BM_ReadReduceBaseline(benchmark::State& state) { read_reduce<read_sum_baseline>(state); }
 
 void BM_Memcpy(benchmark::State& state) {
   const auto& t = tensor();
@@ -176,7 +206,11 @@ void BM_WeightCodeDigest(benchmark::State& state) {
 
 // Each run's time as a ratio to the baselines measured earlier in the same process.
 void ratios(const std::string& name, double seconds, benchmark::UserCounters& counters) {
-  if (name.rfind("BM_ReadReduce", 0) == 0) g_read_seconds = seconds;
+  if (name.rfind("BM_ReadReduceBaseline", 0) == 0) {
+    g_read_baseline_seconds = seconds;
+  } else if (name.rfind("BM_ReadReduce", 0) == 0) {
+    g_read_seconds = seconds;
+  }
   if (name.rfind("BM_Memcpy", 0) == 0) g_memcpy_seconds = seconds;
   const std::string one = "BM_OneRecipe/";
   if (name.rfind(one + recipe_name(RecipeKind::kTensorCurrent), 0) == 0) g_one_recipe_seconds = seconds;
@@ -197,6 +231,7 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
   else if (g_nvfp4_weight_seconds > 0 && name.rfind(weight, 0) == 0) counters["x_nvfp4_weight"] = seconds / g_nvfp4_weight_seconds;
   const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
   if (g_read_seconds > 0 && !baseline) counters["x_read"] = seconds / g_read_seconds;
+  if (g_read_baseline_seconds > 0 && !baseline) counters["x_read_baseline"] = seconds / g_read_baseline_seconds;
   if (g_memcpy_seconds > 0 && !baseline) counters["x_memcpy"] = seconds / g_memcpy_seconds;
   if (g_one_recipe_seconds > 0 && (name.rfind("BM_DefaultRecipes", 0) == 0 || name.rfind("BM_FiveFp8Recipes", 0) == 0 ||
                                    name.rfind("BM_WeightCodeDigest", 0) == 0 || name.rfind("BM_ChannelAmax", 0) == 0)) {
@@ -210,6 +245,7 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
 // mxfp8 among them), then the combinations.
 void register_benchmarks() {
   benchmark::RegisterBenchmark("BM_ReadReduce", BM_ReadReduce)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_ReadReduceBaseline", BM_ReadReduceBaseline)->UseRealTime();
   benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy)->UseRealTime();
   for (RecipeKind k : kAllRecipeKinds) {
     // Stochastic rounding changes gradients only: nvfp4_sr runs on the tensor as Dy.
