@@ -25,6 +25,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -51,6 +52,8 @@ double g_one_recipe_seconds = 0.0;
 double g_mxfp8_seconds = 0.0;
 double g_nvfp4_seconds = 0.0;
 double g_nvfp4_weight_seconds = 0.0;
+double g_moe_read_seconds = 0.0;
+double g_moe_one_seconds = 0.0;
 
 // An LLM-activation-like BF16 tensor: unit normal values with a few outlier channels, from a fast
 // deterministic generator (Box-Muller over xorshift).
@@ -172,6 +175,87 @@ void BM_DefaultRecipes(benchmark::State& state) {
   run_recipes(state, std::vector<RecipeKind>(std::begin(kDefaultRecipeKinds), std::end(kDefaultRecipeKinds)));
 }
 
+// A mixture-of-experts step as the daemon receives it: 256 experts' tensors from 64 KiB to 4 MiB
+// (log-spaced; rows of 2048 BF16 columns, consecutive in the tensor), every default recipe on each
+// by the daemon's two analysis workers sharing one engine (BM_MoeStep), against the read of the same bytes (BM_MoeStepRead, "x_read") and against one
+// tensor of those bytes (BM_MoeStepAsOne): "fixed_share" is the part of the step's time the
+// tensors' number adds, the engine's per-call fixed costs (target < 10%).
+constexpr int kMoeExperts = 256;
+constexpr std::int64_t kMoeCols = 2048;
+const std::vector<TensorView>& moe_tensors() {
+  static const std::vector<TensorView> views = [] {
+    std::vector<TensorView> v;
+    const std::uint16_t* at = tensor().data();
+    for (int e = 0; e < kMoeExperts; ++e) {
+      const double bytes = 65536.0 * std::pow(64.0, static_cast<double>(e) / (kMoeExperts - 1));
+      const auto rows = std::max<std::int64_t>(16, static_cast<std::int64_t>(bytes / 2 / kMoeCols) / 16 * 16);
+      v.push_back(TensorView{at, DType::kBF16, rows, kMoeCols, 1.0f});
+      at += rows * kMoeCols;
+    }
+    return v;
+  }();
+  return views;
+}
+std::int64_t moe_elements() {
+  std::int64_t n = 0;
+  for (const TensorView& t : moe_tensors()) n += t.numel();
+  return n;
+}
+std::vector<RecipePlan> default_plans() {
+  std::vector<RecipePlan> plans;
+  for (RecipeKind k : kDefaultRecipeKinds) {
+    RecipePlan p;
+    p.recipe = default_recipe(k);
+    p.format = p.recipe.format_for(Operand::kX);
+    p.operand = Operand::kX;
+    plans.push_back(p);
+  }
+  return plans;
+}
+// As the daemon analyzes them: its analysis workers (2 by default) each take the next tensor and
+// share one engine.
+constexpr int kAnalysisWorkers = 2;
+void moe_analyze(benchmark::State& state, const std::vector<TensorView>& tensors) {
+  auto engine = make_cpu_engine();
+  const std::vector<RecipePlan> plans = default_plans();
+  std::atomic<bool> failed{false};
+  for (auto _ : state) {
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < kAnalysisWorkers; ++w) {
+      workers.emplace_back([&] {
+        for (std::size_t i; (i = next.fetch_add(1)) < tensors.size();) {
+          Result<TensorReport> r = analyze_recipes(*engine, tensors[i], plans);
+          if (!r.ok()) failed = true;
+          benchmark::DoNotOptimize(r);
+        }
+      });
+    }
+    for (std::thread& w : workers) w.join();
+  }
+  if (failed) state.SkipWithError("analyze failed");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * moe_elements() * 2));
+}
+void BM_MoeStep(benchmark::State& state) { moe_analyze(state, moe_tensors()); }
+void BM_MoeStepAsOne(benchmark::State& state) {
+  moe_analyze(state, {TensorView{tensor().data(), DType::kBF16, moe_elements() / kMoeCols, kMoeCols, 1.0f}});
+}
+void BM_MoeStepRead(benchmark::State& state) {
+  const std::uint16_t* first = tensor().data();
+  const std::int64_t n = moe_elements();
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::uint64_t> sums(threads);
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (unsigned k = 0; k < threads; ++k) {
+      pool.emplace_back([&, k] { sums[k] = read_sum(first + n * k / threads, first + n * (k + 1) / threads); });
+    }
+    for (auto& th : pool) th.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 2));
+}
+
 // A job's own codes of the BF16 tensor's shape (a byte, or half a byte, an element) with a scale
 // tensor in cuBLASLt's tiled layout: codes and scales cycle through every value the formats hold.
 void observed(benchmark::State& state, DType dtype, ScaleLayout layout) {
@@ -229,6 +313,16 @@ void ratios(const std::string& name, double seconds, benchmark::UserCounters& co
   const std::string weight = "BM_WeightRecipe/";
   if (name.rfind(weight + recipe_name(RecipeKind::kNvfp4) + "/", 0) == 0) g_nvfp4_weight_seconds = seconds;
   else if (g_nvfp4_weight_seconds > 0 && name.rfind(weight, 0) == 0) counters["x_nvfp4_weight"] = seconds / g_nvfp4_weight_seconds;
+  // The mixture-of-experts step: against its own bytes' read, and one tensor of them.
+  if (name.rfind("BM_MoeStep", 0) == 0) {
+    if (name.rfind("BM_MoeStepRead", 0) == 0) g_moe_read_seconds = seconds;
+    if (name.rfind("BM_MoeStepAsOne", 0) == 0) g_moe_one_seconds = seconds;
+    if (name.rfind("BM_MoeStepRead", 0) != 0 && g_moe_read_seconds > 0) counters["x_read"] = seconds / g_moe_read_seconds;
+    if (name.rfind("BM_MoeStep/", 0) == 0 && g_moe_one_seconds > 0) {
+      counters["fixed_share"] = std::max(0.0, seconds - g_moe_one_seconds) / seconds;
+    }
+    return;
+  }
   const bool baseline = name.rfind("BM_Memcpy", 0) == 0 || name.rfind("BM_ReadReduce", 0) == 0;
   if (g_read_seconds > 0 && !baseline) counters["x_read"] = seconds / g_read_seconds;
   if (g_read_baseline_seconds > 0 && !baseline) counters["x_read_baseline"] = seconds / g_read_baseline_seconds;
@@ -271,6 +365,9 @@ void register_benchmarks() {
   benchmark::RegisterBenchmark("BM_WeightCodeDigest", BM_WeightCodeDigest)->UseRealTime();
   benchmark::RegisterBenchmark("BM_ObservedMxfp8", BM_ObservedMxfp8)->UseRealTime();
   benchmark::RegisterBenchmark("BM_ObservedNvfp4", BM_ObservedNvfp4)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_MoeStepRead", BM_MoeStepRead)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_MoeStepAsOne", BM_MoeStepAsOne)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_MoeStep", BM_MoeStep)->UseRealTime();
 }
 
 int main(int argc, char** argv) {

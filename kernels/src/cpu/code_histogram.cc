@@ -1,5 +1,7 @@
 #include "code_histogram.h"
 
+#include <algorithm>
+
 #include "fp8scope/kernels/quantize_element.h"
 #include "fp8scope/kernels/scale_rules.h"
 
@@ -8,7 +10,7 @@ namespace fp8scope::cpu {
 bool countable(DType dtype) { return dtype_bytes(dtype) == 1 || dtype_bytes(dtype) == 2; }
 
 CodeHistogram::CodeHistogram(DType dtype) : dtype_(dtype) {
-  const std::size_t bins = std::size_t{1} << (8 * dtype_bytes(dtype));
+  const std::size_t bins = bins_of(dtype);
   counts_.assign(bins, 0);
   pending_[0].assign(bins, 0);
   pending_[1].assign(bins, 0);
@@ -31,21 +33,64 @@ void CodeHistogram::add(const void* data, std::int64_t first, int n) {
   } else {
     count(static_cast<const std::uint8_t*>(data) + first);
   }
-  pending_total_ += static_cast<std::uint64_t>(n);
 }
 
-void CodeHistogram::merge(const CodeHistogram& other) {
+void CodeHistogram::absorb(CodeHistogram& other) {
   for (std::size_t c = 0; c < counts_.size(); ++c) {
     counts_[c] += other.counts_[c] + other.pending_[0][c] + other.pending_[1][c];
+    other.counts_[c] = 0;
+    other.pending_[0][c] = other.pending_[1][c] = 0;
   }
+}
+
+void CodeHistogram::settle() {
+  present_.clear();
+  for (std::size_t c = 0; c < counts_.size(); ++c) {
+    counts_[c] += pending_[0][c] + pending_[1][c];
+    pending_[0][c] = pending_[1][c] = 0;
+    if (counts_[c] != 0) present_.push_back(static_cast<std::uint32_t>(c));
+  }
+  settled_ = true;
+}
+
+void CodeHistogram::clear() {
+  if (settled_) {
+    for (const std::uint32_t c : present_) counts_[c] = 0;
+  } else {
+    for (auto* v : {&pending_[0], &pending_[1]}) std::fill(v->begin(), v->end(), 0u);
+    std::fill(counts_.begin(), counts_.end(), 0u);
+  }
+  present_.clear();
+  settled_ = false;
 }
 
 template <class F>
 void CodeHistogram::for_each_code(float input_scale_inv, F f) const {
-  for (std::size_t c = 0; c < counts_.size(); ++c) {
-    const std::uint64_t n = counts_[c] + pending_[0][c] + pending_[1][c];
-    if (n == 0) continue;
-    f(small_element_value(dtype_, static_cast<std::uint32_t>(c), input_scale_inv), n);
+  for (const std::uint32_t c : present_) f(small_element_value(dtype_, c, input_scale_inv), counts_[c]);
+}
+
+std::vector<CodeHistogram> HistogramPool::take(DType dtype, std::size_t n) {
+  std::vector<CodeHistogram> taken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = kept_.begin(); it != kept_.end() && taken.size() < n;) {
+      if (!it->fits(dtype)) {
+        ++it;
+        continue;
+      }
+      taken.push_back(std::move(*it));
+      it = kept_.erase(it);
+    }
+  }
+  for (CodeHistogram& h : taken) h.set_dtype(dtype);
+  while (taken.size() < n) taken.emplace_back(dtype);
+  return taken;
+}
+
+void HistogramPool::give_back(std::vector<CodeHistogram> histograms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (CodeHistogram& h : histograms) {
+    if (kept_.size() < kKept) kept_.push_back(std::move(h));
   }
 }
 

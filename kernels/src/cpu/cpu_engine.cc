@@ -54,8 +54,14 @@ Unit unit_at(const Grid& g, std::int64_t u) {
 // per-tensor specs evaluated from the counts (one read for them all).
 class CpuPasses final : public TwoPassBackend {
  public:
-  CpuPasses(cpu::TaskPool& pool, const cpu::SegmentKernels& kernels, bool by_value)
-      : pool_(pool), kernels_(kernels), by_value_(by_value) {}
+  CpuPasses(cpu::TaskPool& pool, const cpu::SegmentKernels& kernels, cpu::HistogramPool& histograms, bool by_value)
+      : pool_(pool), kernels_(kernels), histograms_(histograms), by_value_(by_value) {}
+  ~CpuPasses() override {
+    for (cpu::CodeHistogram& h : values_) h.clear();
+    histograms_.give_back(std::move(values_));
+  }
+  CpuPasses(const CpuPasses&) = delete;
+  CpuPasses& operator=(const CpuPasses&) = delete;
 
   RowBlocks row_blocks() const override { return RowBlocks::kInPass2; }
 
@@ -67,8 +73,8 @@ class CpuPasses final : public TwoPassBackend {
     channel_amax_ = channel_amax;
     row_amax_.assign(plan.row_amax ? static_cast<std::size_t>(t.rows) : 0, 0.0f);
     if (by_value_) {
-      values_ = count_values(t, plan);
-      *moments = values_->moments(t.scale_inv);
+      count_values(t, plan);
+      *moments = values_.front().moments(t.scale_inv);
     } else {
       *moments = elementwise_moments(t, plan);
     }
@@ -89,7 +95,7 @@ class CpuPasses final : public TwoPassBackend {
     for (std::size_t k = 0; k < plan.specs.size(); ++k) {
       const SpecPlan& p = plan.specs[k];
       if (by_value_ && !p.per_block() && !p.spec.stochastic) {
-        (*quant)[k] = values_->quantize(p.spec.format, p.tensor_scale.scale, p.tensor_scale.scale_inv, t.scale_inv);
+        (*quant)[k] = values_.front().quantize(p.spec.format, p.tensor_scale.scale, p.tensor_scale.scale_inv, t.scale_inv);
       } else {
         cast.push_back(k);
       }
@@ -242,11 +248,12 @@ class CpuPasses final : public TwoPassBackend {
     return m;
   }
 
-  cpu::CodeHistogram count_values(const TensorView& t, const AnalysisPlan& plan) {
+  // Counts the tensor's values into values_ (one histogram, settled).
+  void count_values(const TensorView& t, const AnalysisPlan& plan) {
     // One histogram per thread (they are large), more when 32-bit counters could fill up.
     const int tasks = static_cast<int>(std::min<std::int64_t>(
         std::max<std::int64_t>(pool_.workers() + 1, ceil_div(t.numel(), kMaxElementsPerCounter)), grid_.units()));
-    std::vector<cpu::CodeHistogram> partial(static_cast<std::size_t>(tasks), cpu::CodeHistogram(t.dtype));
+    std::vector<cpu::CodeHistogram> partial = histograms_.take(t.dtype, static_cast<std::size_t>(tasks));
     // 16-bit floats find their rows' and columns' amax from the codes; other dtypes need the floats.
     const std::optional<std::uint16_t> bits16 = inf_bits16(t.dtype);
     const bool as_floats = !tables_.empty() || ((channel_axis_ != ChannelAxis::kNone || !row_amax_.empty()) && !bits16);
@@ -274,9 +281,12 @@ class CpuPasses final : public TwoPassBackend {
         }
       }
     });
-    cpu::CodeHistogram all(t.dtype);
-    for (const auto& p : partial) all.merge(p);
-    return all;
+    // Into the first, in task order; the others go back empty.
+    for (std::size_t k = 1; k < partial.size(); ++k) partial.front().absorb(partial[k]);
+    partial.front().settle();
+    values_.push_back(std::move(partial.front()));
+    partial.erase(partial.begin());
+    histograms_.give_back(std::move(partial));
   }
 
   // A pass 2 task's buffers, one segment each.
@@ -402,10 +412,11 @@ class CpuPasses final : public TwoPassBackend {
 
   cpu::TaskPool& pool_;
   const cpu::SegmentKernels& kernels_;
+  cpu::HistogramPool& histograms_;
   bool by_value_;
   Grid grid_{};
   std::vector<float> tables_;
-  std::optional<cpu::CodeHistogram> values_;
+  std::vector<cpu::CodeHistogram> values_;  // the tensor's, counted (by_value_), until given back
   ChannelAxis channel_axis_ = ChannelAxis::kNone;
   std::span<float> channel_amax_;
   std::vector<float> row_amax_;  // each row's TE amax, for row-scaled specs
@@ -420,7 +431,7 @@ class CpuEngine final : public StatsEngine {
   const char* name() const override { return "cpu"; }
 
   Status analyze(const TensorView& t, std::span<const QuantSpec> specs, TensorAnalysis* out) override {
-    CpuPasses passes(pool_, kernels_, use_value_counts(t, specs));
+    CpuPasses passes(pool_, kernels_, histograms_, use_value_counts(t, specs));
     return run_two_passes(passes, t, specs, out);
   }
 
@@ -482,6 +493,7 @@ class CpuEngine final : public StatsEngine {
   cpu::TaskPool pool_;
   const cpu::SegmentKernels& kernels_;
   CpuEngineOptions::Strategy strategy_;
+  cpu::HistogramPool histograms_;
 };
 
 }  // namespace
