@@ -184,13 +184,18 @@ constexpr int kMoeExperts = 256;
 constexpr std::int64_t kMoeCols = 2048;
 const std::vector<TensorView>& moe_tensors() {
   static const std::vector<TensorView> views = [] {
+    // Consecutive in the tensor, from its start again where one would run past its end (a small
+    // --fp8scope_mib), and no larger than it.
     std::vector<TensorView> v;
-    const std::uint16_t* at = tensor().data();
+    const auto& t = tensor();
+    const std::int64_t capacity_rows = static_cast<std::int64_t>(t.size()) / kMoeCols;
+    std::int64_t at = 0;
     for (int e = 0; e < kMoeExperts; ++e) {
       const double bytes = 65536.0 * std::pow(64.0, static_cast<double>(e) / (kMoeExperts - 1));
-      const auto rows = std::max<std::int64_t>(16, static_cast<std::int64_t>(bytes / 2 / kMoeCols) / 16 * 16);
-      v.push_back(TensorView{at, DType::kBF16, rows, kMoeCols, 1.0f});
-      at += rows * kMoeCols;
+      const std::int64_t rows = std::min(capacity_rows, std::max<std::int64_t>(16, static_cast<std::int64_t>(bytes / 2 / kMoeCols) / 16 * 16));
+      if (at + rows > capacity_rows) at = 0;
+      v.push_back(TensorView{t.data() + at * kMoeCols, DType::kBF16, rows, kMoeCols, 1.0f});
+      at += rows;
     }
     return v;
   }();
@@ -237,23 +242,33 @@ void moe_analyze(benchmark::State& state, const std::vector<TensorView>& tensors
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * moe_elements() * 2));
 }
 void BM_MoeStep(benchmark::State& state) { moe_analyze(state, moe_tensors()); }
-void BM_MoeStepAsOne(benchmark::State& state) {
-  moe_analyze(state, {TensorView{tensor().data(), DType::kBF16, moe_elements() / kMoeCols, kMoeCols, 1.0f}});
+// The step's bytes as few tensors as the buffer holds them: one, unless --fp8scope_mib is small.
+std::vector<TensorView> moe_bytes_as_one() {
+  const std::int64_t capacity_rows = static_cast<std::int64_t>(tensor().size()) / kMoeCols;
+  std::vector<TensorView> v;
+  for (std::int64_t left = moe_elements() / kMoeCols; left > 0; left -= capacity_rows) {
+    v.push_back(TensorView{tensor().data(), DType::kBF16, std::min(left, capacity_rows), kMoeCols, 1.0f});
+  }
+  return v;
 }
+void BM_MoeStepAsOne(benchmark::State& state) { moe_analyze(state, moe_bytes_as_one()); }
 void BM_MoeStepRead(benchmark::State& state) {
-  const std::uint16_t* first = tensor().data();
-  const std::int64_t n = moe_elements();
+  const std::vector<TensorView> pieces = moe_bytes_as_one();
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::uint64_t> sums(threads);
   for (auto _ : state) {
-    std::vector<std::thread> pool;
-    for (unsigned k = 0; k < threads; ++k) {
-      pool.emplace_back([&, k] { sums[k] = read_sum(first + n * k / threads, first + n * (k + 1) / threads); });
+    for (const TensorView& piece : pieces) {
+      const auto* first = static_cast<const std::uint16_t*>(piece.data);
+      const std::int64_t n = piece.numel();
+      std::vector<std::thread> pool;
+      for (unsigned k = 0; k < threads; ++k) {
+        pool.emplace_back([&, k] { sums[k] += read_sum(first + n * k / threads, first + n * (k + 1) / threads); });
+      }
+      for (auto& th : pool) th.join();
     }
-    for (auto& th : pool) th.join();
     benchmark::DoNotOptimize(sums.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 2));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * moe_elements() * 2));
 }
 
 // A job's own codes of the BF16 tensor's shape (a byte, or half a byte, an element) with a scale
