@@ -36,6 +36,10 @@ const Result<te::TeConfig>& PolicyFlags::te_config_read() const {
   return *te_config_read_;
 }
 
+bool te_config_samples_nothing(const PolicyFlags& f) {
+  return f.te_config && f.te_config_read().ok() && f.te_config_read().value().rules.empty();
+}
+
 Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
   if (f.te_config) {
     if (f.selects()) {

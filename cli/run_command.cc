@@ -159,7 +159,8 @@ struct RunParts {
 // The flags, checked; the exit code when they cannot be used (0: fine).
 int check_run_flags(const RunOptions& o, const fs::path& here, RunParts& parts, std::ostream& err) {
   for (const std::string& line : te_config_notes(o.policy)) err << "fp8scope run: --te-config: " << line << "\n";
-  if (Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy()); !check.ok()) {
+  Result<v1::Policy> check = apply_policy_flags(o.policy, v1::Policy());
+  if (!check.ok() && !(te_config_samples_nothing(o.policy) && !o.policy.selects())) {
     err << "fp8scope run: " << check.message() << "\n";
     return kUsage;
   }
@@ -277,6 +278,15 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
   const fs::path here = executable_dir();
   RunParts parts;
   if (const int code = check_run_flags(o, here, parts, err); code != 0) return code;
+  if (te_config_samples_nothing(o.policy)) {
+    // The job matters more than our sampling: it runs as it would without fp8scope.
+    err << "fp8scope run: --te-config " << *o.policy.te_config
+        << " asks for nothing fp8scope samples (each part left out is listed above); the command runs without "
+           "the hook\n";
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+    return spawn_and_wait(o.command, std::move(envs), err);
+  }
   if (const int code = prepare_daemon(o, connection.value(), here, parts.job, err); code != 0) return code;
   std::vector<std::string> envs = child_environment(o, connection.value(), parts);
   err << "fp8scope run: job " << parts.job << ", run " << parts.run << ", daemon " << connection.value().endpoint << "\n";

@@ -65,3 +65,33 @@ TEST_CASE("fp8scope --te-config refuses a billion laughs, a key given twice and 
   refused_by_all(dir.write("value.yaml", "s:\n  enabled: True\n  layers:\n    layer_types: [q\x80kv]\n"),
                  "value.yaml:4: s.layers.layer_types: not valid UTF-8");
 }
+
+TEST_CASE("fp8scope run with a TE config that asks for nothing fp8scope samples runs the job, and says so",
+          "[cli][te]") {
+  TempDir dir;
+  // Only a feature that changes the run (TE's FakeQuant): nothing for fp8scope to observe.
+  const std::string config =
+      dir.write("only_fake_quant.yaml",
+                "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n  transformer_engine:\n"
+                "    FakeQuant: {enabled: true, gemms: [fprop], tensors: [activation], quant_format: FP8E4M3}\n");
+  // The job's own exit status comes back, and it ran (its output file exists), without the hook.
+  const std::string marker = dir.file("ran");
+  const ProcessResult r = run_process({FP8SCOPE_CLI, "run", "--endpoint", "127.0.0.1:1", "--te-config", config, "--",
+                                       "sh", "-c", "echo \"$LD_PRELOAD\" > " + marker + "; exit 3"},
+                                      {}, 30.0);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("FakeQuant: changes the job's numerics: not applied") &&
+                        Catch::Contains("asks for nothing fp8scope samples") &&
+                        Catch::Contains("the command runs without the hook"));
+  std::ifstream ran(marker);
+  std::string preload;
+  REQUIRE(ran.good());
+  std::getline(ran, preload);
+  CHECK(preload.find("fp8scope") == std::string::npos);
+  // policy set has nothing to set: still refused.
+  const ProcessResult set = run_process({FP8SCOPE_CLI, "policy", "set", "--endpoint", "127.0.0.1:1", "--te-config",
+                                         config}, {}, 30.0);
+  CHECK(set.exit_code == 2);
+  CHECK_THAT(set.err, Catch::Contains("asks for nothing fp8scope samples"));
+}

@@ -53,6 +53,10 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& flags, v1::Policy base)
 // What --te-config leaves out and why, one line each, for the command to print; nothing without it.
 std::vector<std::string> te_config_notes(const PolicyFlags& flags);
 
+// True when --te-config reads well and asks for nothing fp8scope samples (apply_policy_flags then
+// refuses it: `policy set` has nothing to set, while `run` runs the job unsampled).
+bool te_config_samples_nothing(const PolicyFlags& flags);
+
 // Sends the flags to the daemon as `job`'s own policy ("" = the default): the policy the job
 // follows now (the default with --reset) with the flags applied. With `inherit`, drops the job's own
 // policy instead. The flags must have passed apply_policy_flags. Each call gets timeout_seconds.
