@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <optional>
 #include <set>
 
@@ -26,7 +25,6 @@ constexpr const char* kFp8Stats[] = {"underflows%", "scale_inv_min", "scale_inv_
 constexpr const char* kNvfp4Stats[] = {"underflows%", "mse"};
 
 // nvdlfw's own LogTensorStats (the base namespace) counts steps by its own rule.
-enum class StepDialect { kTe, kNvdlfw };
 
 // At most this many layer numbers, all ranges together (a config names a model's layers).
 constexpr std::size_t kMaxLayerNumbers = 100000;
@@ -208,6 +206,9 @@ class Interpreter {
     if (known->role == FeatureRole::kChangesRun) {
       return note(f.line, key, std::string(known->changes) + ": not applied (fp8scope only observes)");
     }
+    if (known->role == FeatureRole::kNotCalledByTe) {
+      return note(f.line, key, std::string(known->changes) + ", so a TE job never runs it: not applied");
+    }
     if (config.is_null() || (config.is_map() && config.entries.empty())) return;  // nvdlfw: absent
     if (!config.is_map()) fail(config, key, "expected a map of the feature's fields");
     const ConfigNode* enabled = config.find("enabled");
@@ -216,7 +217,6 @@ class Interpreter {
     if (const ConfigNode* gemms = config.find("gemms") ? config.find("gemms") : config.find("gemms_struct")) {
       note(gemms->line, key, "gemms: TE's logging features read tensors only; ignored as TE ignores it");
     }
-    const StepDialect dialect = f.te_namespace ? StepDialect::kTe : StepDialect::kNvdlfw;
     // tensors_struct wins over tensors (base.py:32-58): each of its items is a tensor with its own fields.
     if (const ConfigNode* structs = config.find("tensors_struct")) {
       if (!structs->is_list()) fail(*structs, key + ".tensors_struct", "expected a list of {tensor: ...}");
@@ -228,7 +228,7 @@ class Interpreter {
           note(item.line, key + ".tensors_struct", tensor->text + " again: TE uses the first item only");
           continue;
         }
-        add_rule(key, known->role, dialect, group, layers, and_layers, tensor->text, config, &item);
+        add_rule(key, known->role, group, layers, and_layers, tensor->text, config, &item);
       }
     } else if (const ConfigNode* tensors = config.find("tensors")) {
       std::vector<std::string> names;
@@ -242,7 +242,7 @@ class Interpreter {
       } else {
         names = strings(*tensors, key + ".tensors");
       }
-      for (const std::string& tensor : names) add_rule(key, known->role, dialect, group, layers, and_layers, tensor, config, nullptr);
+      for (const std::string& tensor : names) add_rule(key, known->role, group, layers, and_layers, tensor, config, nullptr);
     } else {
       fail(config, key, "Provide 'tensors_struct: List[Dict]' or 'tensors: List[str]' (nvdlfw_inspect/base.py:57)");
     }
@@ -254,7 +254,7 @@ class Interpreter {
     return feature.find(name);
   }
 
-  void add_rule(const std::string& key, FeatureRole role, StepDialect dialect, std::uint32_t group,
+  void add_rule(const std::string& key, FeatureRole role, std::uint32_t group,
                 const std::string& layers, const std::string& and_layers, const std::string& tensor,
                 const ConfigNode& feature, const ConfigNode* item) {
     const std::string where_key = key + " " + tensor;
@@ -271,7 +271,7 @@ class Interpreter {
     read_stats(*stats, where_key, role, t->operand, columnwise);
 
     SamplingRule rule;
-    if (!steps(rule, feature, item, dialect, where_key)) {
+    if (!steps(rule, feature, item, where_key)) {
       return note(at.line, where_key, "never runs (end_step -1, or no step in its range): not applied");
     }
     rule.tensors = tensor_bit(t->rowwise_gemm, t->operand) | (columnwise ? tensor_bit(t->columnwise_gemm, t->operand) : 0u);
@@ -338,8 +338,7 @@ class Interpreter {
   }
 
   // The rule's steps; false when the feature never runs.
-  bool steps(SamplingRule& rule, const ConfigNode& feature, const ConfigNode* item, StepDialect dialect,
-             const std::string& key) const {
+  bool steps(SamplingRule& rule, const ConfigNode& feature, const ConfigNode* item, const std::string& key) const {
     const ConfigNode* freq_node = field(feature, item, "freq");
     const std::int64_t freq = freq_node && !freq_node->is_null() ? integer(*freq_node, key + ".freq") : 1;
     if (freq < 1) fail(*freq_node, key + ".freq", "expected 1 or more");
@@ -354,11 +353,8 @@ class Interpreter {
       for (const ConfigNode& pair : list->items) {
         if (!pair.is_list() || pair.items.size() != 2) fail(pair, key + ".start_end_list", "expected [start, end]");
         const std::int64_t s = integer(pair.items[0], key + ".start_end_list"), e = integer(pair.items[1], key + ".start_end_list");
-        const bool open = dialect == StepDialect::kNvdlfw && e == -1;
-        if (s < 0 || (!open && e < 0)) fail(pair, key + ".start_end_list", "expected steps of 0 or more");
-        // TE's ends are inclusive; nvdlfw's own are exclusive, -1 open (logging.py:203).
-        const std::uint64_t end = open ? std::numeric_limits<std::uint64_t>::max()
-                                       : static_cast<std::uint64_t>(e) + (dialect == StepDialect::kTe ? 1 : 0);
+        if (s < 0 || e < 0) fail(pair, key + ".start_end_list", "expected steps of 0 or more");
+        const std::uint64_t end = static_cast<std::uint64_t>(e) + 1;  // TE's ends are inclusive
         if (end <= static_cast<std::uint64_t>(s)) continue;  // an empty range
         rule.ranges[rule.range_count++] = {static_cast<std::uint64_t>(s), end};
       }
@@ -370,10 +366,10 @@ class Interpreter {
     const std::optional<std::int64_t> end = optional_integer(end_node, key + ".end_step");
     if (start && *start < 0) fail(*start_node, key + ".start_step", "expected 0 or more");
     rule.start_step = start ? static_cast<std::uint64_t>(*start) : 0;
-    if (end && *end == -1) return dialect == StepDialect::kNvdlfw;  // TE: never; nvdlfw: no end
+    if (end && *end == -1) return false;  // TE's: never
     if (end && *end < -1) fail(*end_node, key + ".end_step", "expected a step");
     if (end) {
-      rule.end_step = static_cast<std::uint64_t>(*end) + 1;  // inclusive in both
+      rule.end_step = static_cast<std::uint64_t>(*end) + 1;  // inclusive
       if (rule.end_step <= rule.start_step) return false;
     }
     return true;

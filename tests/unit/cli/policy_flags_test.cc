@@ -26,19 +26,20 @@ TEST_CASE("a TE config (--te-config) replaces the policy's selection with the ru
   base.add_operands(v1::OPERAND_W);
   Result<v1::Policy> p = cli::apply_policy_flags(flags, base);
   REQUIRE(p.ok());
-  CHECK(p.value().rules_size() == 5);
+  CHECK(p.value().rules_size() == 4);  // nvdlfw's own LogTensorStats is not applied
   CHECK(p.value().layer_regex().empty());
   CHECK(p.value().operands().empty());
   CHECK(p.value().recipes_size() == 3);
-  CHECK_THAT(p.value().rules(0).source(), Catch::Contains("te_stats_collection.yaml:8: collection_1.LogTensorStats activation"));
+  CHECK_THAT(p.value().rules(0).source(),
+             Catch::Contains("te_stats_collection.yaml:16: collection_1.transformer_engine.LogTensorStats activation"));
   // The hook hears the same rules from its environment before the daemon's policy reaches it.
   const std::string env = cli::policy_environment(flags).at("FP8SCOPE_RULES");
   std::string error;
   const auto rules = parse_rules(env, &error);
   REQUIRE(rules);
-  REQUIRE(rules->size() == 5);
-  CHECK(wire::to_wire((*rules)[4]).SerializeAsString() ==
-        [&] { v1::SamplingRule r = p.value().rules(4); r.clear_source(); return r.SerializeAsString(); }());
+  REQUIRE(rules->size() == 4);
+  CHECK(wire::to_wire((*rules)[3]).SerializeAsString() ==
+        [&] { v1::SamplingRule r = p.value().rules(3); r.clear_source(); return r.SerializeAsString(); }());
 
   flags.every = 5;
   CHECK_FALSE(cli::apply_policy_flags(flags, base).ok());

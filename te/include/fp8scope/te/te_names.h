@@ -110,18 +110,23 @@ enum class FeatureRole {
   kLogFp8TensorStats,   // a quantization's, the job's own or a recipe's what-if
   kLogNvfp4TensorStats,
   kChangesRun,          // fp8scope observes only: not applied
+  kNotCalledByTe,       // registered, but TE's modules never call it: not applied
 };
 struct FeatureName {
   const char* name;
   bool te_namespace;  // under `transformer_engine:`, else nvdlfw's base namespace
   FeatureRole role;
-  const char* changes;  // kChangesRun: what it would change
+  const char* changes;  // kChangesRun: what it would change; kNotCalledByTe: why TE never calls it
 };
 inline constexpr FeatureName kFeatures[] = {
     {"LogTensorStats", true, FeatureRole::kLogTensorStats, ""},
     {"LogFp8TensorStats", true, FeatureRole::kLogFp8TensorStats, ""},
     {"LogNvfp4TensorStats", true, FeatureRole::kLogNvfp4TensorStats, ""},
-    {"LogTensorStats", false, FeatureRole::kLogTensorStats, ""},  // nvdlfw's own
+    // nvdlfw's own, directly under a section: TE's modules inspect tensors through
+    // debug_api.transformer_engine.inspect_tensor (transformer_engine/debug/pytorch/
+    // debug_quantization.py), which runs TE's namespace's features only.
+    {"LogTensorStats", false, FeatureRole::kNotCalledByTe,
+     "nvdlfw_inspect's own LogTensorStats: TE's modules call only transformer_engine's features"},
     {"DisableQuantizationGEMM", true, FeatureRole::kChangesRun, "runs GEMMs in high precision"},
     {"DisableQuantizationLayer", true, FeatureRole::kChangesRun, "runs the layer in high precision"},
     {"DisableFP8GEMM", true, FeatureRole::kChangesRun,
