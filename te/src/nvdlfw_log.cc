@@ -1,5 +1,6 @@
 #include "fp8scope/te/nvdlfw_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -89,10 +90,12 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   line(*prefix + "underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
   line(*prefix + "mse", statistic_of(r, "mse"));
   if (r.caster.is(RecipeKind::kTensorDelayed)) line(*prefix + "overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
-  const bool per_tensor_scale = r.caster.is(RecipeKind::kTensorCurrent) || r.caster.is(RecipeKind::kTensorDelayed) ||
-                                r.scale_layout == ScaleLayout::kTensorScalar;
-  if (per_tensor_scale && r.scale > 0) {
-    line(*prefix + "scale_inv_min", 1.0 / r.scale);
+  // The scale_inv extremes over the tensor's one scale or its blocks' (log_fp8_tensor_stats.py:
+  // every FP8 recipe, MXFP8's and block scaling's included); NVFP4's stats have none.
+  const bool nvfp4 = r.format == CastFormat::kE2M1;
+  const double largest_scale = std::max(r.scale, r.scale_max);
+  if (!nvfp4 && r.scale > 0) {
+    line(*prefix + "scale_inv_min", 1.0 / largest_scale);
     line(*prefix + "scale_inv_max", 1.0 / r.scale);
   }
   return out;

@@ -493,6 +493,15 @@ TEST_CASE("history --format nvdlfw writes TE's debug log lines, which TE's and B
             Approx(std::stod(csv.at(r, "stat_mse"))).margin(5e-5));
       CHECK(found[parser]["blocks.0.mlp.fc1_activation_cur_amax"][std::to_string(step)].get<double>() ==
             Approx(std::stod(csv.at(r, "stat_amax"))).margin(5e-5));
+      // scale_inv's extremes, over the tensor's one scale or its blocks' (MXFP8's too).
+      const auto number = [&](const char* column) {
+        const std::string v = csv.at(r, column);
+        return v.empty() ? 0.0 : std::stod(v);  // an empty cell: none
+      };
+      const double scale = number("scale"), scale_max = std::max(scale, number("scale_max"));
+      CHECK(found[parser][name + "scale_inv_min"][std::to_string(step)].get<double>() ==
+            Approx(1.0 / scale_max).margin(5e-5));
+      CHECK(found[parser][name + "scale_inv_max"][std::to_string(step)].get<double>() == Approx(1.0 / scale).margin(5e-5));
       ++checked;
     }
   }

@@ -7,6 +7,8 @@
 #include <prometheus/registry.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -100,8 +102,22 @@ TEST_CASE("the daemon's TE log lines are history --format nvdlfw's, in the job's
   CHECK(written == expected);
   CHECK(written.find("blocks.0.fc1_weight_fp8_delayed_scaling_overflows%") != std::string::npos);
   // Each step and tensor: LogTensorStats' 4, and underflows% and mse of each recipe, the delayed
-  // one's overflows%, the per-tensor ones' scale_inv_min and _max.
-  CHECK(std::count(written.begin(), written.end(), '\n') == 3 * 2 * (4 + (2 + 2) + (2 + 1 + 2) + 2 + 2));
+  // one's overflows%, the FP8 ones' scale_inv_min and _max (NVFP4's stats have none).
+  CHECK(std::count(written.begin(), written.end(), '\n') == 3 * 2 * (4 + (2 + 2) + (2 + 1 + 2) + (2 + 2) + 2));
+  // MXFP8's extremes are over its blocks' scales: with values 3+step, -0.5 and 1e-9 in one block,
+  // its E8M0 scale_inv is 2^(floor(log2(amax)) - 8) (TE's: the amax's exponent less E4M3's max's).
+  for (const history::HistoryRecord& r : fp8scope::testing::stored_records(*history)) {
+    if (!r.caster.is(RecipeKind::kMxfp8) || r.operand != Operand::kX) continue;
+    const double scale_inv = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(3.0 + static_cast<double>(r.step)))) - 8);
+    for (const char* stat : {"mxfp8_scale_inv_min", "mxfp8_scale_inv_max"}) {
+      INFO(stat << " at step " << r.step);
+      const std::string line = "blocks.0.fc1_activation_" + std::string(stat) + " \t\t\t\t iteration=00000" +
+                               std::to_string(r.step) + " \t\t\t\t value=";
+      char value[32];
+      std::snprintf(value, sizeof value, "%.4f\n", scale_inv);  // Python's "{:.4f}"
+      CHECK(written.find(line + value) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("lines the writer cannot take are counted by reason, and writing resumes by itself", "[te_log_writer]") {
