@@ -21,6 +21,22 @@ PlanSegment direct(const void* src, std::uint64_t offset, std::uint64_t bytes) {
   return s;
 }
 
+// What a recorded operand of GEMM `gemm` says of itself, from its spec, view and alpha.
+RecordedOperand recorded(std::size_t gemm, const SampleSpec& spec, const OperandView& v, const GemmAlpha& alpha) {
+  RecordedOperand op;
+  op.gemm = gemm;
+  op.layer = spec.layer;
+  op.role = spec.role;
+  op.operand = spec.operand;
+  op.source = spec.source;
+  op.expert = spec.expert;
+  if (spec.tokens != nullptr) op.tokens = *spec.tokens;
+  op.valid_rows = spec.valid_rows;
+  op.view = v;
+  op.alpha = alpha;
+  return op;
+}
+
 // A plan slot that copies to `dst`.
 PlanSlot to(CUdeviceptr dst) {
   PlanSlot s{};
@@ -50,17 +66,7 @@ std::optional<shm::DropReason> Capture::record_operand(const DriverApi::CaptureI
   std::lock_guard<std::mutex> lock(mu_);
   if (const auto problem = graph_set_up()) return problem;
   const std::shared_ptr<Recording> r = graphs_.recording(capture.id, capture.graph);
-  RecordedOperand op;
-  op.gemm = gemm;
-  op.layer = spec.layer;
-  op.role = spec.role;
-  op.operand = spec.operand;
-  op.source = spec.source;
-  op.expert = spec.expert;
-  if (spec.tokens != nullptr) op.tokens = *spec.tokens;
-  op.valid_rows = spec.valid_rows;
-  op.view = v;
-  op.alpha = alpha;
+  RecordedOperand op = recorded(gemm, spec, v, alpha);
   op.payload = v.payload_bytes();
   // The cast that wrote the operand, recorded earlier in this capture (one matrix, not an expert's).
   if (spec.tokens == nullptr && v.batch_count == 1) {
@@ -171,15 +177,7 @@ std::optional<shm::DropReason> Capture::record_expert(const DriverApi::CaptureIn
   first.expert = 0;
   const std::uint64_t bytes = expert_layout(first, v, g.activation_device_shaped).codes;
   for (std::uint32_t node = 0; node < nodes; ++node) {
-    RecordedOperand op;
-    op.gemm = gemm;
-    op.layer = spec.layer;
-    op.role = spec.role;
-    op.operand = spec.operand;
-    op.source = spec.source;
-    if (spec.tokens != nullptr) op.tokens = *spec.tokens;
-    op.view = v;
-    op.alpha = alpha;
+    RecordedOperand op = recorded(gemm, spec, v, alpha);  // its expert: each replay's choice
     op.gather = g;
     op.gather->node = node;
     const std::optional<std::uint32_t> slot = graphs_.allocate_slot(*r);
