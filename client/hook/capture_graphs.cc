@@ -287,7 +287,8 @@ std::optional<shm::DropReason> Capture::replay_expert(const RecordedOperand& op,
   spec.tokens = op.tokens.empty() ? nullptr : &op.tokens;
   spec.tokens_in_b_cols = g.tokens_in_b_cols;
   const ExpertLayout l = expert_layout(spec, op.view, g.activation_device_shaped);
-  const std::uint64_t rows = op.view.row_major ? l.copied.cols : l.copied.rows;
+  // The tensor's rows are the columns of its column-major copy (as sample_experts counts them).
+  const std::uint64_t rows = l.copied.cols;
   spec.valid_rows = g.padded ? valid_rows(op.tokens, op.operand, c.expert, l.device_shaped ? ~0ull : rows) : 0;
   if (const auto full = reserve(l.staging(), l.payload(), p)) return full;
   prepare_expert(p, spec, op.view, op.alpha, l);
