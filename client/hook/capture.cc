@@ -207,7 +207,7 @@ CUdeviceptr Capture::prepare_expert(PendingRecord& p, const SampleSpec& spec, co
   r.ndim = 2;
   r.shape[0] = static_cast<std::int64_t>(std::max<std::uint64_t>(l.copied.cols, 1));  // grouped: set when known
   r.shape[1] = static_cast<std::int64_t>(std::max<std::uint64_t>(l.copied.rows, 1));
-  r.leading_dimension = v.shape_of(static_cast<std::uint32_t>(spec.expert)).ld;
+  r.leading_dimension = l.copied.ld;
   // The tokens follow the codes (and scales): a grouped sample's, where its sizes are known.
   if (spec.tokens != nullptr && !l.device_shaped) write_tokens(r, l.codes, *spec.tokens);
   p.payload_bytes = l.codes + l.tokens_bytes;

@@ -29,29 +29,37 @@ bool HookKernels::ready() {
   return true;
 }
 
-bool HookKernels::plan_copy(CUdeviceptr plan, unsigned int slot, const PlanCopy& copy, unsigned long long bytes,
-                            CUstream stream) {
+namespace {
+
+constexpr unsigned int kThreads = 256;
+
+// A graph node's kernel (plan, slot, its argument block): the driver copies the parameters at the
+// call, so they may live on this stack.
+template <class Args>
+bool launch_on_slot(const DriverApi& cu, CUfunction f, CUdeviceptr plan, unsigned int slot, const Args& args,
+                    unsigned int blocks, CUstream stream) {
   CUdeviceptr p_plan = plan;
   unsigned int p_slot = slot;
-  PlanCopy p_copy = copy;
-  void* params[] = {&p_plan, &p_slot, &p_copy};
+  Args p_args = args;
+  void* params[] = {&p_plan, &p_slot, &p_args};
+  return cu.launch_kernel(f, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool HookKernels::plan_copy(CUdeviceptr plan, unsigned int slot, const PlanCopy& copy, unsigned long long bytes,
+                            CUstream stream) {
   // Enough blocks to copy 16 bytes a thread a few times over; a replay nobody samples pays for
   // launching them, so no more.
-  constexpr unsigned int kThreads = 256;
   const auto blocks = static_cast<unsigned int>(std::clamp<unsigned long long>(bytes / (kThreads * 16 * 4), 1, 128));
-  return cu_.launch_kernel(plan_copy_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+  return launch_on_slot(cu_, plan_copy_, plan, slot, copy, blocks, stream);
 }
 
 bool HookKernels::plan_gather(CUdeviceptr plan, unsigned int slot, const PlanGather& gather, unsigned long long bytes,
                               CUstream stream) {
-  CUdeviceptr p_plan = plan;
-  unsigned int p_slot = slot;
-  PlanGather p_gather = gather;
-  void* params[] = {&p_plan, &p_slot, &p_gather};
   // One byte a thread, as the eager gather copies.
-  constexpr unsigned int kThreads = 256;
   const auto blocks = static_cast<unsigned int>(std::clamp<unsigned long long>(bytes / (kThreads * 8), 1, 1024));
-  return cu_.launch_kernel(plan_gather_, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS;
+  return launch_on_slot(cu_, plan_gather_, plan, slot, gather, blocks, stream);
 }
 
 bool HookKernels::plan_set(CUdeviceptr plan, const PlanEntries& entries, CUstream stream) {
