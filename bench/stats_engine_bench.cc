@@ -145,9 +145,8 @@ void BM_Memcpy(benchmark::State& state) {
   g_memcpy_seconds = 0.0;
 }
 
-void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, Operand operand = Operand::kX,
-                 ChannelAxis channels = ChannelAxis::kNone) {
-  auto engine = make_cpu_engine();
+// The recipes' plans for an operand (delayed scaling with a fixed scale of 100).
+std::vector<RecipePlan> plans_for(const std::vector<RecipeKind>& kinds, Operand operand) {
   std::vector<RecipePlan> plans;
   for (RecipeKind k : kinds) {
     RecipePlan p;
@@ -157,6 +156,13 @@ void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, 
     if (k == RecipeKind::kTensorDelayed) p.scale = 100.0f;
     plans.push_back(p);
   }
+  return plans;
+}
+
+void run_recipes(benchmark::State& state, const std::vector<RecipeKind>& kinds, Operand operand = Operand::kX,
+                 ChannelAxis channels = ChannelAxis::kNone) {
+  auto engine = make_cpu_engine();
+  const std::vector<RecipePlan> plans = plans_for(kinds, operand);
   TensorView t = view();
   t.channels = channels;
   for (auto _ : state) {
@@ -206,23 +212,13 @@ std::int64_t moe_elements() {
   for (const TensorView& t : moe_tensors()) n += t.numel();
   return n;
 }
-std::vector<RecipePlan> default_plans() {
-  std::vector<RecipePlan> plans;
-  for (RecipeKind k : kDefaultRecipeKinds) {
-    RecipePlan p;
-    p.recipe = default_recipe(k);
-    p.format = p.recipe.format_for(Operand::kX);
-    p.operand = Operand::kX;
-    plans.push_back(p);
-  }
-  return plans;
-}
 // As the daemon analyzes them: its analysis workers (2 by default) each take the next tensor and
 // share one engine.
 constexpr int kAnalysisWorkers = 2;
 void moe_analyze(benchmark::State& state, const std::vector<TensorView>& tensors) {
   auto engine = make_cpu_engine();
-  const std::vector<RecipePlan> plans = default_plans();
+  const std::vector<RecipePlan> plans =
+      plans_for(std::vector<RecipeKind>(std::begin(kDefaultRecipeKinds), std::end(kDefaultRecipeKinds)), Operand::kX);
   std::atomic<bool> failed{false};
   for (auto _ : state) {
     std::atomic<std::size_t> next{0};
