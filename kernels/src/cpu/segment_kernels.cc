@@ -412,15 +412,16 @@ void quantize_as(const float* x, int n, const float* scale, const float* scale_i
 // Stochastic rounding's expectation: fp64 weights in every lane; as quantize_lanes, a segment of
 // finite values skips the masks NaN and Inf need.
 struct ExpectedLanes {
-  I32V overflow{};  // negative counts: clipping happens whichever way the element rounds
-  F64V underflow[2] = {}, saturated[2] = {};
+  F64V underflow[2] = {}, overflow[2] = {}, saturated[2] = {};
   F64V squared_error[2] = {}, dot[2] = {}, dequant_squares[2] = {};
 };
 
 // add_expected_element's sums, on half a vector widened to fp64.
-inline void add_expected_half(ExpectedLanes& acc, int h, F64V x, F64V lo, F64V hi, F64V p, F64V flushes, F64V at_max) {
+inline void add_expected_half(ExpectedLanes& acc, int h, F64V x, F64V lo, F64V hi, F64V p, F64V flushes, F64V at_max,
+                              F64V clipped) {
   const F64V pd = p * (hi - lo), sum = lo + hi, dl = x - lo;
   acc.underflow[h] += flushes - flushes * p;
+  acc.overflow[h] += clipped;
   acc.saturated[h] += at_max;
   acc.squared_error[h] += dl * dl - pd * (x + x - sum);
   acc.dot[h] += x * (lo + pd);
@@ -432,21 +433,21 @@ inline void expected_lanes(ExpectedLanes& acc, F32V x, F32V scale, F32V scale_in
   const ExpectedElement<F32V> e = stochastic_element<F>(x, scale, scale_inv);
   const F32V one = splat<F32V>(1.0f), zero{};
   I32V finite = ~I32V{};  // all lanes set
-  F32V xv = x, lo = e.low, hi = e.high, p = e.p_high;
+  F32V xv = x, lo = e.low, hi = e.high, p = e.p_high, at_max = e.p_saturated, clipped = e.p_overflow;
   if constexpr (kMaybeNonFinite) {
     finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;
     xv = finite ? x : zero;
     lo = finite ? lo : zero;
     hi = finite ? hi : zero;
     p = finite ? p : zero;
+    at_max = finite ? at_max : zero;
+    clipped = finite ? clipped : zero;
   }
   const F32V flushes = (finite & e.low_zero & (x != 0.0f)) ? one : zero;
-  const F32V at_max = (finite & e.high_max) ? (e.low == e.high ? one : p) : zero;
-  acc.overflow += finite & e.overflow;
   add_expected_half(acc, 0, widen_low(xv), widen_low(lo), widen_low(hi), widen_low(p), widen_low(flushes),
-                    widen_low(at_max));
+                    widen_low(at_max), widen_low(clipped));
   add_expected_half(acc, 1, widen_high(xv), widen_high(lo), widen_high(hi), widen_high(p), widen_high(flushes),
-                    widen_high(at_max));
+                    widen_high(at_max), widen_high(clipped));
   const U32V bin = (finite & (x != 0.0f)) ? log2_bin(e.abs_scaled) : splat<U32V>(kNoBin);
   store(bins, __builtin_convertvector(bin, U8W));
 }
@@ -464,7 +465,7 @@ void quantize_expected_as(const float* __restrict x, int n, const float* __restr
   QuantStats q;
   for (const ExpectedLanes& a : acc) {
     q.underflow += sum_of(a.underflow);
-    q.overflow += static_cast<double>(count_lanes(a.overflow));
+    q.overflow += sum_of(a.overflow);
     q.saturated += sum_of(a.saturated);
     add_error_lanes(q, a);
   }

@@ -204,7 +204,7 @@ QuantStats run(const TensorView& view, RecipeKind kind, Operand operand, int thr
   auto engine = std::move(make_cpu_engine(options)).value();
   // tensor_current beside it: a per-tensor spec lets value counts run pass 1 (row amaxes from codes).
   const std::vector<RecipePlan> plans = {testing::fp4_plan(kind, operand),
-                                         RecipePlan{default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, operand, std::nullopt}};
+                                         RecipePlan{default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, operand, std::nullopt, std::nullopt}};
   return analyze_recipes(*engine, view, plans).value().recipes[0].stats;
 }
 
@@ -223,6 +223,75 @@ std::vector<float> trouble(std::int64_t rows, std::int64_t cols, std::uint32_t s
   if (rows > 2) x[static_cast<std::size_t>(2 * cols + 3)] = NAN;
   for (float& v : x) v = bf16_to_float(float_to_bf16(v));
   return x;
+}
+
+// ---- Stochastic rounding, every draw -----------------------------------------------------------
+
+// One draw of TE's rounder (util/ptx.cuh:532-547): u = byte / 256, the step at |y| and at
+// |y| + u * step (fmaf), floored to the grid, clipped to 6 by fminf, the sign put back.
+struct Draw {
+  float q;
+  bool clipped;  // the floor landed past 6
+};
+
+Draw te_stochastic_round(float y, unsigned byte) {
+  const float u = static_cast<float>(byte & 0xFF) * (1.0f / 256.0f), a = std::fabs(y);
+  const float step = a >= 4.0f ? 2.0f : (a >= 2.0f ? 1.0f : 0.5f);
+  const float t = std::fma(u, step, a);
+  const float step_t = t >= 4.0f ? 2.0f : (t >= 2.0f ? 1.0f : 0.5f);
+  const float floored = std::floor(t * (1.0f / step_t)) * step_t;
+  return {std::copysign(std::fmin(floored, 6.0f), y), floored > 6.0f};
+}
+
+// The mean over all 256 draws of y = fp32(x * scale), dequantized by scale_inv, in long double.
+struct DrawMean {
+  long double mean = 0, squared_error = 0, dot = 0;
+  int clipped = 0, saturated = 0, zero = 0;  // draws of each kind, of 256
+};
+
+DrawMean te_draw_mean(float x, float scale, float scale_inv) {
+  DrawMean m;
+  const float y = x * scale;
+  for (unsigned byte = 0; byte < 256; ++byte) {
+    const Draw d = te_stochastic_round(y, byte);
+    const long double xq = static_cast<long double>(d.q * scale_inv);
+    m.mean += xq / 256;
+    m.squared_error += (x - xq) * (x - xq) / 256;
+    m.dot += x * xq / 256;
+    m.clipped += d.clipped;
+    m.saturated += std::fabs(d.q) == 6.0f;
+    m.zero += d.q == 0.0f;
+  }
+  return m;
+}
+
+// nvfp4's 1x16 block scales (scale_rules_test pins them), each finite element's mean over TE's draws.
+struct SrOracle {
+  long double underflow = 0, overflow = 0, saturated = 0, squared_error = 0, dot = 0;
+  long double in_range_squares = 0, clipped_dot = 0;
+};
+
+SrOracle sr_oracle(const std::vector<float>& x, std::size_t cols) {
+  const BlockRule rule = nvfp4_rule(te_amax(x, 0, x.size()));
+  SrOracle o;
+  for (std::size_t first = 0; first < x.size(); first += std::min<std::size_t>(16, cols - first % cols)) {
+    const std::size_t width = std::min<std::size_t>(16, cols - first % cols);
+    const ScalePair s = nvfp4_block_scale(rule, te_amax(x, first, width));
+    for (std::size_t i = first; i < first + width; ++i) {
+      const float v = x[i];
+      if (!std::isfinite(v)) continue;
+      const DrawMean m = te_draw_mean(v, s.scale, s.scale_inv);
+      o.underflow += v != 0.0f ? m.zero / 256.0L : 0;
+      o.overflow += m.clipped / 256.0L;
+      o.saturated += m.saturated / 256.0L;
+      o.squared_error += m.squared_error;
+      o.dot += m.dot;
+      const bool in_range = std::fabs(v * s.scale) <= 6.0f;
+      o.in_range_squares += in_range ? static_cast<long double>(v) * v : 0;
+      o.clipped_dot += in_range ? 0 : m.dot;
+    }
+  }
+  return o;
 }
 
 }  // namespace
@@ -321,93 +390,102 @@ TEST_CASE("what 4over6 buys on Gaussian data: a lower MSE than nvfp4's", "[nvfp4
   }
 }
 
-TEST_CASE("stochastic rounding's expectation equals the mean over every draw TE's software twin can make",
+TEST_CASE("stochastic rounding's expectation is the mean over all 256 draws of TE's rounder, clips included",
           "[nvfp4_options]") {
-  // util/ptx.cuh:532-547: u = byte / 256, the step at |x| and at |x| + u * step, floor to the grid.
-  auto te_round = [](float x, unsigned byte) {
-    const float u = static_cast<float>(byte & 0xFF) * (1.0f / 256.0f), a = std::fabs(x);
-    const float step = a >= 4.0f ? 2.0f : (a >= 2.0f ? 1.0f : 0.5f);
-    const float t = std::fma(u, step, a);
-    const float step_t = t >= 4.0f ? 2.0f : (t >= 2.0f ? 1.0f : 0.5f);
-    return std::copysign(std::fmin(std::floor(t * (1.0f / step_t)) * step_t, 6.0f), x);
-  };
-  std::mt19937 rng(8);
-  std::uniform_real_distribution<float> wide(-7.5f, 7.5f);
-  std::vector<float> ys = {0.0f, 0.3f, -0.25f, 1.75f, 2.5f, 3.99f, 4.0f, 5.0f, -5.5f, 6.0f, 6.5f, 0x1p-20f};
-  for (int i = 0; i < 2000; ++i) ys.push_back(wide(rng));
-  for (float y : ys) {
-    long double mean = 0, mean_square_error = 0;
-    for (unsigned byte = 0; byte < 256; ++byte) {
-      const float q = te_round(y, byte);
-      mean += q / 256.0L;
-      mean_square_error += (static_cast<long double>(y) - q) * (y - q) / 256.0L;
+  std::vector<float> ys = {0.0f, 0.3f, -0.25f, 1.75f, 2.5f, 3.99f, 4.0f, 5.0f, -5.5f, 6.0f, 6.5f, 7.99f, 8.0f,
+                           -9.0f, 1e30f, 0x1p-20f, std::nextafter(6.0f, 7.0f), std::nextafter(8.0f, 0.0f)};
+  // Every 1/256 of a step in each interval of the grid (extended by 8 past max), and the floats
+  // either side: where floor(256 p) changes, and where fp32's rounding of |y| + u step lifts a draw.
+  const float points[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f};
+  for (int g = 0; g + 1 < 9; ++g)
+    for (int j = 0; j < 256; ++j) {
+      const float y = points[g] + (points[g + 1] - points[g]) * static_cast<float>(j) / 256.0f;
+      for (float v : {y, std::nextafter(y, 0.0f), std::nextafter(y, 10.0f)}) ys.push_back(v);
     }
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> wide(-9.5f, 9.5f);
+  for (int i = 0; i < 2000; ++i) ys.push_back(wide(rng));
+  int lifted = 0;  // draws fp32's rounding carries onto the next point, found below
+  for (float y : ys) {
+    const DrawMean want = te_draw_mean(y, 1.0f, 1.0f);
     const ExpectedElement<float> e = stochastic_element<kE2M1>(y, 1.0f, 1.0f);
     const long double p = e.p_high;
-    const long double ours = (1 - p) * e.low + p * e.high;
-    const long double ours_mse = (1 - p) * (y - e.low) * (y - e.low) + p * (y - e.high) * (y - e.high);
-    // TE's chance of rounding up is ours rounded to 1/256: the means differ by a step / 256 at most.
-    const long double step = std::fabs(e.high - e.low);
+    const long double mean = (1 - p) * e.low + p * e.high;
+    const long double mse = (1 - p) * (y - e.low) * (y - e.low) + p * (y - e.high) * (y - e.high);
     INFO("y = " << y);
-    // (TE's fma may round |x| + u * step onto the next point: a few ulps more.)
-    const long double resolution = 1.0L / 256 + 0x1p-20L;
-    CHECK(std::fabs(static_cast<double>(mean - ours)) <= static_cast<double>(step * resolution + 1e-12L));
-    CHECK(std::fabs(static_cast<double>(mean_square_error - ours_mse)) <= static_cast<double>(step * step * resolution + 1e-12L));
-    if (std::fabs(y) <= 6.0f) CHECK(std::fabs(static_cast<double>(ours - y)) < 1e-6);  // unbiased inside the range
+    CHECK(mean == Approx(static_cast<double>(want.mean)).margin(1e-15));
+    CHECK(mse == Approx(static_cast<double>(want.squared_error)).margin(1e-15));
+    CHECK(e.p_overflow * 256.0f == static_cast<float>(want.clipped));
+    CHECK(e.p_saturated * 256.0f == static_cast<float>(want.saturated));
+    if (y != 0.0f) CHECK((e.low_zero ? (1.0f - e.p_high) * 256.0f : 0.0f) == static_cast<float>(want.zero));
+    const float a = std::fabs(y), step = a >= 4.0f ? 2.0f : (a >= 2.0f ? 1.0f : 0.5f);
+    if (a < 6.0f && std::floor((a - std::floor(a / step) * step) / step * 256.0f) < e.p_high * 256.0f) ++lifted;
   }
+  CHECK(lifted > 0);  // the crafted values reach the fp32 carry
 }
 
-TEST_CASE("nvfp4_sr reports a gradient's expected statistics as the fp64 oracle does, and X and W round to nearest",
+TEST_CASE("TE's rounder leans toward zero by up to 1/256 of a step, and clips between 6 and 8 only when the draw "
+          "lands on 8",
+          "[nvfp4_options]") {
+  // A value a 1/512 step above a grid point never rounds up: 256 p = 0.5 floors to 0.
+  const ExpectedElement<float> e = stochastic_element<kE2M1>(4.0f + 2.0f / 512.0f, 1.0f, 1.0f);
+  CHECK(e.p_high == 0.0f);
+  CHECK(e.low == 4.0f);
+  // 7 is halfway from 6 to 8: half the draws reach 8 and are clipped, the code is 6 every time.
+  const ExpectedElement<float> seven = stochastic_element<kE2M1>(7.0f, 1.0f, 1.0f);
+  CHECK(seven.p_overflow == 0.5f);
+  CHECK(seven.p_saturated == 1.0f);
+  CHECK(seven.low == 6.0f);
+  CHECK(seven.high == 6.0f);
+  CHECK(stochastic_element<kE2M1>(8.0f, 1.0f, 1.0f).p_overflow == 1.0f);
+  CHECK(stochastic_element<kE2M1>(6.0f, 1.0f, 1.0f).p_overflow == 0.0f);
+}
+
+TEST_CASE("with a non-finite dequantization factor, the saturation share is the codes' own", "[nvfp4_options]") {
+  for (float scale_inv : {INFINITY, FLT_MAX}) {
+    for (float y : {4.5f, 5.0f, 5.75f, 3.0f}) {
+      const DrawMean want = te_draw_mean(y, 1.0f, scale_inv);
+      const ExpectedElement<float> e = stochastic_element<kE2M1>(y, 1.0f, scale_inv);
+      INFO("y = " << y << ", scale_inv = " << scale_inv);
+      CHECK(e.p_saturated * 256.0f == static_cast<float>(want.saturated));
+      CHECK(e.p_saturated < 1.0f);
+    }
+  }
+  // Through the engine: one Inf in the tensor makes the global amax, and so every block's factor, Inf.
+  std::vector<float> x = trouble(16, 32, 5);
+  for (float& v : x) v = std::isnan(v) ? 0.0f : v;
+  x[40] = INFINITY;
+  const SrOracle want = sr_oracle(x, 32);
+  const QuantStats got = run(TensorView{x.data(), DType::kF32, 16, 32, 1.0f}, RecipeKind::kNvfp4Sr, Operand::kDy);
+  CHECK(got.saturated == Approx(static_cast<double>(want.saturated)).epsilon(1e-12));
+  CHECK(got.underflow == Approx(static_cast<double>(want.underflow)).epsilon(1e-12));
+  CHECK(got.overflow == Approx(static_cast<double>(want.overflow)).epsilon(1e-12));
+}
+
+TEST_CASE("nvfp4_sr reports a gradient's expected statistics as the mean over TE's draws, and X and W round to "
+          "nearest",
           "[nvfp4_options]") {
   std::vector<float> x = trouble(37, 40, 17);
   const std::vector<std::uint16_t> bits = bf16_rounding(x);
   const TensorView view{bits.data(), DType::kBF16, 37, 40, 1.0f};
-  // The oracle: nvfp4's 1x16 scales (scale_rules_test pins them), then each element's two
-  // neighbours on the E2M1 grid, searched, weighted by the chance of each.
-  const float amax = te_amax(x, 0, x.size());
-  const BlockRule rule = nvfp4_rule(amax);
-  long double underflow = 0, overflow = 0, saturated = 0, squared_error = 0, dot = 0;
-  long double in_range_squares = 0, clipped_dot = 0;
-  for (std::size_t first = 0; first < x.size(); first += first % 40 == 32 ? 8 : 16) {  // 1x16 blocks of 40-column rows
-    const std::size_t width = std::min<std::size_t>(16, 40 - first % 40);
-    const ScalePair s = nvfp4_block_scale(rule, te_amax(x, first, width));
-    for (std::size_t i = first; i < first + width; ++i) {
-      const float v = x[i];
-      if (!std::isfinite(v)) continue;
-      const float a = std::fabs(v * s.scale);
-      float lo = 0.0f, hi = 6.0f;
-      for (float g : kE2M1Grid) {
-        if (g <= a) lo = g;
-        if (g >= a && g < hi) hi = g;
-      }
-      if (a >= 6.0f) lo = hi = 6.0f;
-      const long double p = hi > lo ? (static_cast<long double>(a) - lo) / (hi - lo) : 0.0L;
-      const long double xl = std::copysign(lo, v) * s.scale_inv, xh = std::copysign(hi, v) * s.scale_inv;
-      underflow += (lo == 0.0f && v != 0.0f) ? 1 - p : 0;
-      overflow += a > 6.0f;
-      saturated += hi == 6.0f ? (lo == hi ? 1 : p) : 0;
-      squared_error += (1 - p) * (v - xl) * (v - xl) + p * (v - xh) * (v - xh);
-      dot += v * ((1 - p) * xl + p * xh);
-      in_range_squares += a <= 6.0f ? static_cast<long double>(v) * v : 0;
-      clipped_dot += a > 6.0f ? v * xh : 0;
-    }
-  }
+  const SrOracle want = sr_oracle(x, 40);
+  REQUIRE(want.overflow != std::floor(want.overflow));  // the data reaches between 6 and 8
   for (const std::string& isa : cpu_isas()) {
     INFO(isa);
     const QuantStats q = run(view, RecipeKind::kNvfp4Sr, Operand::kDy, 2, CpuEngineOptions::Strategy::kAuto, isa);
-    CHECK(q.underflow == Approx(static_cast<double>(underflow)).epsilon(1e-12));
-    CHECK(q.squared_error == Approx(static_cast<double>(squared_error)).epsilon(1e-12));
+    CHECK(q.underflow == Approx(static_cast<double>(want.underflow)).epsilon(1e-12));
+    CHECK(q.overflow == Approx(static_cast<double>(want.overflow)).epsilon(1e-12));
+    CHECK(q.squared_error == Approx(static_cast<double>(want.squared_error)).epsilon(1e-12));
   }
   const QuantStats got = run(view, RecipeKind::kNvfp4Sr, Operand::kDy);
-  CHECK(got.underflow == Approx(static_cast<double>(underflow)).epsilon(1e-12));
+  CHECK(got.underflow == Approx(static_cast<double>(want.underflow)).epsilon(1e-12));
   CHECK(got.underflow != std::floor(got.underflow));  // an expected count
-  CHECK(got.overflow == static_cast<double>(overflow));
-  CHECK(got.saturated == Approx(static_cast<double>(saturated)).epsilon(1e-12));
-  CHECK(got.squared_error == Approx(static_cast<double>(squared_error)).epsilon(1e-12));
-  CHECK(got.dot == Approx(static_cast<double>(dot)).epsilon(1e-12));
-  // Stochastic rounding is unbiased inside the range: E[x * x̂] = x² there (up to fp32's x̂), and
-  // the elements clipped at 6 add x * max.
-  CHECK(got.dot == Approx(static_cast<double>(in_range_squares + clipped_dot)).epsilon(1e-6));
+  CHECK(got.overflow == Approx(static_cast<double>(want.overflow)).epsilon(1e-12));
+  CHECK(got.saturated == Approx(static_cast<double>(want.saturated)).epsilon(1e-12));
+  CHECK(got.squared_error == Approx(static_cast<double>(want.squared_error)).epsilon(1e-12));
+  CHECK(got.dot == Approx(static_cast<double>(want.dot)).epsilon(1e-12));
+  // The rounder leans toward zero: E[x * x̂] falls short of x² inside the range (up to fp32's x̂).
+  CHECK(got.dot < static_cast<double>(want.in_range_squares + want.clipped_dot));
   // Its expected error is larger than nearest rounding's; X and W are nvfp4's.
   CHECK(got.squared_error > run(view, RecipeKind::kNvfp4, Operand::kDy).squared_error);
   CHECK(run(view, RecipeKind::kNvfp4Sr, Operand::kX).squared_error == run(view, RecipeKind::kNvfp4, Operand::kX).squared_error);
