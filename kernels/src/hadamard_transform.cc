@@ -36,21 +36,27 @@ constexpr int kChunk = 64;  // columns of x transformed together: 16 x 64 floats
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 void transform_groups(const TensorView& x, HadamardTransformed& t, std::int64_t g_begin, std::int64_t g_end) {
-  float v[kHadamardSize][kChunk];
+  float row[kChunk];
+  double v[kHadamardSize][kChunk];
   for (std::int64_t g = g_begin; g < g_end; ++g) {
     for (std::int64_t k0 = 0; k0 < x.cols; k0 += kChunk) {
       const int n = static_cast<int>(std::min<std::int64_t>(kChunk, x.cols - k0));
       for (int i = 0; i < kHadamardSize; ++i) {
-        load_row(x, g * kHadamardSize + i, k0, n, v[i]);
-        const float sign = static_cast<float>(kHadamardSigns[i]);
-        for (int k = 0; k < n; ++k) v[i][k] *= sign;
+        load_row(x, g * kHadamardSize + i, k0, n, row);
+        // TE's matrix holds each entry already signed and quartered (±0.25), so every product is
+        // exact and no partial sum is larger than the inputs (hadamard_transform_utils.cuh:161).
+        const double quarter = 0.25 * kHadamardSigns[i];
+        for (int k = 0; k < n; ++k) v[i][k] = row[k] * quarter;
       }
-      // Sylvester's butterfly: after the four stages v[j] = sum_i (-1)^popcount(i & j) v[i].
+      // Sylvester's butterfly: after the four stages v[j] = sum_i (-1)^popcount(i & j) v[i]. In
+      // fp64 a sum of 16 such products is exact unless their magnitudes span more than 2^25; it is
+      // rounded once to fp32, the MMA's accumulator (whose order of additions is not specified), and to BF16 as TE writes them
+      // (cvt.rn.bf16x2.f32, hadamard_transform_utils.cuh:97-109).
       for (int half = 1; half < kHadamardSize; half *= 2) {
         for (int i = 0; i < kHadamardSize; ++i) {
           if (i & half) continue;
           for (int k = 0; k < n; ++k) {
-            const float a = v[i][k], b = v[i + half][k];
+            const double a = v[i][k], b = v[i + half][k];
             v[i][k] = a + b;
             v[i + half][k] = a - b;
           }
@@ -58,7 +64,7 @@ void transform_groups(const TensorView& x, HadamardTransformed& t, std::int64_t 
       }
       std::uint16_t* out = t.bf16.data() + t.index(k0, g * kHadamardSize);
       for (int k = 0; k < n; ++k)
-        for (int j = 0; j < kHadamardSize; ++j) out[k * kHadamardSize + j] = float_to_bf16(v[j][k] * 0.25f);
+        for (int j = 0; j < kHadamardSize; ++j) out[k * kHadamardSize + j] = float_to_bf16(static_cast<float>(v[j][k]));
     }
   }
 }

@@ -5,7 +5,8 @@
 // 16 consecutive elements, i.e. 16 rows of x (pytorch/custom_recipes/reference_nvfp4.py:443-446,
 // 870-874), by diag(signs) @ H16 / 4 (pytorch/tensor/nvfp4_tensor.py:55-57 and 62-103; H16 is
 // Sylvester's, entry (r, c) = (-1)^popcount(r & c), common/hadamard_transform/
-// hadamard_transform_utils.cuh:21 and 148), in bf16 with fp32 sums; the NVFP4 amax is then taken
+// hadamard_transform_utils.cuh:21 and 148): a BF16 matrix of ±0.25 in an MMA with an fp32 accumulator,
+// rounded to BF16 (hadamard_transform_utils.cuh:97-109, 161); the NVFP4 amax is then taken
 // after the transform (pytorch/quantization.py:1734-1735). The transform is orthonormal, so the
 // squared error, the dot product and the squares of the cast measured on the transformed tensor
 // are those of the original one.
