@@ -9,9 +9,10 @@ namespace fp8scope {
 namespace {
 
 // The specs at `indices` on one tensor, kMaxSpecsPerCall a read; their results go to quant.
-// The first read's moments, amax and channels go to *first (when given).
+// The first read's moments, amax and channels go to *first (when given), its TE amax to *te_amax.
 Status analyze_specs(StatsEngine& engine, const TensorView& tensor, const std::vector<QuantSpec>& specs,
-                     const std::vector<std::size_t>& indices, std::vector<QuantStats>& quant, TensorAnalysis* first) {
+                     const std::vector<std::size_t>& indices, std::vector<QuantStats>& quant, TensorAnalysis* first,
+                     float* te_amax = nullptr) {
   std::size_t done = 0;
   do {
     const std::size_t n = std::min<std::size_t>(kMaxSpecsPerCall, indices.size() - done);
@@ -25,6 +26,7 @@ Status analyze_specs(StatsEngine& engine, const TensorView& tensor, const std::v
     }
     if (Status s = engine.analyze(view, chunk, &analysis); !s.ok()) return s;
     for (std::size_t k = 0; k < n; ++k) quant[indices[done + k]] = analysis.quant[k];
+    if (done == 0 && te_amax != nullptr) *te_amax = analysis.te_amax;
     if (done == 0 && first != nullptr) *first = std::move(analysis);
     done += n;
   } while (done < indices.size());
@@ -62,7 +64,13 @@ Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tens
     // Each analyzing thread keeps its largest transformed copy (docs/operations.md counts it).
     thread_local HadamardTransformed t;
     hadamard_columns(tensor, t);
-    if (Status s = analyze_specs(engine, t.view(), specs, transformed, quant, nullptr); !s.ok()) return s;
+    float te_amax = 0.0f;
+    if (Status s = analyze_specs(engine, t.view(), specs, transformed, quant, nullptr, &te_amax); !s.ok()) return s;
+    for (std::size_t k : transformed) {
+      Result<QuantStats> exact = against_exact_transform(tensor, specs[k], te_amax, quant[k]);
+      if (!exact.ok()) return exact.status();
+      quant[k] = exact.value();
+    }
   }
   TensorReport report;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

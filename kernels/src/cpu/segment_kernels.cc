@@ -508,6 +508,92 @@ void quantize_expected(CastFormat format, const float* x, int n, const float* sc
   by_format<StochasticCast>(format, x, n, scale, scale_inv, block_cols, into);
 }
 
+// residual_sums' lanes: each sum in two halves of fp64 lanes.
+struct ResidualLanes {
+  F64V cross[2] = {}, squares[2] = {}, with_cast[2] = {};
+};
+
+template <const FloatFormat& F, bool kStochastic, bool kMaybeNonFinite>
+inline void residual_lanes(ResidualLanes& acc, F32V x, F32V d, F32V scale, F32V scale_inv) {
+  // The cast, x̂_lo for a nearest one; its expectation x̂_lo + p (x̂_hi - x̂_lo) under stochastic rounding.
+  F32V lo, hi{}, p{};
+  if constexpr (kStochastic) {
+    const ExpectedElement<F32V> e = stochastic_element<F>(x, scale, scale_inv);
+    lo = e.low, hi = e.high, p = e.p_high;
+  } else {
+    lo = quantize_element<F>(x, scale, scale_inv).dequantized;
+  }
+  F32V xv = x;
+  if constexpr (kMaybeNonFinite) {  // their residual is 0, but their x̂ may be NaN
+    const I32V finite = (Lanes<F32V>::to_bits(x) & kAbsMask) < kInfBits;
+    xv = finite ? x : F32V{};
+    d = finite ? d : F32V{};
+    lo = finite ? lo : F32V{};
+    hi = finite ? hi : F32V{};
+    p = finite ? p : F32V{};
+  }
+  const F64V xs[2] = {widen_low(xv), widen_high(xv)}, ds[2] = {widen_low(d), widen_high(d)};
+  const F64V los[2] = {widen_low(lo), widen_high(lo)}, his[2] = {widen_low(hi), widen_high(hi)};
+  const F64V ps[2] = {widen_low(p), widen_high(p)};
+  for (int h = 0; h < 2; ++h) {
+    const F64V q = kStochastic ? los[h] + ps[h] * (his[h] - los[h]) : los[h];
+    acc.cross[h] += ds[h] * (xs[h] - q);
+    acc.squares[h] += ds[h] * ds[h];
+    acc.with_cast[h] += ds[h] * q;
+  }
+}
+
+// Scales per block of block_cols (a multiple of 16), or per element (block_cols 1).
+template <const FloatFormat& F, bool kStochastic>
+void residual_sums_as(const float* __restrict x, const float* __restrict residual, int n, const float* __restrict scale,
+                      const float* __restrict scale_inv, int block_cols, ResidualSums* into) {
+  ResidualLanes acc[2];
+  auto block_of = [&](int at) { return block_cols > 0 ? at / block_cols : 0; };
+  auto lanes_of = [&](const float* v, int at) { return block_cols == 1 ? load<F32V>(v + at) : splat<F32V>(v[block_of(at)]); };
+  int i = over_vectors(x, n, acc, [&](ResidualLanes& a, int at, auto masked) {
+    residual_lanes<F, kStochastic, decltype(masked)::value>(a, load<F32V>(x + at), load<F32V>(residual + at),
+                                                             lanes_of(scale, at), lanes_of(scale_inv, at));
+  });
+  for (const ResidualLanes& a : acc) {
+    into->cross += sum_of(a.cross);
+    into->squares += sum_of(a.squares);
+    into->with_cast += sum_of(a.with_cast);
+  }
+  for (; i < n; ++i) {
+    const float xi = x[i];
+    if (!(std::fabs(xi) < __builtin_inff())) continue;
+    const float s = scale[block_of(i)], si = scale_inv[block_of(i)];
+    double q;
+    if constexpr (kStochastic) {
+      const ExpectedElement<float> e = stochastic_element<F>(xi, s, si);
+      q = e.low + static_cast<double>(e.p_high) * (static_cast<double>(e.high) - e.low);
+    } else {
+      q = quantize_element<F>(xi, s, si).dequantized;
+    }
+    const double d = residual[i];
+    into->cross += d * (xi - q);
+    into->squares += d * d;
+    into->with_cast += d * q;
+  }
+}
+
+template <const FloatFormat& F>
+struct ResidualOfCast {
+  static void run(bool stochastic, const float* x, const float* d, int n, const float* s, const float* si, int bc,
+                  ResidualSums* into) {
+    stochastic ? residual_sums_as<F, true>(x, d, n, s, si, bc, into) : residual_sums_as<F, false>(x, d, n, s, si, bc, into);
+  }
+};
+
+void residual_sums(CastFormat format, bool stochastic, const float* x, const float* residual, int n, const float* scale,
+                   const float* scale_inv, int block_cols, ResidualSums* into) {
+  switch (format) {
+    case CastFormat::kE4M3: ResidualOfCast<kE4M3>::run(stochastic, x, residual, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE5M2: ResidualOfCast<kE5M2>::run(stochastic, x, residual, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE2M1: ResidualOfCast<kE2M1>::run(stochastic, x, residual, n, scale, scale_inv, block_cols, into); return;
+  }
+}
+
 // A vector's lanes from `stride` floats apart: lane l of the result is p[l * stride].
 inline F32V load_strided(const float* p, int stride) {
   F32V v;
@@ -582,7 +668,7 @@ void four_over_six_scales(const BlockRule& rule, const float* __restrict x, int 
 extern const SegmentKernels kKernels;
 const SegmentKernels kKernels{FP8SCOPE_ISA_LABEL,   to_float,     add_moments,          block_amax,
                               fold_amax,            max_magnitude_bits16, fold_magnitude_bits16, block_scales,
-                              quantize,             quantize_expected,    four_over_six_blocks,
+                              quantize,             quantize_expected,    residual_sums,        four_over_six_blocks,
                               four_over_six_errors, four_over_six_picks,  four_over_six_scales};
 
 }  // namespace fp8scope::cpu::FP8SCOPE_ISA

@@ -26,6 +26,11 @@ struct FourOverSixBlocks {
   float scale6[kMaxBlocks], inv6[kMaxBlocks], code6[kMaxBlocks];
 };
 
+// residual_sums' three sums.
+struct ResidualSums {
+  double cross = 0, squares = 0, with_cast = 0;
+};
+
 struct SegmentKernels {
   const char* isa;  // a short name: "x86-64-v4", "x86-64-v3", "baseline"
   // out[i] = fp32(element first + i), i < n.
@@ -50,6 +55,12 @@ struct SegmentKernels {
   // The same under stochastic rounding: the expectation of every count and sum (stochastic_element).
   void (*quantize_expected)(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv,
                             int block_cols, QuantStats* into);
+  // What measuring quantize's (stochastic: quantize_expected's) cast of x[0..n) against x + residual
+  // instead of x adds, over the finite x, with x̂ the cast (its expectation): into->cross +=
+  // Σ d (x - x̂), into->squares += Σ d², into->with_cast += Σ d x̂, d = residual[i]. block_cols 1
+  // gives each element its own scale[i].
+  void (*residual_sums)(CastFormat format, bool stochastic, const float* x, const float* residual, int n,
+                        const float* scale, const float* scale_inv, int block_cols, ResidualSums* into);
   // NVFP4 4over6: the candidates of blocks with amax[b], b < nb (four_over_six_candidates).
   void (*four_over_six_blocks)(const BlockRule& rule, const float* amax, int nb, FourOverSixBlocks* into);
   // The error of each block of `block` elements (a multiple of 16) under its two candidates, TE's

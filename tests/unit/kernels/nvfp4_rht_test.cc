@@ -34,11 +34,13 @@ double te_rht(int i, int j) {
   return signs[i] * (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) / 4.0;
 }
 
-// fp64 transform of x (rows x cols, row-major) into cols x ceil16(rows), BF16 values as floats.
+// fp64 transform of x (rows x cols, row-major) into cols x ceil16(rows), BF16 values as floats;
+// the exact values before that rounding into *exact, when given.
 std::vector<float> oracle_transform(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
-                                    std::int64_t* padded) {
+                                    std::int64_t* padded, std::vector<double>* exact = nullptr) {
   *padded = (rows + 15) / 16 * 16;
   std::vector<float> t(static_cast<std::size_t>(cols * *padded));
+  if (exact != nullptr) exact->assign(t.size(), 0.0);
   for (std::int64_t k = 0; k < cols; ++k)
     for (std::int64_t g = 0; g < *padded; g += 16)
       for (int j = 0; j < 16; ++j) {
@@ -47,6 +49,7 @@ std::vector<float> oracle_transform(const std::vector<float>& x, std::int64_t ro
           if (g + i < rows) y += te_rht(i, j) * x[static_cast<std::size_t>((g + i) * cols + k)];
         }
         t[static_cast<std::size_t>(k * *padded + g + j)] = bf16_to_float(float_to_bf16(static_cast<float>(y)));
+        if (exact != nullptr) (*exact)[static_cast<std::size_t>(k * *padded + g + j)] = y;
       }
   return t;
 }
@@ -165,11 +168,12 @@ TEST_CASE("nvfp4_rht casts X's and Dy's transform as nvfp4 1x16 and a weight as 
     const std::vector<RecipePlan> plans = {testing::fp4_plan(RecipeKind::kNvfp4Rht, operand)};
     const TensorReport r = analyze_recipes(*engine, view, plans).value();
     std::int64_t padded = 0;
-    const std::vector<float> t = oracle_transform(x, rows, cols, &padded);
+    std::vector<double> exact;
+    const std::vector<float> t = oracle_transform(x, rows, cols, &padded, &exact);
     float amax = 0;
     for (float v : t) amax = std::isnan(v) ? amax : std::max(amax, std::fabs(v));
-    const reference::Quant want =
-        reference::quantize(t, cols, padded, r.recipes[0].spec, amax);
+    // The cast reads the BF16 copy; its error is measured against the exact transform.
+    const reference::Quant want = reference::quantize(t, cols, padded, r.recipes[0].spec, amax, &exact);
     const QuantStats& got = r.recipes[0].stats;
     CHECK(r.recipes[0].spec.block_rows == 1);
     CHECK(r.recipes[0].spec.block_cols == 16);
@@ -191,6 +195,36 @@ TEST_CASE("nvfp4_rht casts X's and Dy's transform as nvfp4 1x16 and a weight as 
   CHECK(w.recipes[0].spec.block_rows == 16);
   CHECK(w.recipes[0].stats.squared_error == w.recipes[1].stats.squared_error);
   CHECK(w.recipes[0].stats.underflow == w.recipes[1].stats.underflow);
+}
+
+TEST_CASE("MSE, cosine and SQNR of nvfp4_rht all measure against the input: a one-element tensor and an F32 "
+          "one agree",
+          "[nvfp4_rht]") {
+  // The transform is orthonormal, so against the exact transform sum (T - q)^2 = sum x^2 - 2 sum Tq +
+  // sum q^2 holds with sum x^2 the input's own: the error and the signal the cosine and SQNR divide
+  // by are the same tensor's. Measured against the BF16 copy instead, the two disagree whenever
+  // the transform is not BF16-exact (an F32 input, or one BF16 element whose sixteenths round).
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<float> wide(32 * 24);
+  for (float& v : wide) v = normal(rng);
+  struct Case {
+    std::vector<float> x;
+    std::int64_t rows, cols;
+  };
+  auto engine = make_cpu_engine(2);
+  for (const Case& c : {Case{{1.2345678f}, 1, 1}, Case{{3.0f}, 1, 1}, Case{wide, 32, 24}}) {
+    const TensorView view{c.x.data(), DType::kF32, c.rows, c.cols, 1.0f};
+    const std::vector<RecipePlan> plans = {testing::fp4_plan(RecipeKind::kNvfp4Rht, Operand::kX)};
+    const TensorReport r = analyze_recipes(*engine, view, plans).value();
+    const QuantStats& q = r.recipes[0].stats;
+    long double squares = 0;
+    for (float v : c.x) squares += static_cast<long double>(v) * v;
+    INFO(c.rows << "x" << c.cols);
+    CHECK(q.squared_error == Approx(static_cast<double>(squares - 2 * static_cast<long double>(q.dot) + q.dequant_squares))
+                                 .epsilon(1e-9)
+                                 .margin(1e-12));
+  }
 }
 
 TEST_CASE("what RHT buys: an iid Gaussian nothing, sparse outliers fewer flushed elements at a higher MSE",

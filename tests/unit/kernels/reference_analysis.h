@@ -102,8 +102,10 @@ inline ScalePair scales_from_amax(const QuantSpec& spec, float amax, float tenso
   return block_scale(block_rule_for(spec, tensor_te_amax), amax);
 }
 
+// x is the cast's input; `exact` the value its error is measured against (x itself, or the exact
+// value x is a rounding of).
 template <const FloatFormat& F>
-void add_element(Quant& q, float x, ScalePair s) {
+void add_element(Quant& q, float x, ScalePair s, long double exact) {
   if (!std::isfinite(x)) return;
   const float y = x * s.scale;
   const CastResult c = encode<F>(y, Saturation::kSatFinite);
@@ -112,10 +114,10 @@ void add_element(Quant& q, float x, ScalePair s) {
   if (x != 0.0f && magnitude == 0) ++q.underflow;  // U = nnz(x) - nnz(Q)
   if (c.flags & kCastOverflow) ++q.overflow;
   if (magnitude == FormatConstants<F>::kMaxCode) ++q.saturated;
-  const long double d = static_cast<long double>(x) - xq;
+  const long double d = exact - xq;
   q.squared_error += d * d;
-  q.dot += static_cast<long double>(x) * xq;
-  q.dot_abs += std::fabs(static_cast<long double>(x) * xq);
+  q.dot += exact * xq;
+  q.dot_abs += std::fabs(exact * xq);
   q.dequant_squares += static_cast<long double>(xq) * xq;
   if (x != 0.0f) {
     const float ay = std::fabs(y);
@@ -124,8 +126,9 @@ void add_element(Quant& q, float x, ScalePair s) {
   }
 }
 
+// `exact`, when given: the values each x is a rounding of, which the errors are measured against.
 inline Quant quantize(const std::vector<float>& x, std::int64_t rows, std::int64_t cols, const QuantSpec& spec,
-                      float tensor_te_amax) {
+                      float tensor_te_amax, const std::vector<double>* exact = nullptr) {
   Quant q;
   const std::int64_t br = spec.per_block() ? spec.block_rows : rows, bc = spec.per_block() ? spec.block_cols : cols;
   for (std::int64_t r0 = 0; r0 < rows; r0 += br)
@@ -138,11 +141,13 @@ inline Quant quantize(const std::vector<float>& x, std::int64_t rows, std::int64
       q.scale_max = std::max(q.scale_max, s.scale);
       for (std::int64_t r = r0; r < std::min(r0 + br, rows); ++r)
         for (std::int64_t c = c0; c < std::min(c0 + bc, cols); ++c) {
-          const float v = x[static_cast<std::size_t>(r * cols + c)];
+          const auto at = static_cast<std::size_t>(r * cols + c);
+          const float v = x[at];
+          const long double e = exact != nullptr ? (*exact)[at] : v;
           switch (spec.format) {
-            case CastFormat::kE4M3: add_element<kE4M3>(q, v, s); break;
-            case CastFormat::kE5M2: add_element<kE5M2>(q, v, s); break;
-            case CastFormat::kE2M1: add_element<kE2M1>(q, v, s); break;
+            case CastFormat::kE4M3: add_element<kE4M3>(q, v, s, e); break;
+            case CastFormat::kE5M2: add_element<kE5M2>(q, v, s, e); break;
+            case CastFormat::kE2M1: add_element<kE2M1>(q, v, s, e); break;
           }
         }
     }

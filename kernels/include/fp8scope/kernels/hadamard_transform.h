@@ -48,6 +48,16 @@ HadamardTransformed hadamard_columns(const TensorView& x);
 // zeroing and page faults than the transform itself.
 void hadamard_columns(const TensorView& x, HadamardTransformed& into);
 
+// A cast's sums measured by an engine on x's transformed copy (`spec`'s cast of hadamard_columns(x),
+// te_amax the engine's TE amax of it), made against the exact transform instead, which is what the
+// what-if's error is: TE rounds the transform to BF16 before it casts, and a lossless cast of the
+// input must read lossless. With b the BF16 element, d the exact value less b and q b's cast (under
+// stochastic rounding, its expectation): sum (b + d - q)^2 = sum (b - q)^2 + 2 sum d (b - q) +
+// sum d^2 and sum (b + d) q = sum b q + sum d q. The casts are the engines' (segment kernels), in
+// 1-row blocks, the only shape TE casts a transformed copy in; any other spec is refused.
+Result<QuantStats> against_exact_transform(const TensorView& x, const QuantSpec& spec, float te_amax,
+                                           const QuantStats& measured);
+
 // fp32 -> BF16 bits, round to nearest even (NaN stays NaN); branch-free, so it vectorizes.
 inline std::uint16_t float_to_bf16(float f) {
   const std::uint32_t u = float_bits(f);
