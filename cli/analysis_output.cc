@@ -103,6 +103,14 @@ nlohmann::ordered_json skipped_json(const std::string& file, const FileTensor& t
   return j;
 }
 
+nlohmann::ordered_json refused_json(const std::string& file, const FileTensor& tensor, RecipeKind recipe,
+                                    const std::string& why) {
+  nlohmann::ordered_json j = tensor_fields(file, tensor);
+  j["recipe"] = recipe_name(recipe);
+  j["not_computed"] = why;
+  return j;
+}
+
 void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport& report) {
   const TensorMoments& m = report.moments;
   const QuantStats none;

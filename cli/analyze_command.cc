@@ -21,6 +21,15 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   if (!format || *format == CastFormat::kE2M1) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
   const std::optional<Operand> operand = operand_from_name(o.operand);
   if (!operand) return Status::error("--operand: expected x, w or dy, got " + o.operand);
+  // A GEMM that reads the operand (fprop reads X and W, dgrad W and Dy, wgrad X and Dy).
+  const std::optional<GemmRole> gemm =
+      o.gemm.empty() ? std::optional<GemmRole>(*operand == Operand::kDy ? GemmRole::kDgrad : GemmRole::kFprop)
+                     : gemm_from_name(o.gemm);
+  const bool reads = gemm && (*gemm == GemmRole::kFprop   ? *operand != Operand::kDy
+                              : *gemm == GemmRole::kDgrad ? *operand != Operand::kX
+                              : *gemm == GemmRole::kWgrad ? *operand != Operand::kW
+                                                          : false);
+  if (!reads) return Status::error("--gemm: expected a GEMM that reads " + o.operand + " (fprop, dgrad or wgrad), got " + o.gemm);
   if (o.scale && !(std::isfinite(*o.scale) && *o.scale > 0.0)) {
     return Status::error("--scale: expected a finite number > 0, got " + std::to_string(*o.scale));
   }
@@ -43,10 +52,11 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
     if (!p.recipe.fp4()) p.recipe.forward_format = p.recipe.backward_format = *format;  // FP4 recipes cast to E2M1
     p.format = p.recipe.format_for(*operand);
     p.operand = *operand;
+    p.gemm = *gemm;
     if (o.margin) p.recipe.margin = static_cast<float>(*o.margin);
     if (o.scale && p.recipe.per_tensor()) p.scale = static_cast<float>(*o.scale);
     if (Status s = validate(p.recipe); !s.ok()) return Status::error("--margin: " + s.message());
-    if (o.amax && p.recipe.transforms(p.operand)) {
+    if (o.amax && p.recipe.transforms_read(p.operand, p.gemm)) {
       return Status::error("--amax: " + std::string(recipe_name(kind)) + " transforms the tensor first; give the amax of "
                            "its transform with --recipe nvfp4 on the transformed tensor");
     }
@@ -164,6 +174,9 @@ void add_analyze_command(CLI::App& app, AnalyzeOptions& o) {
                                           "; default: all but " + off_by_default_recipe_list());
   cmd->add_option("--format", o.format, "FP8 format to quantize to: e4m3 or e5m2 (the FP4 recipes cast to e2m1)")
       ->capture_default_str();
+  cmd->add_option("--gemm", o.gemm,
+                  "The GEMM that reads it: fprop, dgrad or wgrad (nvfp4_te casts the copy that GEMM reads); default: "
+                  "fprop for x and w, dgrad for dy");
   cmd->add_option("--operand", o.operand, "The tensor's role: x, w or dy (NVFP4 gives weights 16x16 blocks)")
       ->capture_default_str();
   cmd->add_option("--scale", o.scale,
@@ -234,7 +247,17 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
     }
     TensorView view = t->view();
     view.channels = channel_axis_for(plans.value().front().operand);
-    Result<TensorReport> report = analyze_recipes(*engine, view, plans.value());
+    // What TE would refuse to run on this tensor is not computed; each says why.
+    std::vector<RecipePlan> runnable;
+    std::vector<std::pair<RecipeKind, std::string>> refused;
+    for (const RecipePlan& p : plans.value()) {
+      if (std::optional<std::string> why = te_refusal(p.recipe, p.operand, view.dtype, view.cols)) {
+        refused.emplace_back(p.recipe.kind, std::move(*why));
+      } else {
+        runnable.push_back(p);
+      }
+    }
+    Result<TensorReport> report = analyze_recipes(*engine, view, runnable);
     if (!report.ok()) {
       err << "fp8scope analyze: " << o.file << ": tensor '" << t->name << "': " << report.message() << "\n";
       return kBadInput;
@@ -243,6 +266,9 @@ int run_analyze(const AnalyzeOptions& o, std::ostream& out, std::ostream& err) {
       for (const RecipeResult& r : report.value().recipes) out << recipe_json(o.file, *t, report.value(), r).dump() << "\n";
     } else {
       print_table(out, *t, report.value());
+    }
+    for (const auto& [kind, why] : refused) {
+      o.json ? void(out << refused_json(o.file, *t, kind, why).dump() << "\n") : void(out << "  not computed: " << why << "\n");
     }
   }
   return 0;

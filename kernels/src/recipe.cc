@@ -77,14 +77,20 @@ Recipe default_recipe(RecipeKind kind) {
     // for its fp32 scale (recipe/__init__.py:563, quantization.py:1738-1742, tensor/nvfp4_tensor.py:
     // 395); this models X's row-wise copy, the one fprop reads.
     case RecipeKind::kNvfp4Row:
+    // nvfp4_te: NVFP4BlockScaling() as TE's defaults run it (recipe/__init__.py:595-609): X's and
+    // Dy's column-wise copies, wgrad's operands, transformed; Dy stochastically rounded, both its
+    // copies (pytorch/csrc/quantizer.cpp:2557); W in 16x16 blocks; fprop and dgrad read the
+    // row-wise copies, untransformed. So "what NVFP4 would do" is what TE's default does.
+    case RecipeKind::kNvfp4Te:
       r.forward_format = r.backward_format = CastFormat::kE2M1;
       r.block_rows = 1;
       r.block_cols = 16;
       r.weight_block_rows = 16;
-      r.hadamard = kind == RecipeKind::kNvfp4Rht;
+      r.hadamard = kind == RecipeKind::kNvfp4Rht || kind == RecipeKind::kNvfp4Te;
       r.four_over_six = kind == RecipeKind::kNvfp4FourOverSix;
-      r.stochastic_rounding = kind == RecipeKind::kNvfp4Sr;
+      r.stochastic_rounding = kind == RecipeKind::kNvfp4Sr || kind == RecipeKind::kNvfp4Te;
       r.row_scaled = kind == RecipeKind::kNvfp4Row;
+      r.per_gemm_copy = kind == RecipeKind::kNvfp4Te;
       break;
     case RecipeKind::kMxfp4:  // OCP MX E2M1 with an E8M0 scale per 1x32 block, rounded up as TE's MX casts
       r.forward_format = r.backward_format = CastFormat::kE2M1;
@@ -136,7 +142,8 @@ Status validate(const Recipe& r) {
   const std::pair<bool Recipe::*, const char*> options[] = {{&Recipe::hadamard, "the Hadamard transform"},
                                                             {&Recipe::four_over_six, "4over6"},
                                                             {&Recipe::stochastic_rounding, "stochastic rounding"},
-                                                            {&Recipe::row_scaled, "row scaling"}};
+                                                            {&Recipe::row_scaled, "row scaling"},
+                                                            {&Recipe::per_gemm_copy, "per-GEMM copies"}};
   for (const auto& [option, what] : options) {
     if (r.*option != base.*option) {
       return Status::error(name + ": expected " + what + " " + (base.*option ? "on" : "off") + ", as the recipe defines it");
@@ -150,6 +157,21 @@ Status validate(const Recipe& r) {
                          std::to_string(r.block_cols));
   }
   return Status();
+}
+
+std::optional<std::string> te_refusal(const Recipe& r, Operand op, DType dtype, std::int64_t cols) {
+  const std::string name = recipe_name(r.kind);
+  // pytorch/csrc/quantizer.cpp:2631-2633 (and common/hadamard_transform/hadamard_transform.cu:497-498).
+  if (r.transforms(op) && dtype != DType::kBF16) {
+    return name + ": TE's random Hadamard transform takes BF16 input only (pytorch/csrc/quantizer.cpp:2631-2633); this "
+                  "tensor is " + dtype_name(dtype);
+  }
+  // pytorch/csrc/quantizer.cpp:2572-2580: row-scaled NVFP4 needs a last dimension divisible by 16.
+  if (r.row_scaled_for(op) && cols % 16 != 0) {
+    return name + ": TE's row-scaled NVFP4 needs a last dimension divisible by 16 (pytorch/csrc/quantizer.cpp:2572-2580); "
+                  "this tensor has " + std::to_string(cols) + " columns";
+  }
+  return std::nullopt;
 }
 
 }  // namespace fp8scope

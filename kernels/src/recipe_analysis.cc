@@ -52,7 +52,7 @@ Result<TensorReport> analyze_recipes(StatsEngine& engine, const TensorView& tens
     }
     Result<QuantSpec> spec = quant_spec_for(p.recipe, p.format, p.operand, p.scale);
     if (!spec.ok()) return spec.status();
-    (p.recipe.transforms(p.operand) ? transformed : direct).push_back(specs.size());
+    (p.recipe.transforms_read(p.operand, p.gemm) ? transformed : direct).push_back(specs.size());
     specs.push_back(spec.value());
   }
   std::vector<QuantStats> quant(specs.size());

@@ -45,7 +45,8 @@ Result<QuantSpec> quant_spec_for(const Recipe& recipe, CastFormat format, Operan
     case RecipeKind::kNvfp4:
     case RecipeKind::kNvfp4Rht:
     case RecipeKind::kNvfp4Sr:
-    case RecipeKind::kNvfp4Row: spec.rule = ScaleRule::kBlockNvfp4; break;
+    case RecipeKind::kNvfp4Row:
+    case RecipeKind::kNvfp4Te: spec.rule = ScaleRule::kBlockNvfp4; break;
     case RecipeKind::kNvfp4FourOverSix:
       spec.rule = recipe.four_over_six_for(operand) ? ScaleRule::kBlockNvfp4FourOverSix : ScaleRule::kBlockNvfp4;
       break;

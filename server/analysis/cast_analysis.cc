@@ -155,6 +155,7 @@ JobCast job_cast(const SampleHeader& h, const CastScalars& scalars) {
     case RecipeKind::kNvfp4FourOverSix:
     case RecipeKind::kNvfp4Sr:
     case RecipeKind::kNvfp4Row:
+    case RecipeKind::kNvfp4Te:
     case RecipeKind::kMxfp4: {
       spec.rule = c.four_over_six ? ScaleRule::kBlockNvfp4FourOverSix : ScaleRule::kBlockNvfp4;
       spec.block_cols = 16;

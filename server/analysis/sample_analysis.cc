@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <spdlog/spdlog.h>
+
 #include "fp8scope/analysis/cast_analysis.h"
 #include "fp8scope/kernels/cast_check.h"
 #include "fp8scope/kernels/code_digest.h"
@@ -65,14 +67,27 @@ std::vector<std::uint32_t> SampleAnalyzer::persistent_channels(const Sample& s, 
   return channels_.get_or_insert(tensor_key(s), [&] { return ChannelPersistence(channel_options_.window); }).add(outliers);
 }
 
-void SampleAnalyzer::add_what_if_plans(const Sample& s, const SamplingPolicy& policy, std::vector<RecipePlan>& plans,
+// A what-if TE would refuse is not computed: said once per reason in the log, as the policy that
+// asks for it holds for every sample.
+void SampleAnalyzer::refused_once(const std::string& why) {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  if (refused_.size() < 64 && refused_.insert(why).second) spdlog::info("what-if not computed: {}", why);
+}
+
+void SampleAnalyzer::add_what_if_plans(const Sample& s, const SamplingPolicy& policy, const TensorView& view,
+                                       std::vector<RecipePlan>& plans,
                                        std::vector<std::shared_ptr<DelayedScalingState>>& delayed) {
   const Operand operand = s.header.operand;
   for (RecipeKind kind : policy_recipes(policy)) {
     RecipePlan p;
     p.recipe = default_recipe(kind);
+    if (const std::optional<std::string> why = te_refusal(p.recipe, operand, view.dtype, view.cols)) {
+      refused_once(*why);
+      continue;
+    }
     p.format = p.recipe.format_for(operand);
     p.operand = operand;
+    p.gemm = s.header.gemm;
     std::shared_ptr<DelayedScalingState> state;
     if (kind == RecipeKind::kTensorDelayed) {
       state = delayed_state(s, p.recipe, p.format);
@@ -115,7 +130,7 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingP
                         channel_axis_for(s.header.operand)};
   std::vector<RecipePlan> plans;
   std::vector<std::shared_ptr<DelayedScalingState>> delayed;
-  add_what_if_plans(s, policy, plans, delayed);
+  add_what_if_plans(s, policy, view, plans, delayed);
   Result<TensorReport> report = analyze_recipes(engine_, view, plans, channel_options_.factor);
   if (!report.ok()) return report.status();
   SampleAnalysis a;
@@ -200,8 +215,8 @@ Result<SampleAnalysis> SampleAnalyzer::cast(const Sample& s, const SamplingPolic
   own.given = jc.spec;
   plans.push_back(own);
   delayed.push_back(nullptr);
-  add_what_if_plans(s, policy, plans, delayed);
   const TensorView view = hp.value().view();
+  add_what_if_plans(s, policy, view, plans, delayed);
   Result<TensorReport> report = analyze_recipes(engine_, view, plans, channel_options_.factor);
   if (!report.ok()) return report.status();
   SampleAnalysis a;

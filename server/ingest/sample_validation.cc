@@ -133,7 +133,8 @@ bool cast_recipe(RecipeKind r) {
     case RecipeKind::kNvfp4Rht:
     case RecipeKind::kNvfp4FourOverSix:
     case RecipeKind::kNvfp4Sr:
-    case RecipeKind::kNvfp4Row: break;
+    case RecipeKind::kNvfp4Row:
+    case RecipeKind::kNvfp4Te: break;
   }
   return false;
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <filesystem>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -146,6 +147,17 @@ TEST_CASE("mxfp8_2d gives a weight one scale per 32x32 block and an activation M
   CHECK(underflow["x"]["mxfp8_2d"] == underflow["x"]["mxfp8"]);
 }
 
+// x as the raw BF16 bits of a '<u2' .npy (read with --dtype bf16), rounded to nearest even.
+std::string bf16_bytes(const std::vector<float>& values) {
+  std::string s;
+  for (float v : values) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    s += le_bytes(static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16));
+  }
+  return s;
+}
+
 TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise copy but casts a weight as nvfp4",
           "[cli][analyze]") {
   TempDir dir;
@@ -153,10 +165,11 @@ TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise cop
   std::vector<float> x(32 * 48);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
   x[3 * 48] = 64.0f;
-  const std::string path = dir.write("x.npy", npy_file("<f4", false, "(32, 48)", floats(x)));
+  const std::string path = dir.write("x.npy", npy_file("<u2", false, "(32, 48)", bf16_bytes(x)));
   std::map<std::string, std::map<std::string, json>> rows;  // operand -> recipe -> line
   for (const char* operand : {"x", "dy", "w"}) {
-    const ProcessResult r = analyze({path, "--json", "--operand", operand, "--recipe", "nvfp4", "--recipe", "nvfp4_rht"});
+    const ProcessResult r =
+        analyze({path, "--json", "--dtype", "bf16", "--operand", operand, "--recipe", "nvfp4", "--recipe", "nvfp4_rht"});
     REQUIRE(r.exit_code == 0);
     for (const json& line : lines(r.out)) rows[operand][line["recipe"]] = line;
   }
@@ -169,6 +182,58 @@ TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise cop
   CHECK(rows["x"]["nvfp4_rht"]["mse"] == rows["dy"]["nvfp4_rht"]["mse"]);
   CHECK(rows["w"]["nvfp4_rht"]["mse"] == rows["w"]["nvfp4"]["mse"]);
   CHECK(rows["w"]["nvfp4_rht"]["underflow_ratio"] == rows["w"]["nvfp4"]["underflow_ratio"]);
+}
+
+TEST_CASE("a what-if TE would refuse is not computed and says TE's reason, and the rest of the tensor's run",
+          "[cli][analyze]") {
+  TempDir dir;
+  std::vector<float> x(32 * 48);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.3f * static_cast<float>(i));
+  const std::string path = dir.write("x.npy", npy_file("<f4", false, "(32, 48)", floats(x)));
+  // TE's transform takes BF16 input only (pytorch/csrc/quantizer.cpp:2631-2633): an F32 X is refused.
+  const ProcessResult r = analyze({path, "--json", "--recipe", "nvfp4", "--recipe", "nvfp4_rht", "--recipe", "nvfp4_te"});
+  REQUIRE(r.exit_code == 0);
+  std::map<std::string, json> by_recipe;
+  for (const json& line : lines(r.out)) by_recipe[line["recipe"]] = line;
+  REQUIRE(by_recipe.size() == 3);
+  CHECK(by_recipe["nvfp4"].contains("mse"));
+  for (const char* refused : {"nvfp4_rht", "nvfp4_te"}) {
+    INFO(refused);
+    CHECK_FALSE(by_recipe[refused].contains("mse"));
+    const std::string why = by_recipe[refused]["not_computed"];
+    CHECK(why.find("BF16 input only") != std::string::npos);
+    CHECK(why.find("this tensor is f32") != std::string::npos);
+  }
+  const ProcessResult text = analyze({path, "--recipe", "nvfp4_rht"});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("not computed: nvfp4_rht: TE's random Hadamard transform takes BF16 input only") != std::string::npos);
+  // A weight is never transformed, so TE casts it.
+  const ProcessResult w = analyze({path, "--json", "--operand", "w", "--recipe", "nvfp4_te"});
+  REQUIRE(w.exit_code == 0);
+  CHECK(lines(w.out).at(0).contains("mse"));
+}
+
+TEST_CASE("nvfp4_te casts the copy the --gemm reads: wgrad's transformed, fprop's and dgrad's as they are",
+          "[cli][analyze]") {
+  TempDir dir;
+  std::vector<float> x(32 * 48);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
+  x[3 * 48] = 64.0f;
+  const std::string path = dir.write("x.npy", npy_file("<u2", false, "(32, 48)", bf16_bytes(x)));
+  auto line = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {path, "--json", "--dtype", "bf16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = analyze(args);
+    REQUIRE(r.exit_code == 0);
+    return lines(r.out).at(0);
+  };
+  CHECK(line({"--recipe", "nvfp4_te", "--gemm", "wgrad"})["mse"] == line({"--recipe", "nvfp4_rht"})["mse"]);
+  CHECK(line({"--recipe", "nvfp4_te"})["mse"] == line({"--recipe", "nvfp4"})["mse"]);  // fprop by default
+  CHECK(line({"--recipe", "nvfp4_te", "--operand", "dy"})["mse"] == line({"--recipe", "nvfp4_sr", "--operand", "dy"})["mse"]);
+  // A GEMM that does not read the operand is bad input.
+  const ProcessResult bad = analyze({path, "--dtype", "bf16", "--operand", "w", "--gemm", "wgrad"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--gemm: expected a GEMM that reads w") != std::string::npos);
 }
 
 TEST_CASE("NVFP4's options through analyze: 4over6 on X and W, stochastic rounding on Dy, row scaling on X",

@@ -52,6 +52,8 @@ def expected(recipe, tensor_type):
         return te.NVFP4Quantizer, dict(nvfp4, stochastic_rounding=grad)
     if recipe == "nvfp4_4over6":
         return te.NVFP4Quantizer, dict(nvfp4, nvfp4_use_4over6=not grad, nvfp4_e4m3_max=448 if grad else 256)
+    if recipe == "nvfp4_te":  # NVFP4BlockScaling(): the transform on X and Dy, SR on Dy, 16x16 W
+        return te.NVFP4Quantizer, dict(nvfp4, with_rht=not weight, with_post_rht_amax=not weight, stochastic_rounding=grad)
     if recipe == "nvfp4_row":
         return te.NVFP4Quantizer, dict(nvfp4, row_scaled_nvfp4=tensor_type == "input")
     raise ValueError(f"no expectation for recipe {recipe}")

@@ -22,8 +22,11 @@
 #include "fp8scope/kernels/recipe_analysis.h"
 #include "fp8scope/kernels/scale_rules.h"
 #include "fp4_recipe_cases.h"
+#include "te_stochastic_rounding.h"
 
 using namespace fp8scope;
+using fp8scope::testing::DrawMean;
+using fp8scope::testing::te_draw_mean;
 
 namespace {
 
@@ -204,7 +207,8 @@ QuantStats run(const TensorView& view, RecipeKind kind, Operand operand, int thr
   auto engine = std::move(make_cpu_engine(options)).value();
   // tensor_current beside it: a per-tensor spec lets value counts run pass 1 (row amaxes from codes).
   const std::vector<RecipePlan> plans = {testing::fp4_plan(kind, operand),
-                                         RecipePlan{default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, operand, std::nullopt, std::nullopt}};
+                                         RecipePlan{default_recipe(RecipeKind::kTensorCurrent), CastFormat::kE4M3, operand, std::nullopt, std::nullopt,
+                                                    GemmRole::kUnknown}};
   return analyze_recipes(*engine, view, plans).value().recipes[0].stats;
 }
 
@@ -225,45 +229,7 @@ std::vector<float> trouble(std::int64_t rows, std::int64_t cols, std::uint32_t s
   return x;
 }
 
-// ---- Stochastic rounding, every draw -----------------------------------------------------------
-
-// One draw of TE's rounder (util/ptx.cuh:532-547): u = byte / 256, the step at |y| and at
-// |y| + u * step (fmaf), floored to the grid, clipped to 6 by fminf, the sign put back.
-struct Draw {
-  float q;
-  bool clipped;  // the floor landed past 6
-};
-
-Draw te_stochastic_round(float y, unsigned byte) {
-  const float u = static_cast<float>(byte & 0xFF) * (1.0f / 256.0f), a = std::fabs(y);
-  const float step = a >= 4.0f ? 2.0f : (a >= 2.0f ? 1.0f : 0.5f);
-  const float t = std::fma(u, step, a);
-  const float step_t = t >= 4.0f ? 2.0f : (t >= 2.0f ? 1.0f : 0.5f);
-  const float floored = std::floor(t * (1.0f / step_t)) * step_t;
-  return {std::copysign(std::fmin(floored, 6.0f), y), floored > 6.0f};
-}
-
-// The mean over all 256 draws of y = fp32(x * scale), dequantized by scale_inv, in long double.
-struct DrawMean {
-  long double mean = 0, squared_error = 0, dot = 0;
-  int clipped = 0, saturated = 0, zero = 0;  // draws of each kind, of 256
-};
-
-DrawMean te_draw_mean(float x, float scale, float scale_inv) {
-  DrawMean m;
-  const float y = x * scale;
-  for (unsigned byte = 0; byte < 256; ++byte) {
-    const Draw d = te_stochastic_round(y, byte);
-    const long double xq = static_cast<long double>(d.q * scale_inv);
-    m.mean += xq / 256;
-    m.squared_error += (x - xq) * (x - xq) / 256;
-    m.dot += x * xq / 256;
-    m.clipped += d.clipped;
-    m.saturated += std::fabs(d.q) == 6.0f;
-    m.zero += d.q == 0.0f;
-  }
-  return m;
-}
+// ---- Stochastic rounding, every draw (te_stochastic_rounding.h) -----------------------------------
 
 // nvfp4's 1x16 block scales (scale_rules_test pins them), each finite element's mean over TE's draws.
 struct SrOracle {

@@ -22,6 +22,7 @@
 #include "fp8scope/kernels/recipe_analysis.h"
 #include "fp4_recipe_cases.h"
 #include "reference_analysis.h"
+#include "te_stochastic_rounding.h"
 
 using namespace fp8scope;
 using fp8scope::testing::bf16_of;
@@ -197,13 +198,12 @@ TEST_CASE("nvfp4_rht casts X's and Dy's transform as nvfp4 1x16 and a weight as 
   CHECK(w.recipes[0].stats.underflow == w.recipes[1].stats.underflow);
 }
 
-TEST_CASE("MSE, cosine and SQNR of nvfp4_rht all measure against the input: a one-element tensor and an F32 "
-          "one agree",
+TEST_CASE("MSE, cosine and SQNR of nvfp4_rht all measure against the input, whose transform BF16 rounds",
           "[nvfp4_rht]") {
   // The transform is orthonormal, so against the exact transform sum (T - q)^2 = sum x^2 - 2 sum Tq +
   // sum q^2 holds with sum x^2 the input's own: the error and the signal the cosine and SQNR divide
-  // by are the same tensor's. Measured against the BF16 copy instead, the two disagree whenever
-  // the transform is not BF16-exact (an F32 input, or one BF16 element whose sixteenths round).
+  // by are the same tensor's. Measured against the BF16 copy instead, the two disagree whenever the
+  // transform is not BF16-exact: sums of 16 quartered BF16 values mostly are not.
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
   std::vector<float> wide(32 * 24);
@@ -214,17 +214,102 @@ TEST_CASE("MSE, cosine and SQNR of nvfp4_rht all measure against the input: a on
   };
   auto engine = make_cpu_engine(2);
   for (const Case& c : {Case{{1.2345678f}, 1, 1}, Case{{3.0f}, 1, 1}, Case{wide, 32, 24}}) {
-    const TensorView view{c.x.data(), DType::kF32, c.rows, c.cols, 1.0f};
+    const std::vector<std::uint16_t> bits = bf16_of(c.x);
+    const TensorView view{bits.data(), DType::kBF16, c.rows, c.cols, 1.0f};
     const std::vector<RecipePlan> plans = {testing::fp4_plan(RecipeKind::kNvfp4Rht, Operand::kX)};
     const TensorReport r = analyze_recipes(*engine, view, plans).value();
     const QuantStats& q = r.recipes[0].stats;
     long double squares = 0;
-    for (float v : c.x) squares += static_cast<long double>(v) * v;
+    for (std::uint16_t b : bits) squares += static_cast<long double>(bf16_to_float(b)) * bf16_to_float(b);
     INFO(c.rows << "x" << c.cols);
     CHECK(q.squared_error == Approx(static_cast<double>(squares - 2 * static_cast<long double>(q.dot) + q.dequant_squares))
                                  .epsilon(1e-9)
                                  .margin(1e-12));
   }
+}
+
+// The fp64 oracle of TE's default NVFP4BlockScaling() on Dy's column-wise copy, wgrad's operand:
+// the transform (oracle_transform), nvfp4's 1x16 scales of the BF16 copy, and each element's mean
+// over all 256 draws of TE's stochastic rounding, measured against the exact transform.
+struct ExpectedQuant {
+  long double underflow = 0, overflow = 0, saturated = 0, squared_error = 0, dot = 0;
+};
+
+ExpectedQuant te_default_dy_wgrad(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+                                  const QuantSpec& spec) {
+  std::int64_t padded = 0;
+  std::vector<double> exact;
+  const std::vector<float> t = oracle_transform(x, rows, cols, &padded, &exact);
+  float amax = 0;
+  for (float v : t) amax = std::isnan(v) ? amax : std::max(amax, std::fabs(v));
+  ExpectedQuant q;
+  for (std::int64_t k = 0; k < cols; ++k)
+    for (std::int64_t r0 = 0; r0 < padded; r0 += 16) {
+      const std::size_t first = static_cast<std::size_t>(k * padded + r0);
+      float block_amax = 0;
+      for (std::size_t i = first; i < first + 16; ++i) block_amax = std::isnan(t[i]) ? block_amax : std::max(block_amax, std::fabs(t[i]));
+      const ScalePair s = reference::scales_from_amax(spec, block_amax, amax);
+      for (std::size_t i = first; i < first + 16; ++i) {
+        if (!std::isfinite(t[i])) continue;
+        const testing::DrawMean m = testing::te_draw_mean(t[i], s.scale, s.scale_inv, exact[i]);
+        q.underflow += t[i] != 0.0f ? m.zero / 256.0L : 0;
+        q.overflow += m.clipped / 256.0L;
+        q.saturated += m.saturated / 256.0L;
+        q.squared_error += m.squared_error;
+        q.dot += m.dot;
+      }
+    }
+  return q;
+}
+
+TEST_CASE("nvfp4_te is TE's default NVFP4BlockScaling per GEMM: each operand's copy as the GEMM reads it",
+          "[nvfp4_rht]") {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  const std::int64_t rows = 37, cols = 40;  // rows past a multiple of 16 are zero padded
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  for (float& v : x) v = normal(rng);
+  for (std::size_t i = 0; i < x.size(); i += 61) x[i] *= 30.0f;
+  const std::vector<std::uint16_t> bits = bf16_of(x);
+  for (float& v : x) v = bf16_to_float(float_to_bf16(v));
+  const TensorView view{bits.data(), DType::kBF16, rows, cols, 1.0f};
+  auto engine = make_cpu_engine(2);
+  auto stats = [&](RecipeKind kind, Operand op, GemmRole gemm) {
+    RecipePlan p = testing::fp4_plan(kind, op);
+    p.gemm = gemm;
+    const std::vector<RecipePlan> plans = {p};
+    return analyze_recipes(*engine, view, plans).value().recipes[0];
+  };
+  auto same = [](const QuantStats& a, const QuantStats& b) {
+    CHECK(a.underflow == b.underflow);
+    CHECK(a.overflow == b.overflow);
+    CHECK(a.saturated == b.saturated);
+    CHECK(a.squared_error == b.squared_error);
+    CHECK(a.dot == b.dot);
+    CHECK(a.scale_min == b.scale_min);
+  };
+  // fprop and dgrad read the row-wise copies: X as nvfp4, Dy stochastically rounded, W 16x16.
+  same(stats(RecipeKind::kNvfp4Te, Operand::kX, GemmRole::kFprop).stats, stats(RecipeKind::kNvfp4, Operand::kX, GemmRole::kFprop).stats);
+  same(stats(RecipeKind::kNvfp4Te, Operand::kDy, GemmRole::kDgrad).stats, stats(RecipeKind::kNvfp4Sr, Operand::kDy, GemmRole::kDgrad).stats);
+  same(stats(RecipeKind::kNvfp4Te, Operand::kW, GemmRole::kFprop).stats, stats(RecipeKind::kNvfp4, Operand::kW, GemmRole::kFprop).stats);
+  same(stats(RecipeKind::kNvfp4Te, Operand::kW, GemmRole::kDgrad).stats, stats(RecipeKind::kNvfp4, Operand::kW, GemmRole::kDgrad).stats);
+  // A GEMM of unknown role reads the row-wise copy.
+  same(stats(RecipeKind::kNvfp4Te, Operand::kX, GemmRole::kUnknown).stats, stats(RecipeKind::kNvfp4, Operand::kX, GemmRole::kFprop).stats);
+  // wgrad reads the column-wise copies: X transformed (nvfp4_rht's), Dy transformed and
+  // stochastically rounded, against the fp64 oracle of both.
+  same(stats(RecipeKind::kNvfp4Te, Operand::kX, GemmRole::kWgrad).stats, stats(RecipeKind::kNvfp4Rht, Operand::kX, GemmRole::kWgrad).stats);
+  const RecipeResult dy = stats(RecipeKind::kNvfp4Te, Operand::kDy, GemmRole::kWgrad);
+  REQUIRE(dy.spec.stochastic);
+  const ExpectedQuant want = te_default_dy_wgrad(x, rows, cols, dy.spec);
+  CHECK(dy.stats.underflow == Approx(static_cast<double>(want.underflow)).epsilon(1e-12));
+  CHECK(dy.stats.overflow == Approx(static_cast<double>(want.overflow)).epsilon(1e-12).margin(1e-12));
+  CHECK(dy.stats.saturated == Approx(static_cast<double>(want.saturated)).epsilon(1e-12));
+  CHECK(dy.stats.squared_error == Approx(static_cast<double>(want.squared_error)).epsilon(1e-12));
+  CHECK(dy.stats.dot == Approx(static_cast<double>(want.dot)).epsilon(1e-12));
+  CHECK(dy.stats.underflow != std::floor(dy.stats.underflow));  // expected counts
+  // Neither option alone: the transform without rounding stochastically, nor the reverse.
+  CHECK(dy.stats.squared_error != stats(RecipeKind::kNvfp4Rht, Operand::kDy, GemmRole::kWgrad).stats.squared_error);
+  CHECK(dy.stats.squared_error != stats(RecipeKind::kNvfp4Sr, Operand::kDy, GemmRole::kWgrad).stats.squared_error);
 }
 
 TEST_CASE("what RHT buys: an iid Gaussian nothing, sparse outliers fewer flushed elements at a higher MSE",

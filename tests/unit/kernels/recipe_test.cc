@@ -58,10 +58,10 @@ TEST_CASE("defaults follow Transformer Engine", "[recipe]") {
 TEST_CASE("an empty policy runs every recipe but mxfp8_2d, which TE leaves off by default, and NVFP4's options",
           "[recipe]") {
   const RecipeKind off[] = {RecipeKind::kMxfp8_2d, RecipeKind::kNvfp4Rht, RecipeKind::kNvfp4FourOverSix,
-                            RecipeKind::kNvfp4Sr, RecipeKind::kNvfp4Row};
+                            RecipeKind::kNvfp4Sr, RecipeKind::kNvfp4Row, RecipeKind::kNvfp4Te};
   CHECK(std::size(kDefaultRecipeKinds) + std::size(off) == std::size(kAllRecipeKinds));
   for (RecipeKind kind : kDefaultRecipeKinds) CHECK(std::find(std::begin(off), std::end(off), kind) == std::end(off));
-  CHECK(off_by_default_recipe_list() == "mxfp8_2d, nvfp4_rht, nvfp4_4over6, nvfp4_sr, nvfp4_row");
+  CHECK(off_by_default_recipe_list() == "mxfp8_2d, nvfp4_rht, nvfp4_4over6, nvfp4_sr, nvfp4_row, nvfp4_te");
 }
 
 // Each option of TE's NVFP4BlockScaling (TE d0067d0, common/recipe/__init__.py:559-566; pytorch/
@@ -115,6 +115,57 @@ TEST_CASE("nvfp4_rht is nvfp4 with TE's Hadamard transform of X and Dy, never of
   Recipe wrong = plain;
   wrong.hadamard = true;
   CHECK(validate(wrong).message() == "nvfp4: expected the Hadamard transform off, as the recipe defines it");
+}
+
+// TE d0067d0, common/recipe/__init__.py:595-609: NVFP4BlockScaling()'s defaults, and which copy each
+// GEMM reads (:593-594: the transform is for the column-wise copies, wgrad's).
+TEST_CASE("nvfp4_te is NVFP4BlockScaling() as TE runs it: the transform where wgrad reads, SR on Dy", "[recipe]") {
+  const Recipe te = default_recipe(RecipeKind::kNvfp4Te), plain = default_recipe(RecipeKind::kNvfp4);
+  CHECK(validate(te).ok());
+  CHECK(te.weight_block_rows == plain.weight_block_rows);  // 16x16 weights
+  CHECK(te.stochastic_for(Operand::kDy));
+  CHECK_FALSE(te.stochastic_for(Operand::kX));
+  CHECK_FALSE(te.four_over_six_for(Operand::kX));
+  CHECK_FALSE(te.row_scaled_for(Operand::kX));
+  for (Operand op : {Operand::kX, Operand::kDy}) {
+    CHECK(te.transforms(op));  // the quantizer's: it transforms the column-wise copy
+    CHECK(te.transforms_read(op, GemmRole::kWgrad));
+    CHECK_FALSE(te.transforms_read(op, GemmRole::kFprop));
+    CHECK_FALSE(te.transforms_read(op, GemmRole::kDgrad));
+    CHECK_FALSE(te.transforms_read(op, GemmRole::kUnknown));  // read as the row-wise copy
+  }
+  CHECK_FALSE(te.transforms(Operand::kW));
+  // nvfp4_rht stands for the column-wise copies whatever the GEMM.
+  CHECK(default_recipe(RecipeKind::kNvfp4Rht).transforms_read(Operand::kX, GemmRole::kFprop));
+  Recipe wrong = default_recipe(RecipeKind::kNvfp4Rht);
+  wrong.per_gemm_copy = true;
+  CHECK(validate(wrong).message() == "nvfp4_rht: expected per-GEMM copies off, as the recipe defines it");
+}
+
+// TE d0067d0, pytorch/csrc/quantizer.cpp:2631-2633 (RHT: BF16 input only) and :2572-2580 (row
+// scaling: a last dimension divisible by 16).
+TEST_CASE("what TE would refuse is named with TE's reason, and nothing else is", "[recipe]") {
+  for (RecipeKind kind : {RecipeKind::kNvfp4Rht, RecipeKind::kNvfp4Te}) {
+    const Recipe r = default_recipe(kind);
+    for (Operand op : {Operand::kX, Operand::kDy}) {
+      const std::optional<std::string> why = te_refusal(r, op, DType::kF32, 64);
+      REQUIRE(why);
+      CHECK(why->find("BF16 input only") != std::string::npos);
+      CHECK(why->find("quantizer.cpp:2631-2633") != std::string::npos);
+      CHECK(why->find("f32") != std::string::npos);
+      CHECK_FALSE(te_refusal(r, op, DType::kBF16, 64));
+    }
+    CHECK_FALSE(te_refusal(r, Operand::kW, DType::kF32, 64));  // weights are never transformed
+  }
+  const Recipe row = default_recipe(RecipeKind::kNvfp4Row);
+  CHECK(te_refusal(row, Operand::kX, DType::kBF16, 40));
+  CHECK_FALSE(te_refusal(row, Operand::kX, DType::kBF16, 48));
+  CHECK_FALSE(te_refusal(row, Operand::kW, DType::kBF16, 40));
+  for (RecipeKind kind : kAllRecipeKinds) {
+    const Recipe r = default_recipe(kind);
+    if (r.hadamard || r.row_scaled) continue;
+    for (Operand op : {Operand::kX, Operand::kW, Operand::kDy}) CHECK_FALSE(te_refusal(r, op, DType::kF32, 40));
+  }
 }
 
 TEST_CASE("validation errors say what was expected and what came", "[recipe]") {

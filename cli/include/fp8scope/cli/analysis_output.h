@@ -16,6 +16,9 @@ namespace fp8scope::cli {
 nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& tensor, const TensorReport& report,
                                    const RecipeResult& recipe);
 nlohmann::ordered_json skipped_json(const std::string& file, const FileTensor& tensor);
+// A recipe TE would refuse on the tensor (te_refusal): its name and TE's reason.
+nlohmann::ordered_json refused_json(const std::string& file, const FileTensor& tensor, RecipeKind recipe,
+                                    const std::string& why);
 // The JSON object for a job's own codes ("observed") and the scales they were read with.
 nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
                                      const ScaleLayoutTerm& layout, double seconds);

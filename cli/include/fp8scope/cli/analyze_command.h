@@ -19,6 +19,7 @@ struct AnalyzeOptions {
   std::vector<std::string> recipes;
   std::string format = "e4m3";
   std::string operand = "x";
+  std::string gemm;                        // the GEMM that reads it; default: fprop for x and w, dgrad for dy
   std::optional<double> scale;
   std::optional<double> amax;              // NVFP4: the per-tensor amax the cast used
   std::optional<double> margin;

@@ -11,6 +11,8 @@
 
 #include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/kernels/status.h"
+#include "fp8scope/vocabulary/dtype.h"
+#include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 
@@ -45,11 +47,20 @@ struct Recipe {
   bool stochastic_rounding = false;
   // Row-scaled activations (TE PR #2931): each row (token) of X has its own amax for the fp32 scale.
   bool row_scaled = false;
+  // The copy each GEMM reads, as TE runs the recipe: fprop and dgrad read X's and Dy's row-wise
+  // copies, wgrad their column-wise ones, the only ones TE transforms (common/recipe/__init__.py:
+  // 593-594). Without it a transforming recipe stands for the column-wise copies whatever the GEMM.
+  bool per_gemm_copy = false;
 
   CastFormat format_for(Operand op) const { return op == Operand::kDy ? backward_format : forward_format; }
   int block_rows_for(Operand op) const { return op == Operand::kW && weight_block_rows != 0 ? weight_block_rows : block_rows; }
   bool per_tensor() const { return block_rows == 0; }
+  // The operand's quantizer applies the transform (to its column-wise copy).
   bool transforms(Operand op) const { return hadamard && op != Operand::kW; }
+  // The copy `gemm` reads is transformed (a GEMM of unknown role reads the row-wise copy).
+  bool transforms_read(Operand op, GemmRole gemm) const {
+    return transforms(op) && (!per_gemm_copy || gemm == GemmRole::kWgrad);
+  }
   bool four_over_six_for(Operand op) const { return four_over_six && op != Operand::kDy; }
   bool stochastic_for(Operand op) const { return stochastic_rounding && op == Operand::kDy; }
   bool row_scaled_for(Operand op) const { return row_scaled && op == Operand::kX; }
@@ -69,5 +80,9 @@ std::optional<CastFormat> format_from_name(std::string_view name);
 Recipe default_recipe(RecipeKind kind);
 
 Status validate(const Recipe& recipe);
+
+// Why Transformer Engine would refuse to cast this operand's tensor (of `dtype`, `cols` wide) with
+// `recipe`, or nullopt: a what-if TE cannot run is not computed, and this says why (TE d0067d0).
+std::optional<std::string> te_refusal(const Recipe& recipe, Operand op, DType dtype, std::int64_t cols);
 
 }  // namespace fp8scope

@@ -21,6 +21,7 @@ struct RecipePlan {
   // A spec given whole instead of the recipe's (a job's own cast, with the options, scale and amax
   // it used); `recipe` then only names it.
   std::optional<QuantSpec> given;
+  GemmRole gemm = GemmRole::kUnknown;  // the GEMM that reads it: which copy a per-GEMM recipe casts
 };
 
 struct RecipeResult {

@@ -16,7 +16,8 @@ namespace fp8scope {
 // mxfp8 only for weights, and TE's default leaves it off: it runs when asked for. nvfp4_rht reads
 // a transformed copy of the tensor (a second read and a BF16 copy of it): it runs when asked for.
 // The other NVFP4 options each change one thing of nvfp4's (kernels/src/recipe.cc) and run when
-// asked for, so a default run's cost stays that of the seven.
+// asked for, so a default run's cost stays that of the seven. nvfp4_te is TE's default NVFP4BlockScaling()
+// with every option it turns on, per GEMM: it transforms, so it runs when asked for.
 #define FP8SCOPE_RECIPE_KINDS(ROW)                                                                           \
   ROW(TensorCurrent, "tensor_current", 1, true) /* TE Float8CurrentScaling: one scale from this amax */       \
   ROW(TensorDelayed, "tensor_delayed", 2, true) /* TE DelayedScaling: one scale from an amax history */       \
@@ -29,7 +30,8 @@ namespace fp8scope {
   ROW(Nvfp4Rht, "nvfp4_rht", 9, false)          /* nvfp4 after TE's random Hadamard transform of X and Dy */  \
   ROW(Nvfp4FourOverSix, "nvfp4_4over6", 10, false) /* nvfp4, X and W map each block's amax to 4 or to 6 */   \
   ROW(Nvfp4Sr, "nvfp4_sr", 11, false)           /* nvfp4, Dy stochastically rounded (by expectation) */       \
-  ROW(Nvfp4Row, "nvfp4_row", 12, false)         /* nvfp4, X scaled by one amax per row (token) */
+  ROW(Nvfp4Row, "nvfp4_row", 12, false)         /* nvfp4, X scaled by one amax per row (token) */             \
+  ROW(Nvfp4Te, "nvfp4_te", 13, false)           /* TE's NVFP4BlockScaling(): each GEMM's copy as TE casts it */
 
 enum class RecipeKind : std::uint8_t { FP8SCOPE_RECIPE_KINDS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -73,10 +74,12 @@ class SampleAnalyzer {
   Result<SampleAnalysis> observed(const Sample& s);
   // The job's own cast against its captured input, and the policy's what-ifs on that input.
   Result<SampleAnalysis> cast(const Sample& s, const SamplingPolicy& policy);
-  // The policy's recipes on a high-precision tensor: appended to `plans`, with delayed scaling's
-  // state where a plan needs it (else null), index for index.
-  void add_what_if_plans(const Sample& s, const SamplingPolicy& policy, std::vector<RecipePlan>& plans,
-                         std::vector<std::shared_ptr<DelayedScalingState>>& delayed);
+  // The policy's recipes on a high-precision tensor (`view`): appended to `plans`, with delayed
+  // scaling's state where a plan needs it (else null), index for index. Those TE would refuse on
+  // it are left out (refused_once).
+  void add_what_if_plans(const Sample& s, const SamplingPolicy& policy, const TensorView& view,
+                         std::vector<RecipePlan>& plans, std::vector<std::shared_ptr<DelayedScalingState>>& delayed);
+  void refused_once(const std::string& why);
   // The what-ifs' outcomes from report.recipes[first...], and the tensor's moments and channels.
   void add_what_ifs(const Sample& s, const TensorView& view, const TensorReport& report, std::size_t first,
                     const std::vector<std::shared_ptr<DelayedScalingState>>& delayed, SampleAnalysis& a);
@@ -90,6 +93,8 @@ class SampleAnalyzer {
   // Shared: an entry forgotten while a sample uses it lives until that sample is done.
   LruMap<std::string, std::shared_ptr<DelayedScalingState>> delayed_;
   std::mutex channels_mu_;
+  std::mutex refused_mu_;
+  std::set<std::string> refused_;  // the reasons logged, at most 64
   LruMap<std::string, ChannelPersistence> channels_;  // by tensor, as delayed_ less the format
 };
 
