@@ -108,6 +108,26 @@ TEST_CASE("a sharded export that matches its reference passes the gate, and an i
   CHECK(json::parse(alone.out)["weights"].size() == 4);
 }
 
+TEST_CASE("a static-activation export without a layer's input_scale fails the gate, with or without a reference",
+          "[checkpoint][cli]") {
+  TempDir dir;
+  const Weight w0 = random_weight(64, 96, 3), w1 = random_weight(64, 96, 4);
+  std::vector<StTensor> exported = per_tensor_layer(kModule0, w0);
+  exported.pop_back();  // the input_scale that activation_scheme "static" needs
+  for (const StTensor& t : per_tensor_layer(kModule1, w1)) exported.push_back(t);
+  write_export(dir.file("export"), kPerTensorConfig, exported);
+  write_export(dir.file("reference"), "{}", {bf16_tensor(std::string(kModule0) + ".weight", w0),
+                                             bf16_tensor(std::string(kModule1) + ".weight", w1)});
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"--reference", dir.file("reference")}}) {
+    std::vector<std::string> args = {dir.file("export")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = checkpoint(args);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.out, Catch::Contains("missing_input_scale"));
+  }
+}
+
 TEST_CASE("bad input exits 2 with one line naming the file", "[checkpoint][cli]") {
   TempDir dir;
   write_pair(dir, 2, 128, 128, 2, false);

@@ -42,6 +42,15 @@ Declaration declared(Convention c, std::string why, std::vector<std::int64_t> bl
   return d;
 }
 
+// vLLM's fp8 method: activation_scheme "static" loads one input_scale per layer.
+Declaration with_activation_scheme(Declaration d, const json& q) {
+  if (q.contains("activation_scheme") && q["activation_scheme"].is_string() && q["activation_scheme"] == "static") {
+    d.static_activations = true;
+    d.activations_why = "activation_scheme \"static\"";
+  }
+  return d;
+}
+
 // quant_method "fp8": DeepSeek-V3's block FP8 with weight_block_size, else per-tensor scales
 // (vLLM fp8.py Fp8Config.from_config: quant_method, activation_scheme, ignored_layers, weight_block_size).
 Result<Declaration> fp8_config(const json& q) {
@@ -52,11 +61,13 @@ Result<Declaration> fp8_config(const json& q) {
     if (!b.is_array() || b.size() != 2 || !b[0].is_number_unsigned() || !b[1].is_number_unsigned()) {
       return Status::error("quantization_config.weight_block_size: expected [rows, columns], got " + b.dump());
     }
-    return declared(Convention::kDeepSeekBlockFp8, "quant_method fp8 with weight_block_size " + b.dump(),
-                    {b[0].get<std::int64_t>(), b[1].get<std::int64_t>()}, IgnoreRule::kExact, ignore);
+    Declaration d = declared(Convention::kDeepSeekBlockFp8, "quant_method fp8 with weight_block_size " + b.dump(),
+                             {b[0].get<std::int64_t>(), b[1].get<std::int64_t>()}, IgnoreRule::kExact, ignore);
+    return with_activation_scheme(std::move(d), q);
   }
-  return declared(Convention::kPerTensorFp8, "quant_method fp8 without weight_block_size", {0, 0}, IgnoreRule::kExact,
-                  ignore);
+  return with_activation_scheme(declared(Convention::kPerTensorFp8, "quant_method fp8 without weight_block_size",
+                                         {0, 0}, IgnoreRule::kExact, ignore),
+                                q);
 }
 
 // compressed-tensors: the first config group of 8-bit float weights, its strategy's scale shape
@@ -93,9 +104,16 @@ Result<Declaration> compressed_tensors_config(const json& q) {
       return Status::error("quantization_config.config_groups." + group + ".weights.strategy: '" + strategy +
                            "' is not a weight strategy fp8scope reads (tensor, channel, group, block)");
     }
-    return declared(Convention::kCompressedTensorsFp8,
-                    "quant_method compressed-tensors, format " + format + ", " + group + " weights float8 " + strategy,
-                    block, IgnoreRule::kExactOrRegex, strings(q, "ignore"));
+    Declaration d = declared(Convention::kCompressedTensorsFp8,
+                             "quant_method compressed-tensors, format " + format + ", " + group + " weights float8 " + strategy,
+                             block, IgnoreRule::kExactOrRegex, strings(q, "ignore"));
+    // Static input activations (quant_args.py: dynamic false) are scaled by each layer's input_scale.
+    if (g.contains("input_activations") && g["input_activations"].is_object() &&
+        g["input_activations"].value("dynamic", true) == false) {
+      d.static_activations = true;
+      d.activations_why = group + ".input_activations with dynamic false";
+    }
+    return d;
   }
   return Status::error("quantization_config.config_groups: no group of 8-bit float weights");
 }
@@ -107,13 +125,21 @@ Result<Declaration> modelopt_config(const json& q, const std::string& source) {
   for (char& c : algo) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   std::vector<std::string> ignore = strings(q, "exclude_modules");
   for (const std::string& m : strings(q, "ignore")) ignore.push_back(m);
+  // ModelOpt's FP8 and NVFP4 quantize activations with a static per-layer scale.
+  auto static_inputs = [&](Declaration d) {
+    d.static_activations = true;
+    d.activations_why = "ModelOpt quant_algo " + algo;
+    return d;
+  };
   if (algo == "FP8") {
-    return declared(Convention::kModelOptFp8, source + ": ModelOpt quant_algo FP8", {0, 0}, IgnoreRule::kGlob, ignore);
+    return static_inputs(
+        declared(Convention::kModelOptFp8, source + ": ModelOpt quant_algo FP8", {0, 0}, IgnoreRule::kGlob, ignore));
   }
   if (algo == "NVFP4") {
     const std::int64_t group = q.contains("group_size") && q["group_size"].is_number_integer() ? q["group_size"].get<std::int64_t>() : 16;
-    return declared(Convention::kModelOptNvfp4, source + ": ModelOpt quant_algo NVFP4, group_size " + std::to_string(group),
-                    {1, group}, IgnoreRule::kGlob, ignore);
+    return static_inputs(declared(Convention::kModelOptNvfp4,
+                                  source + ": ModelOpt quant_algo NVFP4, group_size " + std::to_string(group), {1, group},
+                                  IgnoreRule::kGlob, ignore));
   }
   return Status::error(source + ": ModelOpt quant_algo '" + algo + "' is not one fp8scope reads (FP8, NVFP4)");
 }
@@ -222,7 +248,14 @@ Result<Declaration> read_declaration(const CheckpointFiles& files) {
     Result<json> config = parse(files.config_text(), source);
     if (!config.ok()) return config.status();
     if (config.value().contains("quantization_config")) {
-      return declared_in(config.value()["quantization_config"], "quantization_config", source, from_config);
+      Result<Declaration> d = declared_in(config.value()["quantization_config"], "quantization_config", source, from_config);
+      if (d.ok()) {
+        const json& c = config.value();
+        auto size = [&](const char* key) { return c.contains(key) && c[key].is_number_integer() ? c[key].get<std::int64_t>() : 0; };
+        d.value().hidden_size = size("hidden_size");
+        d.value().intermediate_size = size("intermediate_size");
+      }
+      return d;
     }
   }
   const std::filesystem::path legacy = dir / "hf_quant_config.json";

@@ -118,7 +118,19 @@ void nvfp4_geometry(QuantizedWeight& w, const CheckpointFiles& files, const Decl
 }
 
 // gpt-oss: P_blocks U8 [..., out, G, 16] and P_scales U8 [..., out, G] (weights.py:86-88).
-void mxfp4_weight(const CheckpointFiles& files, const CheckpointTensor& blocks, Discovery& out, Found& found) {
+// The [out, in] a gpt-oss expert weight is read in from config.json's dimensions (gpt_oss/torch/
+// model.py MLPBlock: mlp1_weight [E, 2 intermediate, hidden], mlp2_weight [E, hidden, intermediate];
+// transformers mxfp4.py names them gate_up_proj and down_proj), or nullopt for another name or
+// without the dimensions.
+std::optional<std::pair<std::int64_t, std::int64_t>> gpt_oss_expected(const Declaration& d, const std::string& module) {
+  if (d.hidden_size <= 0 || d.intermediate_size <= 0) return std::nullopt;
+  if (ends_with(module, "gate_up_proj")) return std::make_pair(2 * d.intermediate_size, d.hidden_size);
+  if (ends_with(module, "down_proj")) return std::make_pair(d.hidden_size, d.intermediate_size);
+  return std::nullopt;
+}
+
+void mxfp4_weight(const CheckpointFiles& files, const Declaration& d, const CheckpointTensor& blocks, Discovery& out,
+                  Found& found) {
   QuantizedWeight w;
   w.module = blocks.name.substr(0, blocks.name.size() - 7);
   w.codes = &blocks;
@@ -142,9 +154,60 @@ void mxfp4_weight(const CheckpointFiles& files, const CheckpointTensor& blocks, 
   for (std::size_t i = 0; i + 3 < b.size(); ++i) w.experts *= b[i];
   w.rows = b[b.size() - 3];
   w.cols = b[b.size() - 2] * 32;
+  // The loader's orientation before any value: [in, out] blocks can even match a reference read the
+  // same wrong way round, and every engine still reads them wrong.
+  if (const auto want = gpt_oss_expected(d, w.module); want && (w.rows != want->first || w.cols != want->second)) {
+    const bool transposed = w.rows == want->second && w.cols == want->first;
+    found.add(w.module, error(transposed ? "transposed_weight" : "codes_shape",
+                              blocks.name + " holds [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                                  "] per expert; config.json (hidden_size " + std::to_string(d.hidden_size) +
+                                  ", intermediate_size " + std::to_string(d.intermediate_size) +
+                                  ") makes the loader read [" + std::to_string(want->first) + ", " +
+                                  std::to_string(want->second) + "] (out, in)" + (transposed ? ": stored transposed" : "")));
+    out.weights.push_back(w);
+    return;
+  }
   w.block_rows = 1, w.block_cols = 32, w.grid_rows = w.rows, w.grid_cols = b[b.size() - 2];
   w.decodable = true;
   out.weights.push_back(w);
+}
+
+// The activation scale a static scheme needs beside each quantized layer: present, one value, and a
+// usable one (finite, > 0).
+void check_input_scale(const CheckpointFiles& files, const QuantizedWeight& w, const Declaration& d, Found& found) {
+  const std::string name = w.module + ".input_scale";
+  if (w.input_scale == nullptr) {
+    found.add(w.module, error("missing_input_scale", name + " is missing: the config declares static activation "
+                                                            "scales (" + d.activations_why + "), which the loader reads "
+                                                            "per layer; without it the activations are cast with its "
+                                                            "placeholder or the load fails"));
+    return;
+  }
+  const std::optional<ScaleStorage> storage = float_storage(w.input_scale->entry.dtype->name);
+  if (w.input_scale->entry.numel() != 1 || !storage) {
+    found.add(w.module, error("input_scale_shape", name + " is " + w.input_scale->entry.dtype->name + " " +
+                                                       shape_text(w.input_scale->entry.shape) +
+                                                       "; a static activation scale is one F32, BF16 or F16 value"));
+    return;
+  }
+  Result<MappedTensor> m = files.map(*w.input_scale);
+  if (!m.ok()) {
+    found.add(w.module, error("unreadable", m.message()));
+    return;
+  }
+  const std::uint8_t* raw = m.value().bytes().data();
+  float v = 0;
+  switch (*storage) {
+    case ScaleStorage::kF32: std::memcpy(&v, raw, 4); break;
+    case ScaleStorage::kBF16: v = bf16_to_float(static_cast<std::uint16_t>(raw[0] | raw[1] << 8)); break;
+    case ScaleStorage::kF16: v = half_to_float(static_cast<std::uint16_t>(raw[0] | raw[1] << 8)); break;
+    case ScaleStorage::kUE4M3:
+    case ScaleStorage::kE8M0: break;
+  }
+  if (!(std::isfinite(v) && v > 0.0f)) {
+    found.add(w.module, error("bad_input_scale", name + " is " + std::to_string(v) +
+                                                     ": a static activation scale must be finite and > 0"));
+  }
 }
 
 // An FP8 or NVFP4 weight: M.weight with its scales.
@@ -178,6 +241,7 @@ void weight_with_scales(const CheckpointFiles& files, const Declaration& d, cons
   const char* other_name = d.convention == Convention::kDeepSeekBlockFp8 ? ".weight_scale" : ".weight_scale_inv";
   w.scale = files.find(w.module + scale_name);
   w.input_scale = files.find(w.module + ".input_scale");
+  if (d.static_activations) check_input_scale(files, w, d, found);
   if (w.scale == nullptr) {
     const bool misnamed = files.find(w.module + other_name) != nullptr;
     found.add(w.module, error("missing_scale", w.module + scale_name + " is missing" +
@@ -222,7 +286,7 @@ Discovery discover_weights(const CheckpointFiles& files, const Declaration& d) {
   for (const CheckpointTensor& t : files.tensors()) {
     const std::string dtype = t.entry.dtype->name;
     if (d.convention == Convention::kGptOssMxfp4) {
-      if (ends_with(t.name, "_blocks") && dtype == "U8") mxfp4_weight(files, t, out, found);
+      if (ends_with(t.name, "_blocks") && dtype == "U8") mxfp4_weight(files, d, t, out, found);
     } else if (ends_with(t.name, ".weight") &&
                (d.convention == Convention::kModelOptNvfp4 ? dtype == "U8" || dtype == "F4" : fp8_format(*t.entry.dtype) != nullptr)) {
       weight_with_scales(files, d, t, out, found);
@@ -254,10 +318,11 @@ int code_steps(const FloatFormat& f, std::uint8_t a, std::uint8_t b) {
   return d < 0 ? -d : d;
 }
 
-Result<WeightDecoder> WeightDecoder::open(const CheckpointFiles& files, const QuantizedWeight& w) {
+Result<WeightDecoder> WeightDecoder::open(const CheckpointFiles& files, const QuantizedWeight& w, bool swapped_nibbles) {
   if (!w.decodable) return Status::error(w.module + ": its scales do not fit its codes; values cannot be read");
   WeightDecoder dec;
   dec.w_ = &w;
+  dec.swapped_nibbles_ = swapped_nibbles;
   for (int c = 0; c < 256; ++c) dec.lut_[static_cast<std::size_t>(c)] = checkpoint::code_value(*w.codes_format, static_cast<std::uint8_t>(c));
   Result<MappedTensor> codes = files.map(*w.codes);
   if (!codes.ok()) return codes.status();
@@ -295,15 +360,18 @@ void WeightDecoder::row(std::int64_t e, std::int64_t r, std::uint8_t* codes, flo
   const std::uint8_t* base = codes_.bytes().data();
   const std::int64_t index = (e * w.rows + r) * w.cols;  // elements
   const auto n = static_cast<std::size_t>(w.cols);
+  // Element i's nibble; swapped, its byte's other one.
+  const std::size_t flip = swapped_nibbles_ ? 1 : 0;
   if (w.codes_format == &kE2M1 && index % 2 == 0) {  // two codes a byte, the low nibble first
     const std::uint8_t* packed = base + index / 2;
+    const int low = swapped_nibbles_ ? 4 : 0, high = 4 - low;
     for (std::size_t c = 0; c + 1 < n; c += 2) {
-      codes[c] = packed[c / 2] & 0x0F;
-      codes[c + 1] = packed[c / 2] >> 4;
+      codes[c] = (packed[c / 2] >> low) & 0x0F;
+      codes[c + 1] = (packed[c / 2] >> high) & 0x0F;
     }
-    if (n % 2) codes[n - 1] = fp4_code(base, static_cast<std::size_t>(index) + n - 1);
+    if (n % 2) codes[n - 1] = fp4_code(base, (static_cast<std::size_t>(index) + n - 1) ^ flip);
   } else if (w.codes_format == &kE2M1) {  // an odd row length: rows start mid-byte
-    for (std::size_t c = 0; c < n; ++c) codes[c] = fp4_code(base, static_cast<std::size_t>(index) + c);
+    for (std::size_t c = 0; c < n; ++c) codes[c] = fp4_code(base, (static_cast<std::size_t>(index) + c) ^ flip);
   } else {
     std::memcpy(codes, base + index, n);
   }

@@ -69,7 +69,19 @@ struct ScaleComparison {
   std::vector<float> expected;  // the producer's scale values
   std::uint64_t differing = 0, inverted = 0, transposed = 0, compared = 0;
   float scale_2_expected = 0;
+  // Every compared scale is the producer's times 2^exponent_offset (0: not so): an exponent bias
+  // written off by that much.
+  int exponent_offset = 0;
 };
+
+// k when stored = expected * 2^k exactly, else nullopt.
+std::optional<int> power_of_two_ratio(float stored, float expected) {
+  if (!(std::isfinite(stored) && std::isfinite(expected) && stored > 0 && expected > 0)) return std::nullopt;
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(stored) / expected, &e);
+  if (m != 0.5) return std::nullopt;
+  return e - 1;
+}
 
 bool same_scale(const QuantizedWeight& w, std::uint32_t stored_code, float stored, const ExpectedScale& e) {
   if (w.scale_storage == ScaleStorage::kUE4M3 || w.scale_storage == ScaleStorage::kE8M0) return stored_code == e.code;
@@ -85,11 +97,16 @@ ScaleComparison compare_scales(const QuantizedWeight& w, Convention c, const Wei
   std::vector<ExpectedScale> expected;
   for (float a : amax) expected.push_back(expected_scale(w, c, a, s.scale_2_expected));
   const bool square = w.grid_rows == w.grid_cols && w.grid_rows > 1;
+  std::optional<int> offset;
+  bool one_offset = true;
   for (std::size_t i = 0; i < expected.size(); ++i) {
     s.expected.push_back(expected[i].known ? expected[i].value : dec.scales()[i]);
     if (!expected[i].known) continue;
     ++s.compared;
     const float stored = dec.scales()[i];
+    const std::optional<int> k = power_of_two_ratio(stored, expected[i].value);
+    one_offset = one_offset && k && (!offset || *k == *offset);
+    if (k) offset = k;
     if (same_scale(w, dec.scale_codes()[i], stored, expected[i])) continue;
     ++s.differing;
     if (near(static_cast<double>(stored) * expected[i].value, 1.0)) ++s.inverted;
@@ -100,6 +117,7 @@ ScaleComparison compare_scales(const QuantizedWeight& w, Convention c, const Wei
       if (same_scale(w, dec.scale_codes()[i], stored, expected[j])) ++s.transposed;
     }
   }
+  if (one_offset && offset && s.compared > 0) s.exponent_offset = *offset;
   return s;
 }
 
@@ -186,10 +204,25 @@ Finding scale_finding(const WeightDecoder& dec, const ScaleComparison& scales, c
     code = "transposed_scales";
     message = format("%llu of %llu block scales are the producer's of the transposed block: the grid is stored [in, out]",
                      static_cast<unsigned long long>(scales.transposed), static_cast<unsigned long long>(scales.compared));
-  } else if (el.differing_from_expected == 0) {
+  } else if (scales.exponent_offset != 0 && el.differing_from_expected == 0) {
+    // The codes are right and every scale is off by one power of two: the scale's exponent was
+    // written with another bias (an E8M0 bias of 126 or 128 for 127), not a scale from elsewhere.
+    code = "scale_exponent_bias";
+    message = format("every stored scale is the producer's times 2^%d, the codes are its own: the scales' exponent "
+                     "bias is off by %d, so every value is read x%g",
+                     scales.exponent_offset, scales.exponent_offset, std::ldexp(1.0, scales.exponent_offset));
+  } else if (el.differing == 0 && el.differing_from_expected > 0) {
+    // The codes are the reference cast with the stored scales, which are not the producer's for
+    // these weights: a scale from older weights, under which the larger values saturate.
     code = "stale_scale";
+    message = format("the codes are the reference cast with the stored scales, but %llu of %llu of those are not the "
+                     "producer's for these weights (a scale from older weights): %llu codes sit at +-max, values off "
+                     "%.3g relative",
+                     static_cast<unsigned long long>(scales.differing), static_cast<unsigned long long>(scales.compared),
+                     static_cast<unsigned long long>(out.codes_at_max), out.relative_error);
+  } else if (el.differing_from_expected == 0) {
     message = format("the codes are the producer's cast of the reference, but %llu of %llu stored scales are not its "
-                     "scales (left from another export); values off %.3g relative",
+                     "scales; values off %.3g relative",
                      static_cast<unsigned long long>(scales.differing), static_cast<unsigned long long>(scales.compared),
                      out.relative_error);
   } else {
@@ -202,12 +235,23 @@ Finding scale_finding(const WeightDecoder& dec, const ScaleComparison& scales, c
 }
 
 // The weight against its reference, and what went wrong, by name.
-void check_against(const CheckpointFiles& refs, const QuantizedWeight& w, Convention c, const WeightDecoder& dec,
-                   WeightReport& out) {
+void check_against(const CheckpointFiles& files, const CheckpointFiles& refs, const QuantizedWeight& w, Convention c,
+                   const WeightDecoder& dec, WeightReport& out) {
   std::string why;
   std::optional<Reference> ref = find_reference(refs, w, &why);
   if (!ref) {
     out.add({Severity::kWarning, "no_reference", why});
+    return;
+  }
+  // Only gpt-oss experts have a reference convention of the other orientation (transformers'
+  // [E, in, out]); any other weight that matches its reference only transposed is stored so, and
+  // every loader reads it [out, in].
+  if (ref->transposed && c != Convention::kGptOssMxfp4) {
+    out.add({Severity::kError, "transposed_weight",
+             format("the weight is stored [%lld, %lld], its reference %s is [%lld, %lld]: written [in, out], where %s "
+                    "loaders read [out, in]",
+                    static_cast<long long>(w.rows), static_cast<long long>(w.cols), ref->tensor->name.c_str(),
+                    static_cast<long long>(w.cols), static_cast<long long>(w.rows), convention_info(c).name)});
     return;
   }
   out.compared = true;
@@ -253,6 +297,18 @@ void check_against(const CheckpointFiles& refs, const QuantizedWeight& w, Conven
     out.add(scale_finding(dec, scales, el, scale_2_wrong, out));
     return;
   }
+  // Packed FP4 written with element 2j in the high nibble: read the other way round, the codes are
+  // the producer's.
+  if (el.off_by_more > 0 && w.codes_format == &kE2M1) {
+    Result<WeightDecoder> swapped = WeightDecoder::open(files, w, true);
+    if (swapped.ok() && compare_elements(swapped.value(), c, *ref, scales.expected).differing_from_expected == 0) {
+      out.add({Severity::kError, "swapped_nibbles",
+               format("the packed FP4 codes hold element 2j in the high nibble and 2j+1 in the low one; every loader "
+                      "reads them the other way round (%llu codes off by more than one step as stored, none swapped)",
+                      static_cast<unsigned long long>(el.off_by_more))});
+      return;
+    }
+  }
   if (el.off_by_more > 0) {
     out.add({Severity::kError, "codes_differ",
              format("%llu codes differ from the producer's cast of the reference by more than one step (cosine %.6f, "
@@ -292,7 +348,7 @@ WeightReport check_weight(const CheckpointFiles& files, const QuantizedWeight& w
     return out;
   }
   check_alone(w, dec.value(), out);
-  if (reference != nullptr) check_against(*reference, w, d.convention, dec.value(), out);
+  if (reference != nullptr) check_against(files, *reference, w, d.convention, dec.value(), out);
   if (out.severity == Severity::kOk) out.verdict = out.compared ? "matches" : "ok";
   return out;
 }

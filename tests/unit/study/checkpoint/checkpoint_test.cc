@@ -236,11 +236,162 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
     write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
     CHECK(verdict(p) == "inverted_scale");
   }
-  SECTION("a scale left stale from an earlier export") {
+  SECTION("a scale left stale from older weights: the codes cast with it, the larger values saturated") {
+    // Per tensor: the scale of weights 0.6 times as large; a 128x128 block grid the same way.
+    Pair per_tensor, block;
+    const float stale = 0.6f * block_amax(w0, 0, 0, 256, 256) / 448.0f;
+    std::vector<std::uint8_t> codes;
+    for (float x : w0.v) codes.push_back(e4m3(x / stale));
+    make(per_tensor, kPerTensorConfig,
+         {{m0 + ".weight", "F8_E4M3", {256, 256}, bytes_of(codes)},
+          {m0 + ".weight_scale", "F32", {1}, bytes_of(std::vector<float>{stale})},
+          {m0 + ".input_scale", "F32", {1}, bytes_of(std::vector<float>{0.5f / 448.0f})}});
+    CHECK(verdict(per_tensor) == "stale_scale");
+    CHECK(weight(checked(per_tensor), m0).codes_at_max > 4);  // the producer's cast puts one there
+    Weight older = w0;
+    for (float& x : older.v) x *= 0.6f;
+    std::vector<StTensor> l0 = deepseek_layer(m0, older);  // the older weights' grid...
+    std::vector<float> grid(4);
+    std::memcpy(grid.data(), l0[1].bytes.data(), 16);
+    codes.clear();
+    for (std::int64_t r = 0; r < 256; ++r)  // ...and today's weights cast with it
+      for (std::int64_t c = 0; c < 256; ++c) codes.push_back(e4m3(w0.at(r, c) / grid[static_cast<std::size_t>(r / 128 * 2 + c / 128)]));
+    l0[0].bytes = bytes_of(codes);
+    const std::vector<StTensor> l1 = deepseek_layer(m1, w1);
+    l0.insert(l0.end(), l1.begin(), l1.end());
+    write_export(block.exported(), kDeepSeekConfig, l0);
+    write_export(block.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    CHECK(verdict(block) == "stale_scale");
+  }
+  SECTION("the codes right, the scale another's: scale_differs, saying the codes are right") {
     Pair p;
     const float s = block_amax(w0, 0, 0, 256, 256) / 448.0f;
-    make(p, kPerTensorConfig, per_tensor_layer(m0, w0, 1.25f * s));  // codes cast with s, scale from before
-    CHECK(verdict(p) == "stale_scale");
+    make(p, kPerTensorConfig, per_tensor_layer(m0, w0, 1.25f * s));  // codes cast with s, another scale stored
+    CHECK(verdict(p) == "scale_differs");
+    const CheckpointReport r = checked(p);
+    CHECK(weight(r, m0).findings.back().message.find("the codes are the producer's cast") != std::string::npos);
+  }
+  SECTION("an E8M0 scale exponent written with a bias off by one: every value doubled") {
+    // (E4M3 codes under a doubled scale are the same bytes as FNUZ codes under an OCP label, and
+    // read as e4m3_variant above.)
+    Pair mx;
+    const std::vector<Weight> experts = {random_weight(64, 128, 5), random_weight(64, 128, 6)};
+    std::vector<StTensor> gpt = gpt_oss_experts("model.layers.0.mlp.experts.down_proj", experts);
+    for (char& b : gpt[1].bytes) b = static_cast<char>(static_cast<std::uint8_t>(b) + 1);  // bias 126 for 127
+    write_export(mx.exported(), kGptOssConfig, gpt);
+    write_export(mx.reference(), "{}", {gpt_oss_reference("model.layers.0.mlp.experts.down_proj", experts)});
+    const CheckpointReport r = checked(mx);
+    INFO(findings(r));
+    CHECK(r.weights.at(0).verdict == "scale_exponent_bias");
+    CHECK(r.weights.at(0).findings.back().message.find("x2") != std::string::npos);
+  }
+  SECTION("packed FP4 with its nibbles swapped, in both FP4 conventions") {
+    Pair nv, mx;
+    std::vector<StTensor> l0 = modelopt_nvfp4_layer(m0, w0);
+    for (char& b : l0[0].bytes) {
+      const auto u = static_cast<std::uint8_t>(b);
+      b = static_cast<char>(static_cast<std::uint8_t>(u << 4 | u >> 4));
+    }
+    const std::vector<StTensor> l1 = modelopt_nvfp4_layer(m1, w1);
+    l0.insert(l0.end(), l1.begin(), l1.end());
+    write_export(nv.exported(), kModelOptNvfp4Config, l0);
+    write_export(nv.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    CHECK(verdict(nv) == "swapped_nibbles");
+    const std::vector<Weight> experts = {random_weight(64, 128, 5), random_weight(64, 128, 6)};
+    std::vector<StTensor> gpt = gpt_oss_experts("model.layers.0.mlp.experts.down_proj", experts);
+    for (char& b : gpt[0].bytes) {
+      const auto u = static_cast<std::uint8_t>(b);
+      b = static_cast<char>(static_cast<std::uint8_t>(u << 4 | u >> 4));
+    }
+    write_export(mx.exported(), kGptOssConfig, gpt);
+    write_export(mx.reference(), "{}", {gpt_oss_reference("model.layers.0.mlp.experts.down_proj", experts)});
+    const CheckpointReport r = checked(mx);
+    INFO(findings(r));
+    CHECK(r.weights.at(0).verdict == "swapped_nibbles");
+  }
+  SECTION("a weight written [in, out], in every convention: named before any value is compared") {
+    auto transpose = [](const Weight& w) {
+      Weight t{w.cols, w.rows, {}};
+      for (std::int64_t c = 0; c < w.cols; ++c)
+        for (std::int64_t r = 0; r < w.rows; ++r) t.v.push_back(w.at(r, c));
+      return t;
+    };
+    const Weight tall = random_weight(384, 256, 21);  // [out, in]; its reference is stored so
+    struct Case {
+      std::string name, config;
+      std::vector<StTensor> layer0, layer1;
+    };
+    for (Case& c : std::vector<Case>{
+             {"per_tensor_fp8", kPerTensorConfig, per_tensor_layer(m0, transpose(tall)), per_tensor_layer(m1, w1)},
+             {"deepseek_fp8_block", kDeepSeekConfig, deepseek_layer(m0, transpose(tall)), deepseek_layer(m1, w1)},
+             {"compressed_tensors_fp8", compressed_tensors_config(false), compressed_tensors_layer(m0, transpose(tall), false),
+              compressed_tensors_layer(m1, w1, false)},
+             {"modelopt_fp8", kModelOptFp8Config, modelopt_fp8_layer(m0, transpose(tall)), modelopt_fp8_layer(m1, w1)},
+             {"modelopt_nvfp4", kModelOptNvfp4Config, modelopt_nvfp4_layer(m0, transpose(tall)), modelopt_nvfp4_layer(m1, w1)}}) {
+      INFO(c.name);
+      Pair p;
+      std::vector<StTensor> exported = c.layer0;
+      exported.insert(exported.end(), c.layer1.begin(), c.layer1.end());
+      write_export(p.exported(), c.config, exported);
+      write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", tall), bf16_tensor(m1 + ".weight", w1)});
+      const CheckpointReport r = checked(p);
+      INFO(findings(r));
+      CHECK(weight(r, m0).verdict == "transposed_weight");
+      CHECK(weight(r, m1).verdict == "matches");
+    }
+    // gpt-oss: transformers' reference is [E, in, out] itself, so blocks stored [E, in, out/32, 16]
+    // match it value for value; config.json's dimensions tell the loader reads [E, out, in/32, 16].
+    const std::vector<Weight> experts = {random_weight(64, 128, 5), random_weight(64, 128, 6)};  // [out, in]
+    const std::string config = std::string(kGptOssConfig).insert(1, R"("hidden_size":64,"intermediate_size":128,)");
+    Pair right, wrong;
+    write_export(right.exported(), config, gpt_oss_experts("model.layers.0.mlp.experts.down_proj", experts));
+    write_export(right.reference(), "{}", {gpt_oss_reference("model.layers.0.mlp.experts.down_proj", experts)});
+    require_all_match(checked(right), 1);
+    const std::vector<Weight> flipped = {transpose(experts[0]), transpose(experts[1])};
+    write_export(wrong.exported(), config, gpt_oss_experts("model.layers.0.mlp.experts.down_proj", flipped));
+    write_export(wrong.reference(), "{}", {gpt_oss_reference("model.layers.0.mlp.experts.down_proj", experts)});
+    const CheckpointReport r = checked(wrong);
+    INFO(findings(r));
+    CHECK(r.weights.at(0).verdict == "transposed_weight");
+  }
+  SECTION("a static activation scheme without each layer's input_scale, in every convention that has one") {
+    struct Case {
+      std::string name, config;
+      std::vector<StTensor> layer0, layer1;
+    };
+    const std::string ct_static =
+        R"({"quantization_config":{"quant_method":"compressed-tensors","format":"float-quantized",)"
+        R"("config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,"type":"float","strategy":"channel"},)"
+        R"("input_activations":{"num_bits":8,"type":"float","strategy":"tensor","dynamic":false}}}}})";
+    std::vector<StTensor> ct0 = compressed_tensors_layer(m0, w0, false), ct1 = compressed_tensors_layer(m1, w1, false);
+    ct1.push_back({m1 + ".input_scale", "BF16", {1}, bytes_of(std::vector<std::uint16_t>{bf16_bits(0.01f)})});
+    for (Case& c : std::vector<Case>{{"per_tensor_fp8", kPerTensorConfig, per_tensor_layer(m0, w0), per_tensor_layer(m1, w1)},
+                                     {"modelopt_fp8", kModelOptFp8Config, modelopt_fp8_layer(m0, w0), modelopt_fp8_layer(m1, w1)},
+                                     {"modelopt_nvfp4", kModelOptNvfp4Config, modelopt_nvfp4_layer(m0, w0),
+                                      modelopt_nvfp4_layer(m1, w1)},
+                                     {"compressed_tensors_fp8", ct_static, ct0, ct1}}) {
+      INFO(c.name);
+      Pair p;
+      std::vector<StTensor> exported;
+      for (StTensor& t : c.layer0) {
+        if (t.name != m0 + ".input_scale") exported.push_back(t);
+      }
+      for (StTensor& t : c.layer1) exported.push_back(t);
+      write_export(p.exported(), c.config, exported);
+      write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+      const CheckpointReport r = checked(p);
+      INFO(findings(r));
+      CHECK(weight(r, m0).verdict == "missing_input_scale");
+      CHECK(weight(r, m1).verdict == "matches");
+      const Result<CheckpointReport> alone = check_checkpoint(p.exported(), "");
+      REQUIRE(alone.ok());
+      CHECK(weight(alone.value(), m0).verdict == "missing_input_scale");  // no reference needed
+    }
+    // A dynamic scheme needs none: compressed-tensors' input_activations null.
+    Pair dynamic;
+    write_pair(dynamic, compressed_tensors_config(false), [](auto m, auto w) { return compressed_tensors_layer(m, w, false); },
+               64, 64);
+    require_all_match(checked(dynamic), 2);
   }
   SECTION("block scales transposed: the grid of [in, out]") {
     Pair p;

@@ -83,6 +83,14 @@ struct Declaration {
   std::vector<std::string> ignore;
   IgnoreRule ignore_rule = IgnoreRule::kExact;
   std::string config_file;  // config.json, or ModelOpt's hf_quant_config.json
+  // The loader reads each quantized layer's activation scale, `input_scale`: the config declares
+  // static activation quantization (vLLM fp8.py Fp8Config activation_scheme "static";
+  // compressed-tensors input_activations with dynamic false, compressed_tensors_w8a8_fp8.py
+  // is_static_input_scheme; ModelOpt FP8 and NVFP4 always, modelopt.py create_weights). Where it was read.
+  bool static_activations = false;
+  std::string activations_why;
+  // config.json's model dimensions (0 when absent): the shapes the loader reads expert weights in.
+  std::int64_t hidden_size = 0, intermediate_size = 0;
 };
 
 // From config.json's quantization_config (or hf_quant_config.json beside it), else detected from

@@ -58,7 +58,10 @@ Discovery discover_weights(const CheckpointFiles& files, const Declaration& decl
 // scale, NVFP4's per-tensor factor included), row by row.
 class WeightDecoder {
  public:
-  static Result<WeightDecoder> open(const CheckpointFiles& files, const QuantizedWeight& weight);
+  // swapped_nibbles: packed FP4 read with element 2j in the high nibble, the order no loader uses
+  // (to tell an export written so).
+  static Result<WeightDecoder> open(const CheckpointFiles& files, const QuantizedWeight& weight,
+                                    bool swapped_nibbles = false);
 
   const QuantizedWeight& weight() const { return *w_; }
   // Row r of expert e: its codes (unpacked, one a byte), the codes' own values and the values
@@ -84,6 +87,7 @@ class WeightDecoder {
   std::vector<float> scales_;
   std::vector<std::uint32_t> scale_codes_;
   float scale_2_ = 1.0f;
+  bool swapped_nibbles_ = false;
   std::array<float, 256> lut_{};
 };
 
