@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -145,6 +146,11 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
                   "Cores the shipper runs on, as taskset writes them (e.g. 7 or 6-7): keep it off the training "
                   "process's cores")
       ->envname("FP8SCOPE_SHIPPER_CPUS");
+  cmd->add_option("--store-wait", o.store_wait_seconds,
+                  "After the command: seconds to wait for its shipper to finish and the daemon to store every "
+                  "sample (0: return at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("command", o.command, "The command and its arguments, after --")->required();
   return cmd;
 }
@@ -245,14 +251,71 @@ std::vector<std::string> child_environment(const RunOptions& o, const Connection
   return envs;
 }
 
-// Runs the command and returns its exit status (128 + the signal that ended it).
-int spawn_and_wait(std::vector<std::string> argv, std::vector<std::string> envs, std::ostream& err) {
+// The daemon's count of accepted samples not yet stored, and records not yet written; nullopt when
+// it does not answer.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> unstored(const ConnectionOptions& connection) {
+  Result<std::unique_ptr<v1::Admin::Stub>> stub = admin_stub(connection);
+  if (!stub.ok()) return std::nullopt;
+  v1::DaemonStatus status;
+  auto ctx = call_context(connection, 5.0);
+  if (!stub.value()->GetStatus(ctx.get(), v1::GetStatusRequest(), &status).ok()) return std::nullopt;
+  return std::make_pair(status.unstored_samples(), status.history_pending());
+}
+
+// After the job: its shipper outlives it, sending what the ring still holds. Every process the job
+// started holds `held` open (the shipper too: posix_spawn keeps it), so EOF on it means they have
+// all exited; then the daemon stores what it accepted. Each wait is bounded by `seconds` in all;
+// what is still on its way is said, with how to wait for it.
+void wait_until_stored(int held, double seconds, const ConnectionOptions& connection, std::ostream& err) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  auto left_ms = [&] {
+    return static_cast<int>(std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count()));
+  };
+  bool shipped = false;
+  for (;;) {
+    pollfd p{held, POLLIN, 0};
+    const int ready = poll(&p, 1, std::min(left_ms(), 1000));
+    char byte;
+    if (ready > 0 && read(held, &byte, 1) <= 0) {
+      shipped = true;
+      break;
+    }
+    if (ready < 0 && errno != EINTR) break;
+    if (left_ms() == 0) break;
+  }
+  close(held);
+  if (!shipped) {
+    err << "fp8scope run: the job's processes (its shipper among them) are still running after " << seconds
+        << " s; samples may still be on their way: `fp8scope status` shows unstored_samples until they are stored\n";
+    return;
+  }
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> left;
+  for (;;) {
+    left = unstored(connection);
+    if (!left || (left->first == 0 && left->second == 0) || left_ms() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(left_ms(), 100)));
+  }
+  if (!left) {
+    err << "fp8scope run: the daemon did not answer after the job; `fp8scope status` says what it stored\n";
+  } else if (left->first > 0 || left->second > 0) {
+    err << "fp8scope run: " << left->first << " accepted samples and " << left->second
+        << " records are not stored yet after " << seconds << " s; `fp8scope status` shows unstored_samples and "
+           "history_pending until both read 0\n";
+  }
+}
+
+// Runs the command and returns its exit status (128 + the signal that ended it). `inherit`, when
+// not -1, stays open in the command and what it starts.
+int spawn_and_wait(std::vector<std::string> argv, std::vector<std::string> envs, std::ostream& err, int inherit = -1) {
   // Ctrl-C reaches the command through the terminal's process group; SIGTERM sent to us is passed on.
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
   signal(SIGTERM, forward_signal);
   pid_t pid = -1;
+  if (inherit >= 0) fcntl(inherit, F_SETFD, 0);  // no FD_CLOEXEC: the command keeps it across exec
   const int rc = posix_spawnp(&pid, argv[0].c_str(), nullptr, nullptr, pointers(argv).data(), pointers(envs).data());
+  if (inherit >= 0) close(inherit);
   if (rc != 0) {
     err << "fp8scope run: cannot run " << argv[0] << ": " << std::strerror(rc) << "\n";
     return 127;
@@ -290,7 +353,11 @@ int run_run(const RunOptions& o, std::ostream&, std::ostream& err) {
   if (const int code = prepare_daemon(o, connection.value(), here, parts.job, err); code != 0) return code;
   std::vector<std::string> envs = child_environment(o, connection.value(), parts);
   err << "fp8scope run: job " << parts.job << ", run " << parts.run << ", daemon " << connection.value().endpoint << "\n";
-  return spawn_and_wait(o.command, std::move(envs), err);
+  int held[2] = {-1, -1};
+  if (o.store_wait_seconds <= 0 || pipe2(held, O_CLOEXEC) != 0) return spawn_and_wait(o.command, std::move(envs), err);
+  const int code = spawn_and_wait(o.command, std::move(envs), err, held[1]);
+  wait_until_stored(held[0], o.store_wait_seconds, connection.value(), err);
+  return code;
 }
 
 }  // namespace fp8scope::cli

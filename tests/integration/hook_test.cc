@@ -155,6 +155,30 @@ TEST_CASE("under the hook, losses and the calls reaching cuBLAS are unchanged", 
   CHECK(counter(daemon, "fp8scope_samples_total") == samples);
 }
 
+TEST_CASE("fp8scope run returns once the job's samples are stored: history right after it holds every one",
+          "[hook][history]") {
+  // The shipper outlives the trainer, sending what its ring still holds; run waits for it and for
+  // the daemon's writes, so the README's `run` then `history` sees the whole job, every time.
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string run_name = "stored-" + std::to_string(attempt);
+    const ProcessResult run = run_process(
+        under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "stored", "--run", run_name}, {"--steps", "8"}),
+        preload_env(), 120.0);
+    INFO(run.err);
+    REQUIRE(run.exit_code == 0);
+    CHECK(run.err.find("not stored yet") == std::string::npos);
+    CHECK(sampled_tensors(dir.file("data"), run_name).first.size() == static_cast<std::size_t>(8 * kSamplesPerStep));
+  }
+  // --store-wait 0 returns with the job, as before.
+  const ProcessResult quick = run_process(
+      under_hook({"--endpoint", daemon.grpc(), "--every", "1", "--job", "stored", "--run", "quick", "--store-wait", "0"},
+                 {"--steps", "2"}),
+      preload_env(), 120.0);
+  CHECK(quick.exit_code == 0);
+}
+
 TEST_CASE("block-scaled FP8 and NVFP4 operands arrive with their scales and read as analyze reads their dumps",
           "[hook][block]") {
   TempDir dir;

@@ -26,6 +26,7 @@ struct RunOptions {
   std::string data_dir = "fp8scope-data";
   std::string daemon_metrics = "127.0.0.1:9767";
   std::string shipper_cpus;  // FP8SCOPE_SHIPPER_CPUS for the shipper the hook starts
+  double store_wait_seconds = 120;  // after the job: how long to wait for its samples to be stored
   std::vector<std::string> command;
 };
 
