@@ -42,7 +42,7 @@ int run_advise(const AdviseOptions& o, std::ostream& out, std::ostream& err) {
     te.autoswitch_gemm = std::find(o.te_features.begin(), o.te_features.end(), "autoswitch_gemm") != o.te_features.end();
     insight::write_te_debug_yaml(study->advice, to, te);
   } else if (o.format == "te-recipe") {
-    insight::write_te_recipe(study->advice.ladder, o.study.run, to);
+    insight::write_te_recipe(insight::te_recipe_plan(study->advice), o.study.run, to);
   } else if (o.format == "megatron") {
     insight::write_megatron_layers(study->advice, to);
   } else if (o.format == "json") {

@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 
+#include "fp8scope/kernels/recipe.h"
 #include "fp8scope/te/custom_recipe.h"
 #include "fp8scope/te/te_names.h"
 
@@ -120,8 +121,9 @@ void write_advice_table(const RunAdvice& a, std::ostream& out, std::size_t max_r
     rungs += (rungs.empty() ? "" : ", ") + std::string(recipe_name(r.recipe)) +
              (r.only_gemm ? std::string(" (") + r.only_gemm + ")" : "");
   }
-  out << "\nthe recipe each GEMM can take (the first of " << rungs << " that holds every operand; GEMMs of a layer that\n"
-      << "differ run as TE's hybrid quantization: --format te-recipe):\n";
+  out << "\nthe recipe each GEMM can take (the first of " << rungs << " that holds every operand; what it could\n"
+      << "move to, not advice: --format te-recipe writes the advice above, each GEMM's tensors kept as they are\n"
+      << "unless a line above says otherwise):\n";
   for (const GemmRecipe& g : a.ladder.gemms) {
     std::snprintf(line, sizeof line, "  %-40s %-6s %-15s ", g.layer.c_str(), g.gemm.c_str(),
                   te::precision_name(g.recipe).c_str());
@@ -270,20 +272,66 @@ void write_te_debug_yaml(const RunAdvice& a, std::ostream& out, const TeYamlOpti
   te::write_debug_config(te_debug_config(a, options), out);
 }
 
-void write_te_recipe(const RecipeLadder& ladder, const std::string& run, std::ostream& out) {
+namespace {
+
+// How cautious a precision is: BF16 most, then FP8 per tensor, FP8 in blocks, FP4.
+int caution(const te::GemmPrecision& p) {
+  if (!p) return 100;
+  const Recipe r = default_recipe(*p);
+  if (r.per_tensor()) return 50;
+  if (!r.fp4()) return 40 + r.block_cols / 32;  // block_128x128 and 1x128 over mxfp8's 1x32
+  return r.block_cols == 32 ? 20 : 10;          // mxfp4 over the NVFP4 family
+}
+
+// What the table says of one tensor, as the precision of the GEMM that reads it.
+te::GemmPrecision advised_precision(const TensorAdvice& t) {
+  switch (t.recommendation) {
+    case Recommendation::kFallBackToBf16: return std::nullopt;
+    case Recommendation::kFinerRecipe: return t.finer_recipe.value_or(RecipeKind::kMxfp8);
+    case Recommendation::kCurrentScaling: return RecipeKind::kTensorCurrent;
+    case Recommendation::kKeepFp8:
+    case Recommendation::kTuneDelayed:
+    case Recommendation::kE5m2ForDy: break;
+  }
+  return t.what_if_recipe;  // the recipe that casts as the job does (tensor_current for a BF16 run)
+}
+
+}  // namespace
+
+TeRecipePlan te_recipe_plan(const RunAdvice& a) {
+  TeRecipePlan plan;
+  std::map<std::pair<std::string, std::string>, std::pair<te::GemmPrecision, std::string>> by_gemm;
+  std::map<RecipeKind, std::size_t> job_recipes;  // of the tensors the job itself cast
+  for (const TensorAdvice& t : a.tensors) {
+    if (t.observed_format != nullptr) ++job_recipes[t.what_if_recipe];
+    const te::GemmPrecision p = advised_precision(t);
+    const auto key = std::make_pair(t.tensor.layer, t.tensor.gemm);
+    auto [it, fresh] = by_gemm.try_emplace(key, p, "");
+    if (!fresh && caution(p) > caution(it->second.first)) it->second.first = p;
+    it->second.second += (it->second.second.empty() ? "" : "; ") + t.tensor.operand + ": " +
+                         recommendation_name(t.recommendation);
+  }
+  for (const auto& [key, value] : by_gemm) {
+    GemmRecipe g;
+    g.layer = key.first, g.gemm = key.second;
+    g.recipe = value.first;
+    g.evidence = value.second;
+    plan.gemms.push_back(std::move(g));
+  }
+  // The job's recipe: the one most of its own casts used (of a tie, the first); none in a BF16 run.
+  std::size_t most = 0;
+  for (const auto& [recipe, n] : job_recipes) {
+    if (n > most) most = n, plan.fallback = recipe;
+  }
+  return plan;
+}
+
+void write_te_recipe(const TeRecipePlan& plan, const std::string& run, std::ostream& out) {
   te::ModulePrecisions modules;
-  std::map<std::string, std::size_t> takes;  // by name: of a tie, the first by name
-  std::map<std::string, te::GemmPrecision> named;
-  for (const GemmRecipe& g : ladder.gemms) {
+  for (const GemmRecipe& g : plan.gemms) {
     modules[module_name(g.layer)][gemm_from_name(g.gemm).value_or(GemmRole::kUnknown)] = g.recipe;
-    ++takes[te::precision_name(g.recipe)];
-    named[te::precision_name(g.recipe)] = g.recipe;
   }
-  std::string fallback = te::precision_name(std::nullopt);
-  for (const auto& [recipe, n] : takes) {
-    if (n > takes[fallback]) fallback = recipe;
-  }
-  te::write_te_custom_recipe(modules, named[fallback], run, out);
+  te::write_te_custom_recipe(modules, plan.fallback, run, out);
 }
 
 void write_megatron_layers(const RunAdvice& a, std::ostream& out) {
@@ -388,7 +436,16 @@ std::string advice_json(const RunAdvice& a) {
   const nlohmann::json ladder = {{"gemms", gemms},
                                  {"fp4_ready", a.ladder.fp4_ready},
                                  {"fp4_share", a.ladder.fp4_share()}};
-  return nlohmann::json{{"run", a.run}, {"tensors", tensors}, {"experts", experts}, {"recipe_ladder", ladder}}.dump();
+  // What --format te-recipe writes: the advice above per GEMM, and the fallback.
+  const TeRecipePlan plan = te_recipe_plan(a);
+  nlohmann::json te_gemms = nlohmann::json::array();
+  for (const GemmRecipe& g : plan.gemms) {
+    te_gemms.push_back({{"layer", g.layer}, {"gemm", g.gemm}, {"recipe", te::precision_name(g.recipe)}, {"from", g.evidence}});
+  }
+  const nlohmann::json te_recipe = {{"fallback", te::precision_name(plan.fallback)}, {"gemms", te_gemms}};
+  return nlohmann::json{{"run", a.run},           {"tensors", tensors},      {"experts", experts},
+                        {"recipe_ladder", ladder}, {"te_recipe", te_recipe}}
+      .dump();
 }
 
 }  // namespace fp8scope::insight

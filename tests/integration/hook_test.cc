@@ -295,14 +295,22 @@ TEST_CASE("advise and report judge an NVFP4 job by the NVFP4 what-ifs of its BF1
   REQUIRE(cli({"advise", "--data-dir", data, "--run", "nvfp4", "--baseline", "bf16", "--format", "te-recipe", "-o",
                dir.file("recipe.py")})
               .exit_code == 0);
-  json plan = {{"gemms", json::object()}};
-  std::map<std::string, std::size_t> takes;
-  for (const json& g : ladder["gemms"]) {
+  // It writes the table's advice, not the ladder's rungs: the NVFP4 run's own recipe for the GEMMs
+  // the table keeps, and for every GEMM not sampled (never a rung no sample stood on).
+  const json& te_recipe = advice["te_recipe"];
+  CHECK(te_recipe["fallback"] == "nvfp4");
+  json plan = {{"gemms", json::object()}, {"fallback", te_recipe["fallback"]}};
+  std::map<std::string, std::set<std::string>> advised;  // layer gemm -> the tensors' recommendations
+  for (const json& t : advice["tensors"]) advised[t["layer"].get<std::string>() + " " + t["gemm"].get<std::string>()].insert(t["recommendation"]);
+  REQUIRE(te_recipe["gemms"].size() == advised.size());
+  for (const json& g : te_recipe["gemms"]) {
     const std::string layer = g["layer"];
     plan["gemms"][layer.substr(0, layer.rfind('#'))][g["gemm"].get<std::string>()] = g["recipe"];
-    ++takes[g["recipe"]];
+    const std::set<std::string>& r = advised[layer + " " + g["gemm"].get<std::string>()];
+    INFO(g.dump());
+    if (r.count("fall back to BF16")) CHECK(g["recipe"] == "bf16");
+    else if (r == std::set<std::string>{"keep FP8"}) CHECK(g["recipe"] == "nvfp4");
   }
-  plan["fallback"] = std::max_element(takes.begin(), takes.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
   std::ofstream(dir.file("plan.json")) << plan.dump();
   const ProcessResult checked = run_process({FP8SCOPE_PYTHON, std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/te_custom_recipe_check.py",
                                              dir.file("recipe.py"), dir.file("plan.json")});

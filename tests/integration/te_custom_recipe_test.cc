@@ -35,7 +35,7 @@ GemmRecipe gemm(const std::string& layer, const std::string& gemm, const std::st
 testing::ProcessResult check(const RecipeLadder& ladder, const std::string& fallback, TempDir& dir,
                              const std::string& edit_from = "", const std::string& edit_to = "") {
   std::ostringstream module;
-  write_te_recipe(ladder, "run1", module);
+  write_te_recipe(TeRecipePlan{ladder.gemms, recipe_kind_from_name(fallback)}, "run1", module);
   std::string text = module.str();
   if (!edit_from.empty()) {
     const std::size_t at = text.find(edit_from);
@@ -82,7 +82,7 @@ TEST_CASE("te-recipe: NVFP4's options become NVFP4Quantizer's arguments for the 
     for (const char* g : {"fprop", "dgrad", "wgrad"}) ladder.gemms.push_back(gemm(std::string("layer.") + r, g, r));
   }
   TempDir dir;
-  const testing::ProcessResult r = check(ladder, "nvfp4_4over6", dir);  // a tie: the first by name
+  const testing::ProcessResult r = check(ladder, "nvfp4_4over6", dir);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
 }
@@ -99,4 +99,63 @@ TEST_CASE("te-recipe: the checker refuses a module that feeds a GEMM the wrong c
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.out.find("l dgrad: its operands' copies are of different families") != std::string::npos);
+}
+
+namespace {
+
+TensorAdvice advice(const std::string& layer, const std::string& gemm, const std::string& operand, Recommendation r,
+                    RecipeKind job, bool quantized) {
+  TensorAdvice t;
+  t.tensor = {layer + "#0", gemm, operand};
+  t.recommendation = r;
+  t.what_if_recipe = job;
+  t.observed_format = quantized ? &kE4M3 : nullptr;
+  if (r == Recommendation::kFinerRecipe) t.finer_recipe = RecipeKind::kMxfp8;
+  return t;
+}
+
+std::map<std::string, std::string> precisions(const TeRecipePlan& plan) {
+  std::map<std::string, std::string> out;
+  for (const GemmRecipe& g : plan.gemms) out[g.layer + " " + g.gemm] = te::precision_name(g.recipe);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("te-recipe says what the table says: the job's recipe where kept, the fallback the job's own",
+          "[te_recipe]") {
+  SECTION("an MXFP8 run whose ladder would take NVFP4 everywhere, and whose table keeps it as it is") {
+    RunAdvice a;
+    for (const char* g : {"fprop", "dgrad", "wgrad"}) {
+      for (const char* op : {"x", "w"}) a.tensors.push_back(advice("layer.0", g, op, Recommendation::kKeepFp8, RecipeKind::kMxfp8, true));
+      a.ladder.gemms.push_back(gemm("layer.0", g, "nvfp4"));
+    }
+    // One gradient the table moves to BF16: its GEMM goes, whatever its other operand says.
+    a.tensors.push_back(advice("layer.0", "dgrad", "dy", Recommendation::kFallBackToBf16, RecipeKind::kMxfp8, true));
+    const TeRecipePlan plan = te_recipe_plan(a);
+    CHECK(plan.fallback == RecipeKind::kMxfp8);  // layers never sampled keep the job's recipe, not nvfp4
+    const std::map<std::string, std::string> want = {
+        {"layer.0#0 fprop", "mxfp8"}, {"layer.0#0 dgrad", "bf16"}, {"layer.0#0 wgrad", "mxfp8"}};
+    CHECK(precisions(plan) == want);
+    TempDir dir;
+    std::ostringstream module;
+    write_te_recipe(plan, "run1", module);
+    CHECK(module.str().find("FALLBACK = \"mxfp8\"") != std::string::npos);
+    CHECK(module.str().find("nvfp4\"") == std::string::npos);
+  }
+  SECTION("an NVFP4 run: a tensor the table casts finer takes MXFP8; a BF16 run's kept tensors take FP8, its fallback BF16") {
+    RunAdvice fp4;
+    fp4.tensors.push_back(advice("l", "fprop", "x", Recommendation::kFinerRecipe, RecipeKind::kNvfp4, true));
+    fp4.tensors.push_back(advice("l", "fprop", "w", Recommendation::kKeepFp8, RecipeKind::kNvfp4, true));
+    fp4.tensors.push_back(advice("m", "fprop", "x", Recommendation::kKeepFp8, RecipeKind::kNvfp4, true));
+    const TeRecipePlan p4 = te_recipe_plan(fp4);
+    CHECK(p4.fallback == RecipeKind::kNvfp4);
+    CHECK(precisions(p4) == std::map<std::string, std::string>{{"l#0 fprop", "mxfp8"}, {"m#0 fprop", "nvfp4"}});
+    RunAdvice bf16;
+    bf16.tensors.push_back(advice("l", "fprop", "x", Recommendation::kKeepFp8, RecipeKind::kTensorCurrent, false));
+    bf16.tensors.push_back(advice("l", "wgrad", "dy", Recommendation::kFallBackToBf16, RecipeKind::kTensorCurrent, false));
+    const TeRecipePlan p16 = te_recipe_plan(bf16);
+    CHECK_FALSE(p16.fallback);
+    CHECK(precisions(p16) == std::map<std::string, std::string>{{"l#0 fprop", "tensor_current"}, {"l#0 wgrad", "bf16"}});
+  }
 }

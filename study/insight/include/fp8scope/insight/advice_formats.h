@@ -22,9 +22,19 @@ struct TeYamlOptions {
 te::DebugConfig te_debug_config(const RunAdvice& advice, const TeYamlOptions& options = {});
 void write_te_debug_yaml(const RunAdvice& advice, std::ostream& out, const TeYamlOptions& options = {});
 void write_megatron_layers(const RunAdvice& advice, std::ostream& out);
-// The recipe ladder as TE's CustomRecipe (te/custom_recipe.h): each sampled GEMM in its rung, the
-// rest in the rung most GEMMs took (of a tie, the first by name).
-void write_te_recipe(const RecipeLadder& ladder, const std::string& run, std::ostream& out);
+// What TE's CustomRecipe runs (te/custom_recipe.h): each sampled GEMM's recipe, and the fallback
+// for every GEMM not listed.
+struct TeRecipePlan {
+  std::vector<GemmRecipe> gemms;
+  std::optional<RecipeKind> fallback;  // none: BF16
+};
+// The table's advice as that plan, so the file and the table say the same: a GEMM takes the job's
+// own recipe where the table keeps its tensors as they are (FP8 current scaling in a BF16 run,
+// whose "keep FP8" says FP8 holds them), current scaling where delayed scaling lags, the finer
+// recipe, or BF16, the most cautious of its operands'. GEMMs not sampled keep the recipe the job
+// already runs (BF16 for a BF16 run): a recipe never goes where no sample has been.
+TeRecipePlan te_recipe_plan(const RunAdvice& advice);
+void write_te_recipe(const TeRecipePlan& plan, const std::string& run, std::ostream& out);
 std::string advice_json(const RunAdvice& advice);
 
 // The layer name TE would know: fp8scope's label without its "#<ordinal>" suffix.
