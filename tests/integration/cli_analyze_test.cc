@@ -158,14 +158,19 @@ std::string bf16_bytes(const std::vector<float>& values) {
   return s;
 }
 
-TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise copy but casts a weight as nvfp4",
-          "[cli][analyze]") {
-  TempDir dir;
-  // One 16-token group of column 0 holds a 64x outlier: the transform spreads it over the group.
+// A 32 x 48 BF16 .npy whose column 0 holds a 64x outlier in one 16-token group: the transform
+// spreads it over the group.
+std::string outlier_bf16(TempDir& dir) {
   std::vector<float> x(32 * 48);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
   x[3 * 48] = 64.0f;
-  const std::string path = dir.write("x.npy", npy_file("<u2", false, "(32, 48)", bf16_bytes(x)));
+  return dir.write("x.npy", npy_file("<u2", false, "(32, 48)", bf16_bytes(x)));
+}
+
+TEST_CASE("nvfp4_rht transforms an activation's and a gradient's column-wise copy but casts a weight as nvfp4",
+          "[cli][analyze]") {
+  TempDir dir;
+  const std::string path = outlier_bf16(dir);
   std::map<std::string, std::map<std::string, json>> rows;  // operand -> recipe -> line
   for (const char* operand : {"x", "dy", "w"}) {
     const ProcessResult r =
@@ -216,10 +221,7 @@ TEST_CASE("a what-if TE would refuse is not computed and says TE's reason, and t
 TEST_CASE("nvfp4_te casts the copy the --gemm reads: wgrad's transformed, fprop's and dgrad's as they are",
           "[cli][analyze]") {
   TempDir dir;
-  std::vector<float> x(32 * 48);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
-  x[3 * 48] = 64.0f;
-  const std::string path = dir.write("x.npy", npy_file("<u2", false, "(32, 48)", bf16_bytes(x)));
+  const std::string path = outlier_bf16(dir);
   auto line = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = {path, "--json", "--dtype", "bf16"};
     args.insert(args.end(), extra.begin(), extra.end());
