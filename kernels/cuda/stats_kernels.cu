@@ -44,6 +44,9 @@ __device__ __forceinline__ void welford_add(TensorMoments& m, double& mean, floa
     m.amin = min_f(m.amin, a);
   }
   m.amax = max_f(m.amax, a);
+  m.min = min_f(m.min, x);
+  m.max = max_f(m.max, x);
+  m.sum_abs += a;
   const double n = static_cast<double>(m.finite);
   const double d = static_cast<double>(x) - mean;
   const double dn = d / n, dn2 = dn * dn, term = d * dn * (n - 1.0);

@@ -49,11 +49,14 @@ void add_segment_moments(const float* x, std::int64_t n, TensorMoments& into) {
     }
     ++m.finite;
     m.amax = max_f(m.amax, a);
+    m.min = min_f(m.min, v);
+    m.max = max_f(m.max, v);
     if (a != 0.0f) {
       ++m.nonzero;
       m.amin = min_f(m.amin, a);
     }
     m.sum += v;
+    m.sum_abs += a;
     m.sum_squares += static_cast<double>(v) * v;
   }
   if (m.finite > 0) {

@@ -66,6 +66,16 @@ constexpr Statistic kStatistics[] = {
      [](const TensorMoments& m, const QuantStats&) {
        return m.finite && m.m2 > 0.0 ? static_cast<double>(m.finite) * m.m4 / (m.m2 * m.m2) : kNaN;
      }},
+    // TE's LogTensorStats min, max, l1_norm and l2_norm (debug/features/utils/stats_computation.py:
+    // 210-231 at d0067d0: torch.min, torch.max, torch.norm(x, 1), sqrt(Σx²)), over the finite elements.
+    {"min", nullptr, "value", "Smallest finite element (signed).", kTensor, true,
+     [](const TensorMoments& m, const QuantStats&) { return m.finite ? static_cast<double>(m.min) : kNaN; }},
+    {"max", nullptr, "value", "Largest finite element (signed).", kTensor, false,
+     [](const TensorMoments& m, const QuantStats&) { return m.finite ? static_cast<double>(m.max) : kNaN; }},
+    {"l1_norm", nullptr, "value", "Σ|x| over the finite elements (TE's l1_norm).", kTensor, false,
+     [](const TensorMoments& m, const QuantStats&) { return m.finite ? m.sum_abs : kNaN; }},
+    {"l2_norm", nullptr, "value", "sqrt(Σx²) over the finite elements (TE's l2_norm).", kTensor, false,
+     [](const TensorMoments& m, const QuantStats&) { return m.finite ? std::sqrt(m.sum_squares) : kNaN; }},
     {"channel_amax_ratio", nullptr, "1",
      "Largest channel amax over the median channel amax (channels: columns of X, rows of W); outlier channels "
      "that grow late in training warn of an FP8 or FP4 divergence (arXiv 2409.12517, 2602.02047).",

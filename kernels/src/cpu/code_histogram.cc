@@ -108,11 +108,14 @@ TensorMoments CodeHistogram::moments(float input_scale_inv) const {
       return;
     }
     m.finite += n;
+    m.min = x < m.min ? x : m.min;
+    m.max = x > m.max ? x : m.max;
     if (a == 0.0f) return;
     m.nonzero += n;
     m.amax = a > m.amax ? a : m.amax;
     m.amin = a < m.amin ? a : m.amin;
     m.sum += static_cast<double>(n) * x;
+    m.sum_abs += static_cast<double>(n) * a;
     m.sum_squares += static_cast<double>(n) * (static_cast<double>(x) * x);
   });
   if (m.finite > 0) {

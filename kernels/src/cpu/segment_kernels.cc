@@ -70,7 +70,8 @@ struct MomentLanes {
   I32V nan{}, inf{}, zero{};  // negative counts
   U32V amax{};                // |x| bits: for non-negative floats integer order is float order
   U32V amin = splat<U32V>(kFloatMaxBits);
-  F64V sum[2] = {}, squares[2] = {}, cubes[2] = {}, fourths[2] = {};
+  F32V min = splat<F32V>(__builtin_inff()), max = splat<F32V>(-__builtin_inff());  // signed, finite elements
+  F64V sum[2] = {}, abs_sum[2] = {}, squares[2] = {}, cubes[2] = {}, fourths[2] = {};
 };
 
 inline void add_moment_lanes(MomentLanes& m, F32V x) {
@@ -85,6 +86,11 @@ inline void add_moment_lanes(MomentLanes& m, F32V x) {
   const U32V nonzero_bits = (finite & ~zero) ? bits : splat<U32V>(kFloatMaxBits);
   m.amin = nonzero_bits < m.amin ? nonzero_bits : m.amin;
   const F32V v = finite ? x : F32V{};
+  m.min = (finite & (x < m.min)) ? x : m.min;
+  m.max = (finite & (x > m.max)) ? x : m.max;
+  const F32V magnitude = Lanes<F32V>::from_bits(Lanes<F32V>::to_bits(v) & kAbsMask);
+  m.abs_sum[0] += widen_low(magnitude);
+  m.abs_sum[1] += widen_high(magnitude);
   const F64V lo = widen_low(v), hi = widen_high(v);
   const F64V lo2 = lo * lo, hi2 = hi * hi;
   m.sum[0] += lo;
@@ -134,8 +140,11 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
   for (int k = 0; k < kWidth; ++k) {
     amax_bits = lanes.amax[k] > amax_bits ? lanes.amax[k] : amax_bits;
     amin_bits = lanes.amin[k] < amin_bits ? lanes.amin[k] : amin_bits;
+    m.min = lanes.min[k] < m.min ? lanes.min[k] : m.min;
+    m.max = lanes.max[k] > m.max ? lanes.max[k] : m.max;
   }
   double sum = add_lanes(lanes.sum[0]) + add_lanes(lanes.sum[1]);
+  double abs_sum = add_lanes(lanes.abs_sum[0]) + add_lanes(lanes.abs_sum[1]);
   double squares = add_lanes(lanes.squares[0]) + add_lanes(lanes.squares[1]);
   double cubes = add_lanes(lanes.cubes[0]) + add_lanes(lanes.cubes[1]);
   double fourths = add_lanes(lanes.fourths[0]) + add_lanes(lanes.fourths[1]);
@@ -147,8 +156,11 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
     zero += bits == 0;
     amax_bits = bits > amax_bits ? bits : amax_bits;
     if (bits != 0) amin_bits = bits < amin_bits ? bits : amin_bits;
+    m.min = x[i] < m.min ? x[i] : m.min;
+    m.max = x[i] > m.max ? x[i] : m.max;
     const double v = x[i], v2 = v * v;
     sum += v;
+    abs_sum += std::fabs(v);
     squares += v2;
     cubes += v2 * v;
     fourths += v2 * v2;
@@ -158,6 +170,7 @@ void add_moments(const float* __restrict x, int n, TensorMoments* into) {
   m.amax = bits_float(amax_bits);
   m.amin = bits_float(amin_bits);
   m.sum = sum;
+  m.sum_abs = abs_sum;
   m.sum_squares = squares;
   if (m.finite > 0) {
     // The central moments from the power sums lose at most six bits while (Σx)²/n <= Σx²/2 (the

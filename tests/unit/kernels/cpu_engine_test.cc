@@ -62,6 +62,7 @@ void check_against_reference(const TensorView& t, std::span<const QuantSpec> spe
   const reference::Moments m = reference::moments(x);
   reference::check_exact_moments(a.moments, m);
   check_close(m.sum, a.moments.sum, m.sum_abs, "sum");
+  check_close(m.sum_abs, a.moments.sum_abs, m.sum_abs, "sum_abs");
   check_close(m.sum_squares, a.moments.sum_squares, m.sum_squares, "sum_squares");
   check_close(m.m2, a.moments.m2, m.sum_squares + m.m2, "m2");
   // Σ(x - mean)⁴ to within 1e-12 of itself, even with the mean 10⁵ spreads away; |m3| is at most

@@ -19,6 +19,7 @@ namespace fp8scope::reference {
 struct Moments {
   std::uint64_t numel = 0, finite = 0, nonzero = 0, nan = 0, inf = 0;
   float amax = 0.0f, amin = kFloatMax;
+  float min = INFINITY, max = -INFINITY;  // signed, over the finite elements
   long double sum = 0, sum_abs = 0, sum_squares = 0, m2 = 0, m3 = 0, m4 = 0;
 };
 
@@ -46,6 +47,8 @@ inline Moments moments(const std::vector<float>& x) {
     m.sum_abs += std::fabs(v);
     m.sum_squares += static_cast<long double>(v) * v;
     m.amax = std::max(m.amax, std::fabs(v));
+    m.min = std::min(m.min, v);
+    m.max = std::max(m.max, v);
     if (v != 0.0f) { ++m.nonzero; m.amin = std::min(m.amin, std::fabs(v)); }
   }
   const long double mean = m.finite ? m.sum / m.finite : 0;
@@ -70,6 +73,8 @@ inline void check_exact_moments(const TensorMoments& got, const Moments& want) {
   CHECK(got.inf == want.inf);
   CHECK(got.amax == want.amax);
   CHECK(got.amin == want.amin);
+  CHECK(got.min == want.min);
+  CHECK(got.max == want.max);
 }
 
 inline float te_amax_of(const std::vector<float>& x, std::int64_t rows, std::int64_t cols, std::int64_t r0,

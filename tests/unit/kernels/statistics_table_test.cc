@@ -1,5 +1,6 @@
 // The derived statistics: each row's formula on numbers worked by hand, and the table's own rules.
 #include "fp8scope/kernels/statistics_table.h"
+#include "fp8scope/kernels/cpu_engine.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -82,6 +83,25 @@ TEST_CASE("kurtosis of worked distributions: 1 for two points, 1.8 for a uniform
   CHECK(std::isnan(kurtosis_of({4.0, 4.0, 4.0})));  // no spread: undefined
 }
 
+// TE's LogTensorStats stats (debug/features/utils/stats_computation.py:210-231 at d0067d0).
+TEST_CASE("min, max, l1_norm and l2_norm are TE's torch.min, torch.max, torch.norm(x, 1) and sqrt(sum x^2)",
+          "[statistics_table]") {
+  const std::vector<float> x = {-3.0f, 0.0f, 4.0f, -0.5f};
+  auto engine = make_cpu_engine(1);
+  TensorAnalysis a;
+  REQUIRE(engine->analyze(TensorView{x.data(), DType::kF32, 1, 4, 1.0f}, {}, &a).ok());
+  const QuantStats q;
+  CHECK(value("min", a.moments, q) == -3.0);
+  CHECK(value("max", a.moments, q) == 4.0);
+  CHECK(value("l1_norm", a.moments, q) == 7.5);
+  CHECK(value("l2_norm", a.moments, q) == std::sqrt(9.0 + 16.0 + 0.25));
+  // All negative: the max is signed, not an amax.
+  const std::vector<float> negative = {-2.0f, -1.0f};
+  REQUIRE(engine->analyze(TensorView{negative.data(), DType::kF32, 1, 2, 1.0f}, {}, &a).ok());
+  CHECK(value("max", a.moments, q) == -1.0);
+  CHECK(value("amax", a.moments, q) == 2.0);
+}
+
 TEST_CASE("undefined statistics are NaN, lossless casts are +Inf dB", "[statistics_table]") {
   TensorMoments m;
   m.numel = 4;
@@ -94,7 +114,7 @@ TEST_CASE("undefined statistics are NaN, lossless casts are +Inf dB", "[statisti
   // Nothing finite to compare (an all-NaN tensor): not "identical" and not lossless, but undefined.
   m.finite = 0;
   m.nan = 4;
-  for (const char* key : {"cosine", "sqnr_db", "mse", "mean", "amax", "kurtosis"}) {
+  for (const char* key : {"cosine", "sqnr_db", "mse", "mean", "amax", "kurtosis", "min", "max", "l1_norm", "l2_norm"}) {
     INFO(key);
     CHECK(std::isnan(value(key, m, q)));
   }

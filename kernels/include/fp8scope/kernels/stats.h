@@ -33,7 +33,10 @@ struct TensorMoments {
   std::uint64_t inf = 0;
   float amax = 0.0f;                       // max |x|
   float amin = 0x1.fffffep127f;            // min nonzero |x|; FLT_MAX while nothing nonzero seen
+  float min = __builtin_inff();            // smallest x, signed; +Inf while nothing finite seen
+  float max = -__builtin_inff();           // largest x, signed; -Inf while nothing finite seen
   double sum = 0.0;                        // Σx
+  double sum_abs = 0.0;                    // Σ|x|: the L1 norm
   double sum_squares = 0.0;                // Σx²
   double m2 = 0.0;                         // Σ(x - mean)², merged with Chan's formula
   double m3 = 0.0;                         // Σ(x - mean)³, merged with Pébay's (2008, eq. 2.2)...
@@ -107,7 +110,10 @@ FP8SCOPE_HD void merge(TensorMoments& into, const TensorMoments& other) {
   into.inf += other.inf;
   into.amax = max_f(into.amax, other.amax);
   into.amin = min_f(into.amin, other.amin);
+  into.min = min_f(into.min, other.min);
+  into.max = max_f(into.max, other.max);
   into.sum += other.sum;
+  into.sum_abs += other.sum_abs;
   into.sum_squares += other.sum_squares;
 }
 
