@@ -86,6 +86,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
     line("mean", statistic_of(r, "mean"));
     const double n = static_cast<double>(r.numel);
     line("std", n > 1 ? statistic_of(r, "std") * std::sqrt(n / (n - 1)) : std::nan(""));  // torch.std: unbiased
+    for (const char* stat : {"min", "max", "l1_norm", "l2_norm"}) line(stat, statistic_of(r, stat));
   }
   line(*prefix + "underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
   line(*prefix + "mse", statistic_of(r, "mse"));

@@ -16,9 +16,8 @@ struct ConfigError {
   std::string message;
 };
 
-// LogTensorStats' stats (log_tensor_stats.py:102-125): those fp8scope computes for every sample.
-constexpr const char* kComputedTensorStats[] = {"cur_amax", "dynamic_range", "mean", "std"};
-constexpr const char* kUncomputedTensorStats[] = {"min", "max", "l1_norm", "l2_norm"};
+// LogTensorStats' stats (log_tensor_stats.py:102-125): fp8scope computes them all for every sample.
+constexpr const char* kComputedTensorStats[] = {"cur_amax", "dynamic_range", "mean", "std", "min", "max", "l1_norm", "l2_norm"};
 // LogFp8TensorStats' stats without their recipe prefix (log_fp8_tensor_stats.py:165-219).
 constexpr const char* kFp8Stats[] = {"underflows%", "scale_inv_min", "scale_inv_max", "mse"};
 // LogNvfp4TensorStats' (log_nvfp4_tensor_stats.py:86-100).
@@ -199,9 +198,14 @@ class Interpreter {
     const std::string key = section + (f.te_namespace ? std::string(".") + kTeNamespace + "." : ".") + f.name;
     const ConfigNode& config = f.fields;
     const FeatureName* known = feature_named(f.name, f.te_namespace);
+    // nvdlfw_inspect also loads features from the job's own feature_dirs (the custom-feature
+    // tutorial, TE's TestDummyFeature): their code is the job's, which fp8scope cannot run. The rest
+    // of the config still applies.
     if (known == nullptr) {
-      fail(config, key, "Could not find feature '" + f.name + "' in namespace '" +
-                            (f.te_namespace ? kTeNamespace : "base") + "' (config_manager.py:26)");
+      return note(f.line, key, "'" + f.name + "' is no feature of TE or nvdlfw_inspect in namespace '" +
+                                   (f.te_namespace ? kTeNamespace : "base") +
+                                   "': one from the job's feature_dirs, whose code fp8scope cannot run, or a "
+                                   "misspelling (nvdlfw_inspect would refuse it, config_manager.py:26): not applied");
     }
     if (known->role == FeatureRole::kChangesRun) {
       return note(f.line, key, std::string(known->changes) + ": not applied (fp8scope only observes)");
@@ -295,10 +299,6 @@ class Interpreter {
       const std::string& name = s.text;
       if (role == FeatureRole::kLogTensorStats) {
         if (in(kComputedTensorStats, name)) continue;
-        if (in(kUncomputedTensorStats, name)) {
-          note(s.line, key + ".stats", name + ": not computed by fp8scope");
-          continue;
-        }
         fail(s, key + ".stats", "Statistic " + name + " is not supported (log_tensor_stats.py:221)");
       }
       if (role == FeatureRole::kLogNvfp4TensorStats) {

@@ -74,7 +74,7 @@ TEST_CASE("TE's log_config: the activation every 3rd and every 5th step from ste
     CHECK(rule_selects_step(c.rules[1].rule, it) == te_runs(it, 5, 1, std::nullopt));
   }
   CHECK(c.recipes.empty());  // underflows% unprefixed: the job's own cast
-  CHECK(any_note(c, "l1_norm: not computed"));
+  CHECK_FALSE(any_note(c, "l1_norm"));  // computed: min, max and the norms are every tensor's statistics
 }
 
 TEST_CASE("TE's stats collection config: layer numbers, nvdlfw's own LogTensorStats left out, recipes by prefix",
@@ -114,7 +114,7 @@ TEST_CASE("TE's stats collection config: layer numbers, nvdlfw's own LogTensorSt
     CHECK(rule_selects_step(weight, it) == (it % 5 == 0 && (it <= 20 || (it >= 80 && it <= 100))));
   }
   CHECK(any_note(c, "output: a GEMM output"));
-  CHECK(any_note(c, "min: not computed"));
+  CHECK_FALSE(any_note(c, "min: not computed"));
   CHECK(any_note(c, "disabled_section: disabled"));
 }
 
@@ -129,14 +129,33 @@ TEST_CASE("TE's getting-started config: the feature that changes the run is list
   CHECK_THAT(c.not_applied.front(), Catch::Contains("te_getting_started.yaml:8:"));
 }
 
+// nvdlfw_inspect loads features from a job's feature_dirs too (TE's tests/pytorch/debug/
+// test_configs/dummy_feature.yaml and its TestDummyFeature; the custom-feature tutorial).
+TEST_CASE("a feature from the job's feature folder is listed, not applied, and the rest of the config applies",
+          "[te_config]") {
+  testing::TempDir dir;
+  std::ofstream(dir.file("custom.yaml")) << "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n  transformer_engine:\n"
+                                            "    TestDummyFeature: {enabled: true, inspect_only_once: true}\n"
+                                            "    LogTensorStats: {enabled: true, tensors: [activation], stats: [mean], freq: 2}\n";
+  auto config = read_te_config(dir.file("custom.yaml"));
+  INFO(config.message());
+  REQUIRE(config.ok());
+  const TeConfig& c = config.value();
+  REQUIRE(c.rules.size() == 1);  // the LogTensorStats part
+  CHECK(selects_module(c.rules[0].rule, "layers.0.fc1"));
+  CHECK(rule_selects_step(c.rules[0].rule, 4));
+  CHECK_FALSE(rule_selects_step(c.rules[0].rule, 3));
+  CHECK(any_note(c, "TestDummyFeature' is no feature of TE or nvdlfw_inspect"));
+  CHECK(any_note(c, "feature_dirs"));
+  CHECK_THAT(c.not_applied.front(), Catch::Contains("custom.yaml:5:"));
+}
+
 TEST_CASE("malformed configs are refused with the file, line and key", "[te_config]") {
   CHECK_THAT(error_of("s:\n  layers:\n    layer_types: [fc1]\n"), Catch::Contains(":2: s: missing `enabled`"));
   CHECK_THAT(error_of("s:\n  enabled: true\n  layers:\n    layer_name_regex_pattern: '(?<!fc)1'\n"
                       "  transformer_engine:\n    LogTensorStats: {enabled: true, tensors: [activation], stats: [mean]}\n"),
              Catch::Contains(":4: s.layers.layer_name_regex_pattern: cannot be matched exactly") &&
                  Catch::Contains("lookaround"));
-  CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\n  transformer_engine:\n    LogFoo: {enabled: true}\n"),
-             Catch::Contains("Could not find feature 'LogFoo'"));
   CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_types: [a]}\ns:\n  enabled: false\n"),
              Catch::Contains("given twice"));
   CHECK_THAT(error_of("s: {enabled: false}\n---\nt: {enabled: false}\n"), Catch::Contains("2 YAML documents"));
