@@ -331,6 +331,11 @@ class Interpreter {
            name + ": _columnwise is not supported for " + recipe->prefix + " (log_fp8_tensor_stats.py:204)");
     }
     columnwise = columnwise || is_columnwise;
+    if (is_columnwise) {
+      note(at.line, key + ".stats",
+           name + ": the column-wise copy is sampled (the operand of the GEMM that reads it) and its figures are in "
+                  "history, but the TE debug log does not write _columnwise lines yet: not written there");
+    }
     if (recipe == nullptr) return;  // the job's own quantization: fp8scope's observed statistics
     if (std::find(config_.recipes.begin(), config_.recipes.end(), recipe->kind) == config_.recipes.end()) {
       config_.recipes.push_back(recipe->kind);
