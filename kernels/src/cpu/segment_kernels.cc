@@ -489,14 +489,13 @@ void quantize_expected_as(const float* __restrict x, int n, const float* __restr
   });
 }
 
-// One switch from a format to its template, for both casts.
-template <template <const FloatFormat&> class Cast>
-void by_format(CastFormat format, const float* x, int n, const float* scale, const float* scale_inv, int block_cols,
-               QuantStats* into) {
+// One switch from a format to its template, for every cast kernel.
+template <template <const FloatFormat&> class Cast, class... Args>
+void by_format(CastFormat format, Args... args) {
   switch (format) {
-    case CastFormat::kE4M3: Cast<kE4M3>::run(x, n, scale, scale_inv, block_cols, into); return;
-    case CastFormat::kE5M2: Cast<kE5M2>::run(x, n, scale, scale_inv, block_cols, into); return;
-    case CastFormat::kE2M1: Cast<kE2M1>::run(x, n, scale, scale_inv, block_cols, into); return;
+    case CastFormat::kE4M3: Cast<kE4M3>::run(args...); return;
+    case CastFormat::kE5M2: Cast<kE5M2>::run(args...); return;
+    case CastFormat::kE2M1: Cast<kE2M1>::run(args...); return;
   }
 }
 
@@ -556,16 +555,15 @@ inline void residual_lanes(ResidualLanes& acc, F32V x, F32V d, F32V scale, F32V 
   }
 }
 
-// Scales per block of block_cols (a multiple of 16), or per element (block_cols 1).
 template <const FloatFormat& F, bool kStochastic>
 void residual_sums_as(const float* __restrict x, const float* __restrict residual, int n, const float* __restrict scale,
                       const float* __restrict scale_inv, int block_cols, ResidualSums* into) {
   ResidualLanes acc[2];
   auto block_of = [&](int at) { return block_cols > 0 ? at / block_cols : 0; };
-  auto lanes_of = [&](const float* v, int at) { return block_cols == 1 ? load<F32V>(v + at) : splat<F32V>(v[block_of(at)]); };
   int i = over_vectors(x, n, acc, [&](ResidualLanes& a, int at, auto masked) {
     residual_lanes<F, kStochastic, decltype(masked)::value>(a, load<F32V>(x + at), load<F32V>(residual + at),
-                                                             lanes_of(scale, at), lanes_of(scale_inv, at));
+                                                             splat<F32V>(scale[block_of(at)]),
+                                                             splat<F32V>(scale_inv[block_of(at)]));
   });
   for (const ResidualLanes& a : acc) {
     into->cross += sum_of(a.cross);
@@ -600,11 +598,7 @@ struct ResidualOfCast {
 
 void residual_sums(CastFormat format, bool stochastic, const float* x, const float* residual, int n, const float* scale,
                    const float* scale_inv, int block_cols, ResidualSums* into) {
-  switch (format) {
-    case CastFormat::kE4M3: ResidualOfCast<kE4M3>::run(stochastic, x, residual, n, scale, scale_inv, block_cols, into); return;
-    case CastFormat::kE5M2: ResidualOfCast<kE5M2>::run(stochastic, x, residual, n, scale, scale_inv, block_cols, into); return;
-    case CastFormat::kE2M1: ResidualOfCast<kE2M1>::run(stochastic, x, residual, n, scale, scale_inv, block_cols, into); return;
-  }
+  by_format<ResidualOfCast>(format, stochastic, x, residual, n, scale, scale_inv, block_cols, into);
 }
 
 // A vector's lanes from `stride` floats apart: lane l of the result is p[l * stride].

@@ -57,8 +57,7 @@ struct SegmentKernels {
                             int block_cols, QuantStats* into);
   // What measuring quantize's (stochastic: quantize_expected's) cast of x[0..n) against x + residual
   // instead of x adds, over the finite x, with x̂ the cast (its expectation): into->cross +=
-  // Σ d (x - x̂), into->squares += Σ d², into->with_cast += Σ d x̂, d = residual[i]. block_cols 1
-  // gives each element its own scale[i].
+  // Σ d (x - x̂), into->squares += Σ d², into->with_cast += Σ d x̂, d = residual[i].
   void (*residual_sums)(CastFormat format, bool stochastic, const float* x, const float* residual, int n,
                         const float* scale, const float* scale_inv, int block_cols, ResidualSums* into);
   // NVFP4 4over6: the candidates of blocks with amax[b], b < nb (four_over_six_candidates).
