@@ -9,6 +9,7 @@
 #include "fp8scope/kernels/cpu_engine.h"
 #include "fp8scope/kernels/observed_analysis.h"
 #include "fp8scope/kernels/recipe_analysis.h"
+#include "fp8scope/te/te_names.h"
 #include "fp8scope/tensorfile/tensor_file.h"
 
 namespace fp8scope::cli {
@@ -21,15 +22,12 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   if (!format || *format == CastFormat::kE2M1) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
   const std::optional<Operand> operand = operand_from_name(o.operand);
   if (!operand) return Status::error("--operand: expected x, w or dy, got " + o.operand);
-  // A GEMM that reads the operand (fprop reads X and W, dgrad W and Dy, wgrad X and Dy).
-  const std::optional<GemmRole> gemm =
-      o.gemm.empty() ? std::optional<GemmRole>(*operand == Operand::kDy ? GemmRole::kDgrad : GemmRole::kFprop)
-                     : gemm_from_name(o.gemm);
-  const bool reads = gemm && (*gemm == GemmRole::kFprop   ? *operand != Operand::kDy
-                              : *gemm == GemmRole::kDgrad ? *operand != Operand::kX
-                              : *gemm == GemmRole::kWgrad ? *operand != Operand::kW
-                                                          : false);
-  if (!reads) return Status::error("--gemm: expected a GEMM that reads " + o.operand + " (fprop, dgrad or wgrad), got " + o.gemm);
+  // A GEMM that reads one of the operand's copies; by default the row-wise copy's.
+  const te::TensorName& copies = te::tensor_of(*operand);
+  const std::optional<GemmRole> gemm = o.gemm.empty() ? copies.rowwise_gemm : gemm_from_name(o.gemm);
+  if (!gemm || (*gemm != copies.rowwise_gemm && *gemm != copies.columnwise_gemm)) {
+    return Status::error("--gemm: expected a GEMM that reads " + o.operand + " (fprop, dgrad or wgrad), got " + o.gemm);
+  }
   if (o.scale && !(std::isfinite(*o.scale) && *o.scale > 0.0)) {
     return Status::error("--scale: expected a finite number > 0, got " + std::to_string(*o.scale));
   }
