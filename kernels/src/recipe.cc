@@ -9,6 +9,43 @@ namespace {
 
 bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// The NVFP4 family: E2M1 in 1x16 blocks, 16x16 for weights, each recipe one of TE's options
+// (TE d0067d0, transformer_engine/common/recipe/__init__.py; pytorch/quantization.py). nvfp4 is
+// NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True), the 2-D weight blocks of
+// fp4_quant_fwd_weight's fp4_2d_quantization (recipe/__init__.py:600); each other recipe changes
+// what its comment below says.
+void set_nvfp4_family(Recipe& r) {
+  const RecipeKind kind = r.kind;
+  r.forward_format = r.backward_format = CastFormat::kE2M1;
+  r.block_rows = 1;
+  r.block_cols = 16;
+  r.weight_block_rows = 16;
+  // nvfp4_rht: NVFP4BlockScaling(disable_stochastic_rounding=True), its default random Hadamard
+  // transform kept (recipe/__init__.py:593-609): X's and Dy's column-wise copies are transformed
+  // (hadamard_transform.h) and cast in 1x16 blocks along the tokens; weights are nvfp4's.
+  // nvfp4_te: NVFP4BlockScaling() as TE's defaults run it (recipe/__init__.py:595-609): X's and
+  // Dy's column-wise copies, wgrad's operands, transformed; Dy stochastically rounded, both its
+  // copies (pytorch/csrc/quantizer.cpp:2557); W in 16x16 blocks; fprop and dgrad read the
+  // row-wise copies, untransformed. So "what NVFP4 would do" is what TE's default does.
+  r.hadamard = kind == RecipeKind::kNvfp4Rht || kind == RecipeKind::kNvfp4Te;
+  r.per_gemm_copy = kind == RecipeKind::kNvfp4Te;
+  // nvfp4_4over6: NVFP4BlockScaling(nvfp4_4over6="all", disable_rht=True,
+  // disable_stochastic_rounding=True), PR #2972: every forward tensor, X and W, never a gradient
+  // (quantization.py:1702-1709), picks per block between mapping its amax to 4 and to 6, under a
+  // per-tensor scale from E4M3_MAX 256 (nvfp4_4over6_e4m3_use_256="all", recipe/__init__.py:
+  // 564-566; quantization.py:1720-1729) by the default MAE criterion (scale_rules.h). 4over6 refuses
+  // RHT (quantization.py:1714-1719), so X is cast as it is.
+  r.four_over_six = kind == RecipeKind::kNvfp4FourOverSix;
+  // nvfp4_sr: NVFP4BlockScaling(disable_rht=True): stochastic rounding, on by default, rounds the
+  // gradients only (recipe/__init__.py:559-561, 597-607), both their copies.
+  r.stochastic_rounding = kind == RecipeKind::kNvfp4Sr || kind == RecipeKind::kNvfp4Te;
+  // nvfp4_row: NVFP4BlockScaling(row_scaled_activation=True, disable_rht=True,
+  // disable_stochastic_rounding=True), PR #2931: the forward input X takes one amax per row (token)
+  // for its fp32 scale (recipe/__init__.py:563, quantization.py:1738-1742, tensor/nvfp4_tensor.py:
+  // 395); this models X's row-wise copy, the one fprop reads.
+  r.row_scaled = kind == RecipeKind::kNvfp4Row;
+}
+
 }  // namespace
 
 std::optional<CastFormat> format_from_name(std::string_view name) {
@@ -53,44 +90,13 @@ Recipe default_recipe(RecipeKind kind) {
       r.block_rows = 128;
       r.block_cols = 128;
       break;
-    // The NVFP4 family: E2M1 in 1x16 blocks, 16x16 for weights, each recipe one of TE's options
-    // (TE d0067d0, transformer_engine/common/recipe/__init__.py; pytorch/quantization.py).
-    // nvfp4: NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True), the 2-D weight
-    // blocks of fp4_quant_fwd_weight's fp4_2d_quantization (recipe/__init__.py:600).
     case RecipeKind::kNvfp4:
-    // nvfp4_rht: NVFP4BlockScaling(disable_stochastic_rounding=True), its default random Hadamard
-    // transform kept (recipe/__init__.py:593-609): X's and Dy's column-wise copies are transformed
-    // (hadamard_transform.h) and cast in 1x16 blocks along the tokens; weights are nvfp4's.
     case RecipeKind::kNvfp4Rht:
-    // nvfp4_4over6: NVFP4BlockScaling(nvfp4_4over6="all", disable_rht=True,
-    // disable_stochastic_rounding=True), PR #2972: every forward tensor, X and W, never a gradient
-    // (quantization.py:1702-1709), picks per block between mapping its amax to 4 and to 6, under a
-    // per-tensor scale from E4M3_MAX 256 (nvfp4_4over6_e4m3_use_256="all", recipe/__init__.py:
-    // 564-566; quantization.py:1720-1729) by the default MAE criterion (scale_rules.h). 4over6 refuses
-    // RHT (quantization.py:1714-1719), so X is cast as it is.
     case RecipeKind::kNvfp4FourOverSix:
-    // nvfp4_sr: NVFP4BlockScaling(disable_rht=True): stochastic rounding, on by default, rounds the
-    // gradients only (recipe/__init__.py:559-561, 597-607), both their copies.
     case RecipeKind::kNvfp4Sr:
-    // nvfp4_row: NVFP4BlockScaling(row_scaled_activation=True, disable_rht=True,
-    // disable_stochastic_rounding=True), PR #2931: the forward input X takes one amax per row (token)
-    // for its fp32 scale (recipe/__init__.py:563, quantization.py:1738-1742, tensor/nvfp4_tensor.py:
-    // 395); this models X's row-wise copy, the one fprop reads.
     case RecipeKind::kNvfp4Row:
-    // nvfp4_te: NVFP4BlockScaling() as TE's defaults run it (recipe/__init__.py:595-609): X's and
-    // Dy's column-wise copies, wgrad's operands, transformed; Dy stochastically rounded, both its
-    // copies (pytorch/csrc/quantizer.cpp:2557); W in 16x16 blocks; fprop and dgrad read the
-    // row-wise copies, untransformed. So "what NVFP4 would do" is what TE's default does.
     case RecipeKind::kNvfp4Te:
-      r.forward_format = r.backward_format = CastFormat::kE2M1;
-      r.block_rows = 1;
-      r.block_cols = 16;
-      r.weight_block_rows = 16;
-      r.hadamard = kind == RecipeKind::kNvfp4Rht || kind == RecipeKind::kNvfp4Te;
-      r.four_over_six = kind == RecipeKind::kNvfp4FourOverSix;
-      r.stochastic_rounding = kind == RecipeKind::kNvfp4Sr || kind == RecipeKind::kNvfp4Te;
-      r.row_scaled = kind == RecipeKind::kNvfp4Row;
-      r.per_gemm_copy = kind == RecipeKind::kNvfp4Te;
+      set_nvfp4_family(r);
       break;
     case RecipeKind::kMxfp4:  // OCP MX E2M1 with an E8M0 scale per 1x32 block, rounded up as TE's MX casts
       r.forward_format = r.backward_format = CastFormat::kE2M1;
