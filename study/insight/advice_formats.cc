@@ -365,6 +365,19 @@ void write_megatron_layers(const RunAdvice& a, std::ostream& out) {
   }
 }
 
+namespace {
+
+// What --format te-recipe writes: the advice per GEMM, and the fallback.
+nlohmann::json te_recipe_json(const TeRecipePlan& plan) {
+  nlohmann::json gemms = nlohmann::json::array();
+  for (const GemmRecipe& g : plan.gemms) {
+    gemms.push_back({{"layer", g.layer}, {"gemm", g.gemm}, {"recipe", te::precision_name(g.recipe)}, {"from", g.evidence}});
+  }
+  return {{"fallback", te::precision_name(plan.fallback)}, {"gemms", gemms}};
+}
+
+}  // namespace
+
 std::string advice_json(const RunAdvice& a) {
   nlohmann::json tensors = nlohmann::json::array();
   auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
@@ -436,15 +449,8 @@ std::string advice_json(const RunAdvice& a) {
   const nlohmann::json ladder = {{"gemms", gemms},
                                  {"fp4_ready", a.ladder.fp4_ready},
                                  {"fp4_share", a.ladder.fp4_share()}};
-  // What --format te-recipe writes: the advice above per GEMM, and the fallback.
-  const TeRecipePlan plan = te_recipe_plan(a);
-  nlohmann::json te_gemms = nlohmann::json::array();
-  for (const GemmRecipe& g : plan.gemms) {
-    te_gemms.push_back({{"layer", g.layer}, {"gemm", g.gemm}, {"recipe", te::precision_name(g.recipe)}, {"from", g.evidence}});
-  }
-  const nlohmann::json te_recipe = {{"fallback", te::precision_name(plan.fallback)}, {"gemms", te_gemms}};
   return nlohmann::json{{"run", a.run},           {"tensors", tensors},      {"experts", experts},
-                        {"recipe_ladder", ladder}, {"te_recipe", te_recipe}}
+                        {"recipe_ladder", ladder}, {"te_recipe", te_recipe_json(te_recipe_plan(a))}}
       .dump();
 }
 
