@@ -42,13 +42,18 @@ Declaration declared(Convention c, std::string why, std::vector<std::int64_t> bl
   return d;
 }
 
+// The declaration of a config whose activations are cast with a static scale per layer, and what said so.
+Declaration with_static_activations(Declaration d, std::string why) {
+  d.static_activations = true;
+  d.activations_why = std::move(why);
+  return d;
+}
+
 // vLLM's fp8 method: activation_scheme "static" loads one input_scale per layer.
 Declaration with_activation_scheme(Declaration d, const json& q) {
-  if (q.contains("activation_scheme") && q["activation_scheme"].is_string() && q["activation_scheme"] == "static") {
-    d.static_activations = true;
-    d.activations_why = "activation_scheme \"static\"";
-  }
-  return d;
+  const bool is_static =
+      q.contains("activation_scheme") && q["activation_scheme"].is_string() && q["activation_scheme"] == "static";
+  return is_static ? with_static_activations(std::move(d), "activation_scheme \"static\"") : d;
 }
 
 // quant_method "fp8": DeepSeek-V3's block FP8 with weight_block_size, else per-tensor scales
@@ -110,8 +115,7 @@ Result<Declaration> compressed_tensors_config(const json& q) {
     // Static input activations (quant_args.py: dynamic false) are scaled by each layer's input_scale.
     if (g.contains("input_activations") && g["input_activations"].is_object() &&
         g["input_activations"].value("dynamic", true) == false) {
-      d.static_activations = true;
-      d.activations_why = group + ".input_activations with dynamic false";
+      return with_static_activations(std::move(d), group + ".input_activations with dynamic false");
     }
     return d;
   }
@@ -126,20 +130,17 @@ Result<Declaration> modelopt_config(const json& q, const std::string& source) {
   std::vector<std::string> ignore = strings(q, "exclude_modules");
   for (const std::string& m : strings(q, "ignore")) ignore.push_back(m);
   // ModelOpt's FP8 and NVFP4 quantize activations with a static per-layer scale.
-  auto static_inputs = [&](Declaration d) {
-    d.static_activations = true;
-    d.activations_why = "ModelOpt quant_algo " + algo;
-    return d;
-  };
   if (algo == "FP8") {
-    return static_inputs(
-        declared(Convention::kModelOptFp8, source + ": ModelOpt quant_algo FP8", {0, 0}, IgnoreRule::kGlob, ignore));
+    return with_static_activations(
+        declared(Convention::kModelOptFp8, source + ": ModelOpt quant_algo FP8", {0, 0}, IgnoreRule::kGlob, ignore),
+        "ModelOpt quant_algo FP8");
   }
   if (algo == "NVFP4") {
     const std::int64_t group = q.contains("group_size") && q["group_size"].is_number_integer() ? q["group_size"].get<std::int64_t>() : 16;
-    return static_inputs(declared(Convention::kModelOptNvfp4,
-                                  source + ": ModelOpt quant_algo NVFP4, group_size " + std::to_string(group), {1, group},
-                                  IgnoreRule::kGlob, ignore));
+    return with_static_activations(declared(Convention::kModelOptNvfp4,
+                                            source + ": ModelOpt quant_algo NVFP4, group_size " + std::to_string(group),
+                                            {1, group}, IgnoreRule::kGlob, ignore),
+                                   "ModelOpt quant_algo NVFP4");
   }
   return Status::error(source + ": ModelOpt quant_algo '" + algo + "' is not one fp8scope reads (FP8, NVFP4)");
 }

@@ -172,6 +172,19 @@ void mxfp4_weight(const CheckpointFiles& files, const Declaration& d, const Chec
   out.weights.push_back(w);
 }
 
+// Scale `at` of a tensor of scales stored so, and its code as stored (F32: its bits).
+float stored_scale(ScaleStorage storage, const std::uint8_t* raw, std::size_t at, std::uint32_t* code) {
+  float v = 0;
+  switch (storage) {
+    case ScaleStorage::kF32: std::memcpy(&v, raw + 4 * at, 4), *code = float_bits(v); break;
+    case ScaleStorage::kBF16: *code = static_cast<std::uint32_t>(raw[2 * at] | raw[2 * at + 1] << 8), v = bf16_to_float(static_cast<std::uint16_t>(*code)); break;
+    case ScaleStorage::kF16: *code = static_cast<std::uint32_t>(raw[2 * at] | raw[2 * at + 1] << 8), v = half_to_float(static_cast<std::uint16_t>(*code)); break;
+    case ScaleStorage::kUE4M3: *code = raw[at], v = decode_ue4m3(raw[at]); break;
+    case ScaleStorage::kE8M0: *code = raw[at], v = decode_e8m0(raw[at]); break;
+  }
+  return v;
+}
+
 // The activation scale a static scheme needs beside each quantized layer: present, one value, and a
 // usable one (finite, > 0).
 void check_input_scale(const CheckpointFiles& files, const QuantizedWeight& w, const Declaration& d, Found& found) {
@@ -195,15 +208,8 @@ void check_input_scale(const CheckpointFiles& files, const QuantizedWeight& w, c
     found.add(w.module, error("unreadable", m.message()));
     return;
   }
-  const std::uint8_t* raw = m.value().bytes().data();
-  float v = 0;
-  switch (*storage) {
-    case ScaleStorage::kF32: std::memcpy(&v, raw, 4); break;
-    case ScaleStorage::kBF16: v = bf16_to_float(static_cast<std::uint16_t>(raw[0] | raw[1] << 8)); break;
-    case ScaleStorage::kF16: v = half_to_float(static_cast<std::uint16_t>(raw[0] | raw[1] << 8)); break;
-    case ScaleStorage::kUE4M3:
-    case ScaleStorage::kE8M0: break;
-  }
+  std::uint32_t code = 0;
+  const float v = stored_scale(*storage, m.value().bytes().data(), 0, &code);
   if (!(std::isfinite(v) && v > 0.0f)) {
     found.add(w.module, error("bad_input_scale", name + " is " + std::to_string(v) +
                                                      ": a static activation scale must be finite and > 0"));
@@ -341,14 +347,8 @@ Result<WeightDecoder> WeightDecoder::open(const CheckpointFiles& files, const Qu
   for (std::size_t i = 0; i < cells; ++i) {
     const std::size_t at = one ? 0 : i;
     std::uint32_t code = 0;
-    float v = 0;
-    switch (w.scale_storage) {
-      case ScaleStorage::kF32: std::memcpy(&v, raw + 4 * at, 4), code = float_bits(v); break;
-      case ScaleStorage::kBF16: code = static_cast<std::uint32_t>(raw[2 * at] | raw[2 * at + 1] << 8), v = bf16_to_float(static_cast<std::uint16_t>(code)); break;
-      case ScaleStorage::kF16: code = static_cast<std::uint32_t>(raw[2 * at] | raw[2 * at + 1] << 8), v = half_to_float(static_cast<std::uint16_t>(code)); break;
-      case ScaleStorage::kUE4M3: code = raw[at], v = mul_rn(decode_ue4m3(raw[at]), dec.scale_2_); break;
-      case ScaleStorage::kE8M0: code = raw[at], v = decode_e8m0(raw[at]); break;
-    }
+    float v = stored_scale(w.scale_storage, raw, at, &code);
+    if (w.scale_storage == ScaleStorage::kUE4M3) v = mul_rn(v, dec.scale_2_);  // NVFP4's per-tensor factor
     dec.scales_.push_back(v);
     dec.scale_codes_.push_back(code);
   }

@@ -234,6 +234,35 @@ Finding scale_finding(const WeightDecoder& dec, const ScaleComparison& scales, c
   return {Severity::kError, code, message};
 }
 
+// What the codes show once the scales are the producer's: packed FP4 in the other nibble order,
+// codes more than a step off, or another rounding.
+void add_codes_finding(const CheckpointFiles& files, const QuantizedWeight& w, Convention c, const Reference& ref,
+                       const ScaleComparison& scales, const ElementComparison& el, WeightReport& out) {
+  // Packed FP4 written with element 2j in the high nibble: read the other way round, the codes are
+  // the producer's.
+  if (el.off_by_more > 0 && w.codes_format == &kE2M1) {
+    Result<WeightDecoder> swapped = WeightDecoder::open(files, w, true);
+    if (swapped.ok() && compare_elements(swapped.value(), c, ref, scales.expected).differing_from_expected == 0) {
+      out.add({Severity::kError, "swapped_nibbles",
+               format("the packed FP4 codes hold element 2j in the high nibble and 2j+1 in the low one; every loader "
+                      "reads them the other way round (%llu codes off by more than one step as stored, none swapped)",
+                      static_cast<unsigned long long>(el.off_by_more))});
+      return;
+    }
+  }
+  const double n = static_cast<double>(std::max<std::uint64_t>(out.numel, 1));
+  if (el.off_by_more > 0) {
+    out.add({Severity::kError, "codes_differ",
+             format("%llu codes differ from the producer's cast of the reference by more than one step (cosine %.6f, "
+                    "SQNR %.1f dB)",
+                    static_cast<unsigned long long>(el.off_by_more), out.cosine, out.sqnr_db)});
+  } else if (static_cast<double>(el.differing) > 0.01 * n) {
+    out.add({Severity::kWarning, "rounding",
+             format("%.3g%% of the codes are one step from the producer's cast (another rounding)",
+                    100.0 * static_cast<double>(el.differing) / n)});
+  }
+}
+
 // The weight against its reference, and what went wrong, by name.
 void check_against(const CheckpointFiles& files, const CheckpointFiles& refs, const QuantizedWeight& w, Convention c,
                    const WeightDecoder& dec, WeightReport& out) {
@@ -274,7 +303,6 @@ void check_against(const CheckpointFiles& files, const CheckpointFiles& refs, co
                     out.reference.c_str())});
     return;
   }
-  const double n = static_cast<double>(std::max<std::uint64_t>(out.numel, 1));
   const bool scale_2_wrong = w.scale_2 != nullptr && !near(dec.scale_2(), scales.scale_2_expected);
   if (out.cosine < 0.9) {
     if (auto other = better_pairing(refs, dec, *ref)) {
@@ -297,28 +325,7 @@ void check_against(const CheckpointFiles& files, const CheckpointFiles& refs, co
     out.add(scale_finding(dec, scales, el, scale_2_wrong, out));
     return;
   }
-  // Packed FP4 written with element 2j in the high nibble: read the other way round, the codes are
-  // the producer's.
-  if (el.off_by_more > 0 && w.codes_format == &kE2M1) {
-    Result<WeightDecoder> swapped = WeightDecoder::open(files, w, true);
-    if (swapped.ok() && compare_elements(swapped.value(), c, *ref, scales.expected).differing_from_expected == 0) {
-      out.add({Severity::kError, "swapped_nibbles",
-               format("the packed FP4 codes hold element 2j in the high nibble and 2j+1 in the low one; every loader "
-                      "reads them the other way round (%llu codes off by more than one step as stored, none swapped)",
-                      static_cast<unsigned long long>(el.off_by_more))});
-      return;
-    }
-  }
-  if (el.off_by_more > 0) {
-    out.add({Severity::kError, "codes_differ",
-             format("%llu codes differ from the producer's cast of the reference by more than one step (cosine %.6f, "
-                    "SQNR %.1f dB)",
-                    static_cast<unsigned long long>(el.off_by_more), out.cosine, out.sqnr_db)});
-  } else if (static_cast<double>(el.differing) > 0.01 * n) {
-    out.add({Severity::kWarning, "rounding",
-             format("%.3g%% of the codes are one step from the producer's cast (another rounding)",
-                    100.0 * static_cast<double>(el.differing) / n)});
-  }
+  add_codes_finding(files, w, c, *ref, scales, el, out);
 }
 
 }  // namespace

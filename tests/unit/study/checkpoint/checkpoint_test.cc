@@ -203,11 +203,21 @@ TEST_CASE("the figures equal a plain fp64 computation over the codes, at widths 
 TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[checkpoint]") {
   const Weight w0 = random_weight(256, 256, 17), w1 = random_weight(256, 256, 18);
   const std::string m0 = "model.layers.0.mlp.down_proj", m1 = "model.layers.1.mlp.down_proj";
-  auto make = [&](const Pair& p, const std::string& config, std::vector<StTensor> layer0) {
+  // Layer 0 (made wrong) and layer 1 in one export, beside the reference of both (layer 0's `ref0`).
+  auto write_layers = [&](const Pair& p, const std::string& config, std::vector<StTensor> layer0,
+                          const std::vector<StTensor>& layer1, const Weight& ref0) {
     std::vector<StTensor> exported = std::move(layer0);
-    for (StTensor& t : per_tensor_layer(m1, w1)) exported.push_back(t);
+    exported.insert(exported.end(), layer1.begin(), layer1.end());
     write_export(p.exported(), config, exported);
-    write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", ref0), bf16_tensor(m1 + ".weight", w1)});
+  };
+  auto make = [&](const Pair& p, const std::string& config, std::vector<StTensor> layer0) {
+    write_layers(p, config, std::move(layer0), per_tensor_layer(m1, w1), w0);
+  };
+  // One convention's layer 0 and layer 1, by name.
+  struct LayerPair {
+    std::string name, config;
+    std::vector<StTensor> layer0, layer1;
   };
   auto verdict = [](const Pair& p) {
     const CheckpointReport r = checked(p);
@@ -230,10 +240,7 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
     std::memcpy(&s2, l0[2].bytes.data(), 4);
     s2 = 1.0f / s2;
     l0[2].bytes = bytes_of(std::vector<float>{s2});
-    std::vector<StTensor> l1 = modelopt_nvfp4_layer(m1, w1);
-    l0.insert(l0.end(), l1.begin(), l1.end());
-    write_export(p.exported(), kModelOptNvfp4Config, l0);
-    write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    write_layers(p, kModelOptNvfp4Config, l0, modelopt_nvfp4_layer(m1, w1), w0);
     CHECK(verdict(p) == "inverted_scale");
   }
   SECTION("a scale left stale from older weights: the codes cast with it, the larger values saturated") {
@@ -257,10 +264,7 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
     for (std::int64_t r = 0; r < 256; ++r)  // ...and today's weights cast with it
       for (std::int64_t c = 0; c < 256; ++c) codes.push_back(e4m3(w0.at(r, c) / grid[static_cast<std::size_t>(r / 128 * 2 + c / 128)]));
     l0[0].bytes = bytes_of(codes);
-    const std::vector<StTensor> l1 = deepseek_layer(m1, w1);
-    l0.insert(l0.end(), l1.begin(), l1.end());
-    write_export(block.exported(), kDeepSeekConfig, l0);
-    write_export(block.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    write_layers(block, kDeepSeekConfig, l0, deepseek_layer(m1, w1), w0);
     CHECK(verdict(block) == "stale_scale");
   }
   SECTION("the codes right, the scale another's: scale_differs, saying the codes are right") {
@@ -292,10 +296,7 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
       const auto u = static_cast<std::uint8_t>(b);
       b = static_cast<char>(static_cast<std::uint8_t>(u << 4 | u >> 4));
     }
-    const std::vector<StTensor> l1 = modelopt_nvfp4_layer(m1, w1);
-    l0.insert(l0.end(), l1.begin(), l1.end());
-    write_export(nv.exported(), kModelOptNvfp4Config, l0);
-    write_export(nv.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    write_layers(nv, kModelOptNvfp4Config, l0, modelopt_nvfp4_layer(m1, w1), w0);
     CHECK(verdict(nv) == "swapped_nibbles");
     const std::vector<Weight> experts = {random_weight(64, 128, 5), random_weight(64, 128, 6)};
     std::vector<StTensor> gpt = gpt_oss_experts("model.layers.0.mlp.experts.down_proj", experts);
@@ -317,11 +318,7 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
       return t;
     };
     const Weight tall = random_weight(384, 256, 21);  // [out, in]; its reference is stored so
-    struct Case {
-      std::string name, config;
-      std::vector<StTensor> layer0, layer1;
-    };
-    for (Case& c : std::vector<Case>{
+    for (const LayerPair& c : std::vector<LayerPair>{
              {"per_tensor_fp8", kPerTensorConfig, per_tensor_layer(m0, transpose(tall)), per_tensor_layer(m1, w1)},
              {"deepseek_fp8_block", kDeepSeekConfig, deepseek_layer(m0, transpose(tall)), deepseek_layer(m1, w1)},
              {"compressed_tensors_fp8", compressed_tensors_config(false), compressed_tensors_layer(m0, transpose(tall), false),
@@ -330,10 +327,7 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
              {"modelopt_nvfp4", kModelOptNvfp4Config, modelopt_nvfp4_layer(m0, transpose(tall)), modelopt_nvfp4_layer(m1, w1)}}) {
       INFO(c.name);
       Pair p;
-      std::vector<StTensor> exported = c.layer0;
-      exported.insert(exported.end(), c.layer1.begin(), c.layer1.end());
-      write_export(p.exported(), c.config, exported);
-      write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", tall), bf16_tensor(m1 + ".weight", w1)});
+      write_layers(p, c.config, c.layer0, c.layer1, tall);
       const CheckpointReport r = checked(p);
       INFO(findings(r));
       CHECK(weight(r, m0).verdict == "transposed_weight");
@@ -355,30 +349,24 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
     CHECK(r.weights.at(0).verdict == "transposed_weight");
   }
   SECTION("a static activation scheme without each layer's input_scale, in every convention that has one") {
-    struct Case {
-      std::string name, config;
-      std::vector<StTensor> layer0, layer1;
-    };
     const std::string ct_static =
         R"({"quantization_config":{"quant_method":"compressed-tensors","format":"float-quantized",)"
         R"("config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,"type":"float","strategy":"channel"},)"
         R"("input_activations":{"num_bits":8,"type":"float","strategy":"tensor","dynamic":false}}}}})";
     std::vector<StTensor> ct0 = compressed_tensors_layer(m0, w0, false), ct1 = compressed_tensors_layer(m1, w1, false);
     ct1.push_back({m1 + ".input_scale", "BF16", {1}, bytes_of(std::vector<std::uint16_t>{bf16_bits(0.01f)})});
-    for (Case& c : std::vector<Case>{{"per_tensor_fp8", kPerTensorConfig, per_tensor_layer(m0, w0), per_tensor_layer(m1, w1)},
+    for (const LayerPair& c : std::vector<LayerPair>{{"per_tensor_fp8", kPerTensorConfig, per_tensor_layer(m0, w0), per_tensor_layer(m1, w1)},
                                      {"modelopt_fp8", kModelOptFp8Config, modelopt_fp8_layer(m0, w0), modelopt_fp8_layer(m1, w1)},
                                      {"modelopt_nvfp4", kModelOptNvfp4Config, modelopt_nvfp4_layer(m0, w0),
                                       modelopt_nvfp4_layer(m1, w1)},
                                      {"compressed_tensors_fp8", ct_static, ct0, ct1}}) {
       INFO(c.name);
       Pair p;
-      std::vector<StTensor> exported;
-      for (StTensor& t : c.layer0) {
-        if (t.name != m0 + ".input_scale") exported.push_back(t);
+      std::vector<StTensor> layer0;
+      for (const StTensor& t : c.layer0) {
+        if (t.name != m0 + ".input_scale") layer0.push_back(t);
       }
-      for (StTensor& t : c.layer1) exported.push_back(t);
-      write_export(p.exported(), c.config, exported);
-      write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+      write_layers(p, c.config, layer0, c.layer1, w0);
       const CheckpointReport r = checked(p);
       INFO(findings(r));
       CHECK(weight(r, m0).verdict == "missing_input_scale");
@@ -403,10 +391,7 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
       for (int j = 0; j < 2; ++j) moved[static_cast<std::size_t>(j * 3 + i)] = grid[static_cast<std::size_t>(i * 2 + j)];
     }
     l0[1] = {m0 + ".weight_scale_inv", "F32", {2, 3}, bytes_of(moved)};
-    const std::vector<StTensor> l1 = deepseek_layer(m1, w1);
-    l0.insert(l0.end(), l1.begin(), l1.end());
-    write_export(p.exported(), kDeepSeekConfig, l0);
-    write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", tall), bf16_tensor(m1 + ".weight", w1)});
+    write_layers(p, kDeepSeekConfig, l0, deepseek_layer(m1, w1), tall);
     CHECK(verdict(p) == "transposed_scales");
   }
   SECTION("block scales transposed on a square grid, where only their values tell") {
@@ -416,19 +401,13 @@ TEST_CASE("each classic mistake, made on purpose, is diagnosed by name", "[check
     std::memcpy(g.data(), l0[1].bytes.data(), 16);
     std::swap(g[1], g[2]);
     l0[1].bytes = bytes_of(g);
-    const std::vector<StTensor> l1 = deepseek_layer(m1, w1);
-    l0.insert(l0.end(), l1.begin(), l1.end());
-    write_export(p.exported(), kDeepSeekConfig, l0);
-    write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    write_layers(p, kDeepSeekConfig, l0, deepseek_layer(m1, w1), w0);
     CHECK(verdict(p) == "transposed_scales");
   }
   SECTION("another block size than the config declares") {
     Pair p;
     std::vector<StTensor> l0 = deepseek_layer(m0, w0, 64);
-    const std::vector<StTensor> l1 = deepseek_layer(m1, w1);
-    l0.insert(l0.end(), l1.begin(), l1.end());
-    write_export(p.exported(), kDeepSeekConfig, l0);
-    write_export(p.reference(), "{}", {bf16_tensor(m0 + ".weight", w0), bf16_tensor(m1 + ".weight", w1)});
+    write_layers(p, kDeepSeekConfig, l0, deepseek_layer(m1, w1), w0);
     CHECK(verdict(p) == "block_size");
   }
   SECTION("the other E4M3: FNUZ codes, labelled so or not") {
