@@ -12,6 +12,7 @@
 namespace {
 
 constexpr std::uint32_t kMaxDeclaredExperts = 65536;
+constexpr std::size_t kMaxSequenceBytes = 1024;
 
 bool valid_scalar_name(const char* name) {
   if (name == nullptr) return false;
@@ -57,6 +58,15 @@ __attribute__((visibility("default"))) void fp8scope_expert_tokens(const uint64_
   if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed)) return;
   if (tokens == nullptr || experts == 0 || experts > kMaxDeclaredExperts) return;
   fp8scope::hook::thread_ranges().declare_tokens(std::vector<std::uint64_t>(tokens, tokens + experts));
+}
+
+__attribute__((visibility("default"))) void fp8scope_range_gemms(const char* sequence) {
+  if (fp8scope::hook::g_passthrough.load(std::memory_order_relaxed) || sequence == nullptr) return;
+  const std::size_t n = strnlen(sequence, kMaxSequenceBytes + 1);
+  if (n > kMaxSequenceBytes) return;
+  if (auto gemms = fp8scope::hook::parse_declared_gemms(std::string_view(sequence, n))) {
+    fp8scope::hook::thread_ranges().declare_gemms(*std::move(gemms));
+  }
 }
 
 }  // extern "C"

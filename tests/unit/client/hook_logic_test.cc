@@ -75,6 +75,77 @@ TEST_CASE("a GEMM is named by its innermost range and its ordinal there, per rol
   CHECK(ranges.name_next_gemm(GemmRole::kFprop, 1).layer == "gemm#0");  // a new step counts afresh
 }
 
+TEST_CASE("a module's declared GEMMs name its GEMMs as TE names LayerNormMLP's, in step when one is skipped", "[hook]") {
+  RangeStack ranges;
+  CHECK(parse_declared_gemms("fc1/fprop  fc2/fprop") ==
+        std::vector<DeclaredGemm>{{"fc1", GemmRole::kFprop}, {"fc2", GemmRole::kFprop}});
+  CHECK(parse_declared_gemms("/dgrad /wgrad") == std::vector<DeclaredGemm>{{"", GemmRole::kDgrad}, {"", GemmRole::kWgrad}});
+  for (const char* bad : {"", "fc1", "fc1/unknown", "fc1/forward", "a#b/fprop", "abcdefghijklmnopqrstuvwxy/fprop"}) {
+    CHECK_FALSE(parse_declared_gemms(bad));
+  }
+  // Forward: fc1 then fc2, and again for a second micro-batch.
+  ranges.push("model.layers.1.layernorm_mlp/forward", nullptr);
+  ranges.declare_gemms(*parse_declared_gemms("fc1/fprop fc2/fprop"));
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) names.push_back(ranges.name_next_gemm(GemmRole::kFprop, 0).layer);
+  CHECK(names == std::vector<std::string>{"model.layers.1.layernorm_mlp.fc1#0", "model.layers.1.layernorm_mlp.fc2#0",
+                                          "model.layers.1.layernorm_mlp.fc1#1", "model.layers.1.layernorm_mlp.fc2#1"});
+  ranges.pop(nullptr);
+  // Backward with TN GEMMs (FP8 on Hopper): the layout cannot tell, the declaration does.
+  ranges.push("model.layers.1.layernorm_mlp/backward", nullptr);
+  ranges.declare_gemms(*parse_declared_gemms("fc2/dgrad fc2/wgrad fc1/dgrad fc1/wgrad"));
+  std::vector<std::pair<std::string, GemmRole>> got;
+  for (int i = 0; i < 4; ++i) {
+    const GemmName n = ranges.name_next_gemm(GemmRole::kFprop, 0);  // TN: fprop's layout, unknown in a backward range
+    got.emplace_back(n.layer, n.role);
+  }
+  CHECK(got == std::vector<std::pair<std::string, GemmRole>>{{"model.layers.1.layernorm_mlp.fc2#0", GemmRole::kDgrad},
+                                                             {"model.layers.1.layernorm_mlp.fc2#0", GemmRole::kWgrad},
+                                                             {"model.layers.1.layernorm_mlp.fc1#0", GemmRole::kDgrad},
+                                                             {"model.layers.1.layernorm_mlp.fc1#0", GemmRole::kWgrad}});
+  ranges.pop(nullptr);
+  // A layout that tells its role skips to the next GEMM of that role: fc1 without its dgrad.
+  ranges.push("model.layers.0.layernorm_mlp/backward", nullptr);
+  ranges.declare_gemms(*parse_declared_gemms("fc2/dgrad fc2/wgrad fc1/dgrad fc1/wgrad"));
+  ranges.name_next_gemm(GemmRole::kDgrad, 0);
+  ranges.name_next_gemm(GemmRole::kWgrad, 0);
+  const GemmName fc1_wgrad = ranges.name_next_gemm(GemmRole::kWgrad, 0);
+  CHECK((fc1_wgrad.layer == "model.layers.0.layernorm_mlp.fc1#0" && fc1_wgrad.role == GemmRole::kWgrad));
+  ranges.pop(nullptr);
+  // A role the declaration lacks is named as without one.
+  ranges.push("model.proj/forward", nullptr);
+  ranges.declare_gemms(*parse_declared_gemms("/dgrad"));
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "model.proj#0");
+  ranges.pop(nullptr);
+}
+
+TEST_CASE("Transformer Engine's own NVTX ranges name no layer, and give their GEMMs' roles", "[hook]") {
+  RangeStack ranges;
+  ranges.push("model.layers.1.self_attention.proj/backward", nullptr);
+  ranges.push("_Linear_backward", nullptr);  // get_nvtx_range_context("_Linear_backward")
+  ranges.push("transformer_engine._Linear.backward.proj.dgrad_gemm", nullptr);
+  const GemmName dgrad = ranges.name_next_gemm(GemmRole::kFprop, 0);  // TN
+  CHECK((dgrad.layer == "model.layers.1.self_attention.proj#0" && dgrad.role == GemmRole::kDgrad));
+  ranges.pop(nullptr);
+  ranges.push("transformer_engine._Linear.backward.proj.wgrad_gemm", nullptr);
+  const GemmName wgrad = ranges.name_next_gemm(GemmRole::kFprop, 0);
+  CHECK((wgrad.layer == "model.layers.1.self_attention.proj#0" && wgrad.role == GemmRole::kWgrad));
+  ranges.pop(nullptr);
+  ranges.pop(nullptr);
+  ranges.pop(nullptr);
+  ranges.push("model.layers.1.layernorm_mlp/forward", nullptr);
+  ranges.push("LayerNormMLP forward", nullptr);
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "model.layers.1.layernorm_mlp#0");
+  ranges.pop(nullptr);
+  ranges.push("LayerNormMLP forwards", nullptr);  // not TE's: a range of its own
+  CHECK(ranges.name_next_gemm(GemmRole::kFprop, 0).layer == "LayerNormMLP forwards#0");
+  ranges.pop(nullptr);
+  ranges.pop(nullptr);
+  ranges.push("_GroupedLinear_wgrad", nullptr);  // delayed wgrad outside any module range
+  const GemmName outside = ranges.name_next_gemm(GemmRole::kFprop, 0);
+  CHECK((outside.layer.starts_with("gemm#") && outside.role == GemmRole::kWgrad));
+}
+
 TEST_CASE("experts keep their index: by range name, by the C API, and by declared tokens", "[hook]") {
   RangeStack ranges;
   // "...experts.N": expert N of the layer "...experts".

@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* Bumped when a function is added; never when one changes (a change is a new name). */
-#define FP8SCOPE_HOOK_API_VERSION 2
+#define FP8SCOPE_HOOK_API_VERSION 3
 uint32_t fp8scope_hook_api_version(void);
 
 /* The training loop entered `step`. Samples carry it and the policy's every-N counts it; once
@@ -42,6 +42,16 @@ void fp8scope_set_expert(int32_t expert);
  * and the rows of a grouped GEMM's group past its tokens are padding, which the daemon checks is
  * zero. At most 65536 experts; larger counts are ignored. */
 void fp8scope_expert_tokens(const uint64_t* tokens, uint32_t experts);
+
+/* API version 3: modules that run several GEMMs. The GEMMs the innermost range runs, in the order
+ * it runs them, repeated: items separated by spaces, each "<name>/<role>" with the role fprop,
+ * dgrad or wgrad and the name that of the GEMM inside the module ("" for the module's own). The
+ * i-th GEMM of the range is named "<range>.<name>" and takes the role when its layout cannot tell
+ * it; one whose layout can takes the next item of its role. Transformer Engine's LayerNormMLP:
+ * "fc1/fprop fc2/fprop" in its forward range, "fc2/dgrad fc2/wgrad fc1/dgrad fc1/wgrad" in its
+ * backward one. At most 16 items, names of at most 24 printable characters without '#'; a malformed
+ * sequence is ignored. */
+void fp8scope_range_gemms(const char* sequence);
 
 #ifdef __cplusplus
 }
