@@ -2,7 +2,8 @@
 
     import fp8scope
 
-    fp8scope.name_modules(model)           # GEMMs are named by module path: "model.layers.3.mlp.fc1#0"
+    fp8scope.name_modules(model)           # GEMMs are named by module path: "model.layers.3.mlp.fc1#0",
+                                           # or as TE's debug API names them: "...layernorm_mlp.fc1#0"
     for step, batch in enumerate(loader):
         fp8scope.step(step)                # samples carry the step; the policy's every-N counts it
         loss = train_step(batch)
@@ -16,7 +17,8 @@ import ctypes
 import threading
 import warnings
 
-__all__ = ["available", "step", "log", "range_push", "range_pop", "expert", "expert_tokens", "name_modules"]
+__all__ = ["available", "step", "log", "range_push", "range_pop", "range_gemms", "expert", "expert_tokens",
+           "name_modules"]
 
 _MAX_NAME_BYTES = 63
 
@@ -35,6 +37,8 @@ def _load_hook():
     if version() >= 2:  # mixture-of-experts calls
         process.fp8scope_set_expert.argtypes = [ctypes.c_int32]
         process.fp8scope_expert_tokens.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
+    if version() >= 3:  # modules that run several GEMMs
+        process.fp8scope_range_gemms.argtypes = [ctypes.c_char_p]
     return process
 
 
@@ -77,6 +81,51 @@ def range_push(name):
 def range_pop():
     if _hook is not None:
         _hook.fp8scope_range_pop()
+
+
+def range_gemms(sequence):
+    """The GEMMs the innermost range runs, in order: "fc1/fprop fc2/fprop" names them "<range>.fc1"
+    and "<range>.fc2" (an empty name, "/dgrad", keeps the range's own). See fp8scope/hook.h."""
+    if _hook is not None and hasattr(_hook, "fp8scope_range_gemms"):
+        _hook.fp8scope_range_gemms(str(sequence).encode("ascii", "replace"))
+
+
+# Transformer Engine's modules that run more than one GEMM or whose backward GEMMs a TN layout
+# cannot tell apart, with their GEMMs in the order TE runs them, forward and backward (TE d0067d0:
+# pytorch/module/linear.py, layernorm_linear.py; layernorm_mlp.py:587, 694, 1245, 1400, 1550, 1678,
+# which names them "<module>.fc1" and "<module>.fc2", :2653-2666).
+_TE_GEMMS = {
+    "Linear": ("/fprop", "/dgrad /wgrad"),
+    "LayerNormLinear": ("/fprop", "/dgrad /wgrad"),
+    "LayerNormMLP": ("fc1/fprop fc2/fprop", "fc2/dgrad fc2/wgrad fc1/dgrad fc1/wgrad"),
+}
+
+
+def _te_gemms(module):
+    """(forward, backward) GEMM sequences of a Transformer Engine module, else None."""
+    cls = type(module)
+    if not cls.__module__.startswith("transformer_engine."):
+        return None
+    return _TE_GEMMS.get(cls.__name__)
+
+
+def _paths(model, root):
+    """(path, module) as nvdlfw_inspect's infer_and_assign_layer_names names TE's layers
+    (nvidia-dlfw-inspect dc19d10, api.py:112-147): from `root`, a ModuleList's children by their
+    layer_number when they have one; a TE module keeps the name TE already gave it."""
+    out = []
+
+    def walk(module, path):
+        te_name = getattr(module, "name", None)
+        if _te_gemms(module) is not None and isinstance(te_name, str) and te_name:
+            path = te_name
+        out.append((path, module))
+        in_list = type(module).__name__ == "ModuleList"
+        for name, child in module.named_children():
+            walk(child, f"{path}.{getattr(child, 'layer_number', name) if in_list else name}")
+
+    walk(model, root)
+    return out
 
 
 class expert:
@@ -140,8 +189,8 @@ class _BackwardRanges:
     its own threads, and the hook names a GEMM by its thread's innermost range).
     """
 
-    def __init__(self, torch, push, pop):
-        self.torch, self.push, self.pop = torch, push, pop
+    def __init__(self, torch, push, pop, declare):
+        self.torch, self.push, self.pop, self.declare = torch, push, pop, declare
         self.local = threading.local()
 
     def _state(self):
@@ -153,6 +202,8 @@ class _BackwardRanges:
     def _begin(self, call):
         state = self._state()
         self.push(call.label)
+        if call.gemms is not None:
+            self.declare(call.gemms)
         state.open.append(call)
         if not state.closing_queued:
             state.closing_queued = True
@@ -198,8 +249,8 @@ class _BackwardRanges:
             return []  # dicts and model-output classes: no backward range of their own
         return [v for v in values if isinstance(v, self.torch.Tensor) and v.requires_grad]
 
-    def forward_pre(self, module, inputs, label):
-        call = _Call(label, self._tensors(inputs) if self.torch.is_grad_enabled() else [])
+    def forward_pre(self, module, inputs, label, gemms):
+        call = _Call(label, self._tensors(inputs) if self.torch.is_grad_enabled() else [], gemms)
         self._state().calls.setdefault(id(module), []).append(call)
         for t in call.inputs:
             self._marks(t).ends.append(call)
@@ -224,15 +275,18 @@ class _Marks:
 class _Call:
     """One call of a module, from its forward to the end of its backward."""
 
-    __slots__ = ("label", "inputs")
+    __slots__ = ("label", "inputs", "gemms")
 
-    def __init__(self, label, inputs):
-        self.label, self.inputs = label, inputs
+    def __init__(self, label, inputs, gemms):
+        self.label, self.inputs, self.gemms = label, inputs, gemms
 
 
 def name_modules(model, root="model", use_nvtx=None):
     """Pushes a range named by each module's path around its forward ("<path>/forward") and its
     backward ("<path>/backward"), so the hook names every GEMM by the innermost module that ran it.
+    Paths are those Transformer Engine's debug API gives (nvdlfw_inspect's layer names), and a TE
+    module's GEMMs are named and given their roles as TE names them: LayerNormMLP's "<path>.fc1"
+    and "<path>.fc2", so a TE debug config selects the GEMMs it would select in TE.
 
     use_nvtx: True pushes NVTX ranges through torch.cuda.nvtx (visible to Nsight too), False uses
     the hook's own range API; None (the default) takes NVTX when PyTorch has CUDA. Returns the hook
@@ -248,14 +302,17 @@ def name_modules(model, root="model", use_nvtx=None):
         return []
     import torch  # noqa: PLC0415 - a model to name means PyTorch is there
 
-    ranges = _BackwardRanges(torch, push, pop)
+    ranges = _BackwardRanges(torch, push, pop, range_gemms)
     handles = []
-    for name, module in model.named_modules():
-        path = f"{root}.{name}" if name else root
+    for path, module in _paths(model, root):
+        forward_gemms, backward_gemms = _te_gemms(module) or (None, None)
 
-        def forward_pre(module, inputs, forward=f"{path}/forward", backward=f"{path}/backward"):
+        def forward_pre(module, inputs, forward=f"{path}/forward", backward=f"{path}/backward",
+                        forward_gemms=forward_gemms, backward_gemms=backward_gemms):
             push(forward)
-            ranges.forward_pre(module, inputs, backward)
+            if forward_gemms is not None:
+                range_gemms(forward_gemms)
+            ranges.forward_pre(module, inputs, backward, backward_gemms)
 
         def forward_post(module, _inputs, output):
             pop()

@@ -62,11 +62,14 @@ class Recorder:
     """Stands in for the hook's range stack: what was pushed, in order, and where each GEMM ran."""
 
     def __init__(self):
-        self.stack, self.pushes, self.pops, self.gemms = [], [], 0, []
+        self.stack, self.pushes, self.pops, self.gemms, self.declared = [], [], 0, [], []
 
     def push(self, label):
         self.pushes.append((label, tuple(self.stack)))
         self.stack.append(label)
+
+    def declare(self, sequence):
+        self.declared.append((self.stack[-1], sequence))
 
     def pop(self):
         assert self.stack, "a range popped that was never pushed"
@@ -216,6 +219,95 @@ class NameModulesOnTorchModules(unittest.TestCase):
         self.assertTrue(RECORDER.pushes)
         self.assertTrue(all(label.endswith("/forward") for label, _ in RECORDER.pushes))
         self.assertEqual(RECORDER.stack, [])
+
+
+def te_module(cls):
+    """`cls` as if Transformer Engine defined it (the helper knows TE's modules by class)."""
+    cls.__module__ = "transformer_engine.pytorch.module." + cls.__name__.lower()
+    return cls
+
+
+@te_module
+class LayerNormMLP(torch.nn.Module):
+    """TE's LayerNormMLP as the helper sees it: no child modules, two GEMMs (fc1, fc2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.fc1_weight = torch.nn.Parameter(torch.randn(32, 16))
+        self.fc2_weight = torch.nn.Parameter(torch.randn(16, 32))
+
+    def forward(self, x):
+        h = torch.relu(ProbeGemm.apply(self.norm(x), self.fc1_weight, "fc1"))
+        return ProbeGemm.apply(h, self.fc2_weight, "fc2")
+
+
+@te_module
+class Linear(torch.nn.Linear):
+    def forward(self, x):
+        return ProbeGemm.apply(x, self.weight, "linear") + self.bias
+
+
+class TransformerLayer(torch.nn.Module):
+    def __init__(self, layer_number):
+        super().__init__()
+        self.layer_number = layer_number  # as TE's TransformerLayer keeps it
+        self.layernorm_mlp = LayerNormMLP()
+
+    def forward(self, x):
+        return x + self.layernorm_mlp(x)
+
+
+class TeModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 16)
+        self.layers = torch.nn.ModuleList([TransformerLayer(1), TransformerLayer(2)])
+        self.head = Linear(16, 4)
+        self.head.name = "output_layer"  # te.Linear(..., name="output_layer")
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h)
+
+
+class NameModulesAsTransformerEngineNamesThem(unittest.TestCase):
+    def setUp(self):
+        global RECORDER
+        RECORDER = Recorder()
+        torch.manual_seed(1)
+        patches = [mock.patch.object(fp8scope, "_hook", object()),
+                   mock.patch.object(fp8scope, "range_push", RECORDER.push),
+                   mock.patch.object(fp8scope, "range_pop", RECORDER.pop),
+                   mock.patch.object(fp8scope, "range_gemms", RECORDER.declare)]
+        for p in patches:
+            p.start()
+            self.addCleanup(p.stop)
+        self.model = TeModel()
+        fp8scope.name_modules(self.model, use_nvtx=False)
+        self.model(torch.randn(4, 8)).square().mean().backward()
+
+    def test_paths_are_nvdlfw_inspects_layer_names(self):
+        forward = {label for label, _ in RECORDER.pushes if label.endswith("/forward")}
+        # A ModuleList's children by layer_number (TE numbers its layers from 1), a TE module by
+        # the name TE gave it.
+        self.assertIn("model.layers.1.layernorm_mlp/forward", forward)
+        self.assertIn("model.layers.2.layernorm_mlp/forward", forward)
+        self.assertIn("output_layer/forward", forward)
+        self.assertNotIn("model.layers.0/forward", forward)
+
+    def test_te_modules_declare_their_gemms_in_both_passes(self):
+        expected = []
+        for layer in ("model.layers.1.layernorm_mlp", "model.layers.2.layernorm_mlp"):
+            expected.append((f"{layer}/forward", "fc1/fprop fc2/fprop"))
+            expected.append((f"{layer}/backward", "fc2/dgrad fc2/wgrad fc1/dgrad fc1/wgrad"))
+        expected += [("output_layer/forward", "/fprop"), ("output_layer/backward", "/dgrad /wgrad")]
+        self.assertEqual(sorted(RECORDER.declared), sorted(expected))
+        # The order the declarations give is the order the GEMMs ran in each range.
+        backward = [(role, path) for role, path, top in RECORDER.gemms if top == "model.layers.1.layernorm_mlp/backward"]
+        self.assertEqual(backward, [("dgrad", "fc2"), ("wgrad", "fc2"), ("dgrad", "fc1"), ("wgrad", "fc1")])
 
 
 class UnderTheHook(unittest.TestCase):
