@@ -5,6 +5,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -347,6 +348,34 @@ void TeModel::cast(const HostWork& host, const int& step, const std::string& nam
       call, [this, name] { return bf16_rounded(held_.at(name)); });
 }
 
+namespace {
+
+// fp8scope_range_gemms of the hook in the process, if one is (fp8scope/hook.h, API version 3).
+void declare_gemms(const char* sequence) {
+  using Declare = void (*)(const char*);
+  static const auto declare = reinterpret_cast<Declare>(dlsym(RTLD_DEFAULT, "fp8scope_range_gemms"));
+  if (declare != nullptr) declare(sequence);
+}
+
+constexpr const char* kMlpModule = "model.layers.1.layernorm_mlp";
+constexpr const char* kOutputModule = "model.output_layer";
+
+}  // namespace
+
+// The ranges fp8scope.name_modules opens and the GEMMs it declares for TE's modules (client/python/
+// fp8scope.py _TE_GEMMS): forward fc1 then fc2, backward fc2's GEMMs then fc1's.
+void TeModel::module_begin(int l, bool backward) {
+  if (!o_.te_names || l == (backward ? 0 : 1)) return;  // fc1 and fc2 share one module range
+  const bool mlp = l < 2;
+  nvtxRangePushA((std::string(mlp ? kMlpModule : kOutputModule) + (backward ? "/backward" : "/forward")).c_str());
+  declare_gemms(mlp ? (backward ? "fc2/dgrad fc2/wgrad fc1/dgrad fc1/wgrad" : "fc1/fprop fc2/fprop")
+                    : (backward ? "/dgrad /wgrad" : "/fprop"));
+}
+
+void TeModel::module_end(int l, bool backward) {
+  if (o_.te_names && l != (backward ? 1 : 0)) nvtxRangePop();
+}
+
 void TeModel::gemm(const HostWork& host, const std::string& range, const Quantized& a, bool a_columnwise,
                    const Quantized& b, bool b_columnwise, DeviceBuffer& out, int P, int Q, int L) {
   const float* alpha = nullptr;
@@ -358,7 +387,7 @@ void TeModel::gemm(const HostWork& host, const std::string& range, const Quantiz
     });
     alpha = static_cast<const float*>(value.get());
   }
-  nvtxRangePushA(range.c_str());
+  if (!o_.te_names) nvtxRangePushA(range.c_str());
   const bool mxfp8 = a.mode == kMxfp8Mode;
   if (mxfp8 && a_columnwise && !b_columnwise) {
     gemms_.dgrad_nn_lt(a.operand(true), b.operand(false), out, P, L, Q);  // dX[P, Q] = dY[P, L] W[L, Q]
@@ -367,12 +396,13 @@ void TeModel::gemm(const HostWork& host, const std::string& range, const Quantiz
   } else {
     gemms_.tn(a.operand(a_columnwise), b.operand(b_columnwise), out, P, Q, L, alpha);
   }
-  nvtxRangePop();
+  if (!o_.te_names) nvtxRangePop();
 }
 
 void TeModel::program(const HostWork& host, const int& step, const Matrix& x, const Matrix& target,
                       float learning_rate, double& loss) {
   const int layers = static_cast<int>(layers_.size()), M = x.rows;
+  if (o_.te_names && layers != 3) throw std::invalid_argument("te_names: the model has three layers");
   const bool fused = o_.recipe == TeRecipe::kDelayed || o_.recipe == TeRecipe::kMxfp8;
   const int forward_type = o_.recipe == TeRecipe::kNvfp4 ? kE2M1 : kE4M3;
   const int backward_type = o_.recipe == TeRecipe::kNvfp4 ? kE2M1 : (o_.recipe == TeRecipe::kMxfp8 || o_.recipe == TeRecipe::kBlock ? kE4M3 : kE5M2);
@@ -388,6 +418,7 @@ void TeModel::program(const HostWork& host, const int& step, const Matrix& x, co
       L.dy = std::make_unique<Quantized>(o_.recipe, backward_type, M, N, false);
     }
     const auto m = static_cast<std::size_t>(M), k = static_cast<std::size_t>(K), n = static_cast<std::size_t>(N);
+    module_begin(l, false);
     // X: LayerNormLinear's fused norm, LayerNormMLP's fused activation, or a cast of its own.
     if (fused && l == 0) {
       DeviceBuffer &xd = buffer(name + ".x.in", m * k * 2), &gd = buffer(name + ".gamma", k * 2),
@@ -435,6 +466,7 @@ void TeModel::program(const HostWork& host, const int& step, const Matrix& x, co
     }
     DeviceBuffer& out = buffer(name + ".fprop.out", m * n * sizeof(float));
     gemm(host, name + "/fprop", *L.wq, false, *L.x, false, out, M, N, K);
+    module_end(l, false);
     host([this, &L, &out, M, N, last = l + 1 == layers] {
       L.pre_activation = Matrix(M, N);
       out.download(L.pre_activation.v.data(), L.pre_activation.v.size() * sizeof(float));
@@ -459,6 +491,7 @@ void TeModel::program(const HostWork& host, const int& step, const Matrix& x, co
     const int N = L.w.rows, K = L.w.cols;
     const auto m = static_cast<std::size_t>(M), n = static_cast<std::size_t>(N), k = static_cast<std::size_t>(K);
     const std::string name = "mlp." + std::to_string(l);
+    module_begin(l, true);
     // Dy: the last layer's through bgrad_quantize; below it LayerNormMLP's fused ReLU backward.
     const bool below_relu = l + 1 < layers;
     if (fused && below_relu) {
@@ -494,6 +527,7 @@ void TeModel::program(const HostWork& host, const int& step, const Matrix& x, co
                  &dw = buffer(name + ".wgrad.out", n * k * sizeof(float));
     gemm(host, name + "/dgrad", *L.wq, true, *L.dy, false, dx, M, K, N);
     gemm(host, name + "/wgrad", *L.x, true, *L.dy, true, dw, N, K, M);
+    module_end(l, true);
     host([this, &L, &dx, &dw, M, N, K, learning_rate] {
       Matrix dwm(N, K), dxm(M, K);
       dw.download(dwm.v.data(), dwm.v.size() * sizeof(float));

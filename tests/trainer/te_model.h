@@ -5,6 +5,8 @@
 // The library is loaded RTLD_GLOBAL and the extension after it, as TE's Python package loads them
 // (common/__init__.py:383-385), so the extension's nvte_* calls go through the PLT.
 //
+// Layers are named "mlp.<l>" by a range around each GEMM, or with te_names as TE names them.
+//
 // Casts per recipe (TE's module paths, DESIGN.md "The casts"): delayed scaling fuses the norm
 // (nvte_layernorm_fwd), the activation (nvte_relu) and its backward (nvte_quantize_dbias_drelu),
 // casts W through nvte_quantize_noop and the last Dy through nvte_quantize_dbias; MXFP8 fuses the
@@ -38,6 +40,10 @@ struct TeModelOptions {
   int uncovered_layer = -1;   // this layer's W is cast by the trainer itself, not by TE
   std::string dump_dir;       // at dump_step: each cast's high-precision tensor, scale and amax
   int dump_step = -1;
+  // Name the layers as TE's modules under fp8scope.name_modules: layers 0 and 1 one LayerNormMLP,
+  // "model.layers.1.layernorm_mlp" (its GEMMs fc1 and fc2, declared to the hook), layer 2 a Linear,
+  // "model.output_layer"; no range of a GEMM's own, as LayerNormMLP pushes none.
+  bool te_names = false;
 };
 
 // The step's host work: run now, or under capture recorded as a host node (StepGraph::host).
@@ -78,6 +84,10 @@ class TeModel {
   void dump_cast(int step, const std::string& name, const Matrix& values, const Quantized& q);
   Matrix layernorm(const Matrix& x) const;
   // out[P, Q] of the GEMM out = b a^T as TE runs the recipe.
+  // te_names: the module ranges around layer l's GEMMs of a pass, opened before its first and
+  // closed after its last.
+  void module_begin(int l, bool backward);
+  void module_end(int l, bool backward);
   void gemm(const HostWork& host, const std::string& range, const Quantized& a, bool a_columnwise, const Quantized& b,
             bool b_columnwise, DeviceBuffer& out, int P, int Q, int L);
   // A persistent device buffer by name, zeros when first used: a captured graph replays the

@@ -633,6 +633,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->check(CLI::IsMember({"delayed", "current", "mxfp8", "block", "nvfp4"}));
   app.add_option("--te-dir", o.te.library_dir,
                  "te: the directory of libtransformer_engine.so and the extension built against it (libte_extension.so)");
+  app.add_flag("--te-names", o.te.te_names,
+               "te: name the layers as TE's modules: a LayerNormMLP (fc1, fc2) and a Linear, as fp8scope.name_modules "
+               "names them");
   app.add_option("--te-uncovered-layer", o.te.uncovered_layer,
                  "te: this layer's W is cast without TE's entry points (a cast the hook cannot see)");
   std::string moe_gemm = "lt-grouped";
