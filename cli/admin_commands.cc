@@ -186,6 +186,14 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--te-log-dir", o.te_log_dir,
                         "With --format nvdlfw: write each rank's lines to DIR/nvdlfw_inspect_statistics_logs/"
                         "nvdlfw_inspect_globalrank-<rank>.log instead of stdout");
+  c.history->add_option("--te-log-layout", o.te_log_layout,
+                        "With --te-log-dir: nvdlfw (DIR/nvdlfw_inspect_statistics_logs/...), or rank-dirs "
+                        "(DIR/rank_<rank>/nvdlfw_inspect_statistics_logs/..., one log_dir a rank, as BioNeMo's recipes "
+                        "and their fp8_analysis heatmap have it)")
+      ->check(CLI::IsMember({"nvdlfw", "rank-dirs"}));
+  c.history->add_option("--te-config", o.te_config,
+                        "With --format nvdlfw: only the lines this TE debug-API config logs, where its sections select "
+                        "(the config the job ran with `fp8scope run --te-config`): the lines TE writes for that job");
   c.history->add_option("--history", o.history,
                         "Read this history instead of the daemon's: a SQLite file or data dir, or a PostgreSQL URL")
       ->excludes(c.history->get_option("--endpoint"));
@@ -399,9 +407,20 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   const std::optional<history::HistoryFilter> filter = history_filter(o, err);
   if (!filter) return kUsage;
   const history::HistoryFilter& f = *filter;
-  if (!o.te_log_dir.empty() && o.format != "nvdlfw") {
-    err << "fp8scope history: --te-log-dir goes with --format nvdlfw\n";
+  if ((!o.te_log_dir.empty() || !o.te_config.empty()) && o.format != "nvdlfw") {
+    err << "fp8scope history: --te-log-dir and --te-config go with --format nvdlfw\n";
     return kUsage;
+  }
+  std::optional<te::NvdlfwLog> te_log;
+  if (!o.te_config.empty()) {
+    Result<te::TeConfig> config = te::read_te_config(o.te_config);
+    if (!config.ok()) {
+      err << "fp8scope history: --te-config " << config.status().message() << "\n";
+      return kUsage;
+    }
+    te_log.emplace(config.value());
+  } else {
+    te_log.emplace();
   }
   std::unique_ptr<history::HistoryReader> reader = history_reader(o, err);
   if (!reader) return o.history.empty() ? kUnreachable : kUsage;
@@ -409,6 +428,7 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
   if (!o.te_log_dir.empty()) {
     te::NvdlfwLogFilesOptions files;
     files.truncate = true;  // an export: the files hold this answer alone
+    files.rank_dirs = o.te_log_layout == "rank-dirs";
     files.max_files = std::numeric_limits<std::size_t>::max();
     Result<std::unique_ptr<te::NvdlfwLogFiles>> opened = te::NvdlfwLogFiles::open(o.te_log_dir, files);
     if (!opened.ok()) {
@@ -417,7 +437,6 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
     }
     te_files = std::move(opened).value();
   }
-  te::NvdlfwLog te_log;
   bool te_failed = false;
   // The header comes with the first row (or the end of an empty answer), so a failed read prints
   // its one error line and nothing else.
@@ -431,7 +450,7 @@ int run_history(const AdminOptions& o, std::ostream& out, std::ostream& err) {
       return true;
     }
     std::string block;  // a record's lines, all of its rank
-    for (const te::NvdlfwLine& line : te_log.lines(r)) block += line.text + "\n";
+    for (const te::NvdlfwLine& line : te_log->lines(r)) block += line.text + "\n";
     if (!te_files) {
       out << block;
     } else if (!block.empty() && te_files->append("", r.rank, block) != te::AppendOutcome::kWritten) {

@@ -199,6 +199,7 @@ Result<std::vector<AckJournal::Leftover>> Daemon::Impl::open_stores() {
   if (!c.te_log_dir.empty()) {
     TeLogLimits limits;
     limits.max_bytes = c.te_log_max_bytes;
+    limits.rank_dirs = c.te_log_layout == "rank-dirs";
     Result<std::unique_ptr<TeLogWriter>> writer = TeLogWriter::open(c.te_log_dir, limits);
     if (!writer.ok()) return writer.status();
     te_log = std::move(writer).value();

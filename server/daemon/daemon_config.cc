@@ -82,6 +82,11 @@ void add_place_options(CLI::App& app, DaemonConfig& c) {
       "Also write every analyzed sample's statistics as Transformer Engine's debug API logs them, for the tools "
       "that read those logs: DIR/<job>/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-<rank>.log, "
       "appended to (default: off)");
+  add(app, "te-log-layout", c.te_log_layout,
+      "nvdlfw: DIR/<job>/nvdlfw_inspect_statistics_logs/..., or rank-dirs: DIR/<job>/rank_<rank>/"
+      "nvdlfw_inspect_statistics_logs/..., one log_dir a rank as BioNeMo's recipes and their fp8_analysis heatmap "
+      "have it")
+      ->check(CLI::IsMember({"nvdlfw", "rank-dirs"}));
   add(app, "te-log-max-bytes", c.te_log_max_bytes,
       "What the --te-log-dir files may hold together; past it lines are dropped and counted");
 }

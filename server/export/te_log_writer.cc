@@ -11,6 +11,7 @@ namespace fp8scope::server {
 Result<std::unique_ptr<TeLogWriter>> TeLogWriter::open(const std::string& dir, TeLogLimits limits) {
   te::NvdlfwLogFilesOptions options;
   options.per_job = true;  // one daemon hears many jobs, each with its own ranks
+  options.rank_dirs = limits.rank_dirs;
   options.max_bytes = limits.max_bytes;
   options.max_files = limits.max_files;
   Result<std::unique_ptr<te::NvdlfwLogFiles>> files = te::NvdlfwLogFiles::open(dir, options);

@@ -24,15 +24,29 @@ std::string te_layer(const history::HistoryRecord& r) {
   return layer;
 }
 
-// The recipe prefix of a record's stat names; nothing for what TE has no name for.
-std::optional<std::string> te_prefix(const history::HistoryRecord& r) {
+// How a record's quantization stats are named: the recipe prefix, the feature that logs them, and
+// whether the record may be a column-wise copy's.
+struct StatNames {
+  std::string prefix;  // "" for the job's own FP8 cast, else "<recipe>_"
+  StatsFeature feature;
+  bool columnwise;
+};
+
+// Nothing for what TE has no name for.
+std::optional<StatNames> stat_names(const history::HistoryRecord& r) {
   if (r.caster.is_job()) {  // the job's own quantization: TE's bare names, NVFP4's prefixed anyway
-    const bool nvfp4 = r.format == CastFormat::kE2M1 && storage_of(r.scale_layout) == ScaleLayout::kVec16Ue4m3;
-    return nvfp4 ? std::string(recipe_for(RecipeKind::kNvfp4, r.operand)->prefix) + "_" : "";
+    const ScaleLayout layout = storage_of(r.scale_layout);
+    if (r.format == CastFormat::kE2M1 && layout == ScaleLayout::kVec16Ue4m3) {
+      return StatNames{std::string(recipe_for(RecipeKind::kNvfp4, r.operand)->prefix) + "_", StatsFeature::kNvfp4, false};
+    }
+    const bool blocks = layout == ScaleLayout::kVec32Ue8m0 || layout == ScaleLayout::kVec128F32 ||
+                        layout == ScaleLayout::kBlock128x128F32;
+    return StatNames{"", StatsFeature::kFp8, blocks};
   }
   const RecipeName* name = recipe_for(*r.caster.recipe_kind(), r.operand);
-  if (name == nullptr) return std::nullopt;
-  return std::string(name->prefix) + "_";
+  // LogNvfp4TensorStats reads the job's NVFP4 cast; TE has no NVFP4 what-if.
+  if (name == nullptr || name->feature == StatsFeature::kNvfp4) return std::nullopt;
+  return StatNames{std::string(name->prefix) + "_", name->feature, name->columnwise_stats};
 }
 
 double statistic_of(const history::HistoryRecord& r, const char* key) {
@@ -64,40 +78,78 @@ std::string asctime_of(double seconds) {
 
 }  // namespace
 
+NvdlfwLog::NvdlfwLog(const TeConfig& config) : filtered_(true) {
+  for (const TeLoggedStats& logged : config.logged) {
+    Selection s{logged, std::nullopt, std::nullopt};
+    std::string error;
+    if (logged.rule.layer_regex[0] != '\0') s.layers = LayerPattern::compile(logged.rule.layer_regex, &error);
+    if (logged.rule.and_layer_regex[0] != '\0') s.and_layers = LayerPattern::compile(logged.rule.and_layer_regex, &error);
+    selections_.push_back(std::move(s));
+  }
+}
+
+bool NvdlfwLog::logs(FeatureRole feature, const std::string& stat, const history::HistoryRecord& r) const {
+  if (!filtered_) return true;
+  const std::string_view module = module_of_label(r.layer);
+  for (const Selection& s : selections_) {
+    const TeLoggedStats& l = s.logged;
+    if (l.feature != feature || l.operand != r.operand || !rule_selects_step(l.rule, r.step)) continue;
+    if ((l.rule.layer_regex[0] != '\0' && !(s.layers && s.layers->search(module))) ||
+        (l.rule.and_layer_regex[0] != '\0' && !(s.and_layers && s.and_layers->search(module)))) {
+      continue;
+    }
+    if (std::find(l.stats.begin(), l.stats.end(), stat) != l.stats.end()) return true;
+  }
+  return false;
+}
+
 std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   std::vector<NvdlfwLine> out;
   const TensorName& tensor = tensor_of(r.operand);
-  // The GEMM whose input TE logs a tensor as: the first to quantize it in an iteration.
-  if (r.gemm != tensor.rowwise_gemm) return out;
-  const std::optional<std::string> prefix = te_prefix(r);
-  if (!prefix) return out;
+  // A tensor's row-wise copy is read by the first GEMM to quantize it in an iteration, whose input
+  // TE logs it as; its column-wise copy by another.
+  const bool rowwise = r.gemm == tensor.rowwise_gemm;
+  if (!rowwise && r.gemm != tensor.columnwise_gemm) return out;
+  const std::optional<StatNames> names = stat_names(r);
+  if (!names || (!rowwise && !names->columnwise)) return out;
   const std::string name = te_layer(r) + "_" + tensor.name + "_";
   const std::string time = asctime_of(r.time);
   char iteration[32];
   std::snprintf(iteration, sizeof iteration, "%06llu", static_cast<unsigned long long>(r.step));
-  const auto line = [&](const std::string& stat, double value) {
+  const auto write = [&](const std::string& stat, double value) {
     out.push_back({r.rank, time + " - INFO - " + name + stat + " \t\t\t\t iteration=" + iteration +
                                " \t\t\t\t value=" + python_4f(value)});
   };
   // LogTensorStats: the high-precision tensor's, once a tensor and step whatever the recipes.
-  if (tensor_stats_written_.insert({r.rank, te_layer(r), tensor.name, r.step}).second) {
-    line("cur_amax", statistic_of(r, "amax"));
-    line("dynamic_range", statistic_of(r, "dynamic_range_log2"));
-    line("mean", statistic_of(r, "mean"));
+  if (rowwise && tensor_stats_written_.insert({r.rank, te_layer(r), tensor.name, r.step}).second) {
     const double n = static_cast<double>(r.numel);
-    line("std", n > 1 ? statistic_of(r, "std") * std::sqrt(n / (n - 1)) : std::nan(""));  // torch.std: unbiased
-    for (const char* stat : {"min", "max", "l1_norm", "l2_norm"}) line(stat, statistic_of(r, stat));
+    const double sample_std = n > 1 ? statistic_of(r, "std") * std::sqrt(n / (n - 1)) : std::nan("");  // torch.std
+    const std::pair<const char*, double> stats[] = {
+        {"cur_amax", statistic_of(r, "amax")}, {"dynamic_range", statistic_of(r, "dynamic_range_log2")},
+        {"mean", statistic_of(r, "mean")},     {"std", sample_std},
+        {"min", statistic_of(r, "min")},       {"max", statistic_of(r, "max")},
+        {"l1_norm", statistic_of(r, "l1_norm")}, {"l2_norm", statistic_of(r, "l2_norm")}};
+    for (const auto& [stat, value] : stats) {
+      if (logs(FeatureRole::kLogTensorStats, stat, r)) write(stat, value);
+    }
   }
-  line(*prefix + "underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
-  line(*prefix + "mse", statistic_of(r, "mse"));
-  if (r.caster.is(RecipeKind::kTensorDelayed)) line(*prefix + "overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
+  // The quantization's: LogNvfp4TensorStats names its stats bare in the config, prefixed in the log.
+  const bool nvfp4 = names->feature == StatsFeature::kNvfp4;
+  const FeatureRole feature = nvfp4 ? FeatureRole::kLogNvfp4TensorStats : FeatureRole::kLogFp8TensorStats;
+  const std::string suffix = rowwise ? "" : "_columnwise";
+  const auto line = [&](const std::string& stat, double value) {
+    const std::string written = names->prefix + stat + suffix;
+    if (logs(feature, nvfp4 ? stat : written, r)) write(written, value);
+  };
+  line("underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
+  line("mse", statistic_of(r, "mse"));
+  if (r.caster.is(RecipeKind::kTensorDelayed)) line("overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
   // The scale_inv extremes over the tensor's one scale or its blocks' (log_fp8_tensor_stats.py:
   // every FP8 recipe, MXFP8's and block scaling's included); NVFP4's stats have none.
-  const bool nvfp4 = r.format == CastFormat::kE2M1;
   const double largest_scale = std::max(r.scale, r.scale_max);
   if (!nvfp4 && r.scale > 0) {
-    line(*prefix + "scale_inv_min", 1.0 / largest_scale);
-    line(*prefix + "scale_inv_max", 1.0 / r.scale);
+    line("scale_inv_min", 1.0 / largest_scale);
+    line("scale_inv_max", 1.0 / r.scale);
   }
   return out;
 }

@@ -99,7 +99,8 @@ std::string NvdlfwLogFiles::path_of(const std::string& job, std::uint32_t rank) 
 }
 
 std::string NvdlfwLogFiles::path_of(const Key& key) const {
-  return NvdlfwLog::file_of(options_.per_job ? dir_ + "/" + key.first : dir_, key.second);
+  const std::string job_dir = options_.per_job ? dir_ + "/" + key.first : dir_;
+  return NvdlfwLog::file_of(options_.rank_dirs ? job_dir + "/rank_" + std::to_string(key.second) : job_dir, key.second);
 }
 
 bool NvdlfwLogFiles::fail(const Key& key, const std::string& why) {
@@ -118,15 +119,24 @@ bool NvdlfwLogFiles::open_file(const Key& key, File& file, bool first) {
     --open_;
   }
   int parent = dir_fd_;
-  int job_fd = -1;
+  int job_fd = -1, rank_fd = -1;
   if (options_.per_job) {
     job_fd = open_subdir(dir_fd_, key.first.c_str());
     if (job_fd < 0) return fail(key, "cannot open the job's directory (a link is not followed): " + errno_text(errno));
     parent = job_fd;
   }
+  if (options_.rank_dirs) {
+    rank_fd = open_subdir(parent, ("rank_" + std::to_string(key.second)).c_str());
+    const int rank_errno = errno;
+    if (job_fd >= 0) ::close(job_fd);
+    job_fd = -1;
+    if (rank_fd < 0) return fail(key, "cannot open the rank's directory (a link is not followed): " + errno_text(rank_errno));
+    parent = rank_fd;
+  }
   const int logs_fd = open_subdir(parent, kLogsDir);
   const int logs_errno = errno;
   if (job_fd >= 0) ::close(job_fd);
+  if (rank_fd >= 0) ::close(rank_fd);
   if (logs_fd < 0) return fail(key, std::string("cannot open ") + kLogsDir + " (a link is not followed): " + errno_text(logs_errno));
   const std::string name = "nvdlfw_inspect_globalrank-" + std::to_string(key.second) + ".log";
   // O_NONBLOCK: a FIFO planted in its place must not hang the writer; it is refused below.

@@ -272,7 +272,7 @@ class Interpreter {
     const ConfigNode* stats = field(feature, item, "stats");
     if (stats == nullptr) fail(at, where_key, "missing `stats`");
     bool columnwise = false;
-    read_stats(*stats, where_key, role, t->operand, columnwise);
+    std::vector<std::string> logged = read_stats(*stats, where_key, role, t->operand, columnwise);
 
     SamplingRule rule;
     if (!steps(rule, feature, item, where_key)) {
@@ -286,10 +286,14 @@ class Interpreter {
     std::strncpy(rule.layer_regex, layers.c_str(), sizeof rule.layer_regex - 1);
     std::strncpy(rule.and_layer_regex, and_layers.c_str(), sizeof rule.and_layer_regex - 1);
     config_.rules.push_back({rule, where(at.line) + " " + where_key});
+    config_.logged.push_back({rule, role, t->operand, std::move(logged)});
   }
 
-  void read_stats(const ConfigNode& stats, const std::string& key, FeatureRole role, Operand operand, bool& columnwise) {
+  // The stats a feature names for a tensor, those fp8scope writes.
+  std::vector<std::string> read_stats(const ConfigNode& stats, const std::string& key, FeatureRole role, Operand operand,
+                                      bool& columnwise) {
     if (!stats.is_list()) fail(stats, key + ".stats", "expected a list");
+    std::vector<std::string> out;
     for (const ConfigNode& s : stats.items) {
       if (s.is_map() && role == FeatureRole::kLogTensorStats && s.find("max_blockwise_dynamic_range")) {
         note(s.line, key + ".stats", "max_blockwise_dynamic_range: not computed (fp8scope's block dynamic range is the recipe's own block)");
@@ -297,6 +301,7 @@ class Interpreter {
       }
       if (!s.is_scalar()) fail(s, key + ".stats", "expected a stat name");
       const std::string& name = s.text;
+      out.push_back(name);
       if (role == FeatureRole::kLogTensorStats) {
         if (in(kComputedTensorStats, name)) continue;
         fail(s, key + ".stats", "Statistic " + name + " is not supported (log_tensor_stats.py:221)");
@@ -309,6 +314,7 @@ class Interpreter {
       }
       read_fp8_stat(s, name, key, operand, columnwise);
     }
+    return out;
   }
 
   // [<recipe>_]<stat>[_columnwise] (log_fp8_tensor_stats.py:165-234).
@@ -331,11 +337,6 @@ class Interpreter {
            name + ": _columnwise is not supported for " + recipe->prefix + " (log_fp8_tensor_stats.py:204)");
     }
     columnwise = columnwise || is_columnwise;
-    if (is_columnwise) {
-      note(at.line, key + ".stats",
-           name + ": the column-wise copy is sampled (the operand of the GEMM that reads it) and its figures are in "
-                  "history, but the TE debug log does not write _columnwise lines yet: not written there");
-    }
     if (recipe == nullptr) return;  // the job's own quantization: fp8scope's observed statistics
     if (std::find(config_.recipes.begin(), config_.recipes.end(), recipe->kind) == config_.recipes.end()) {
       config_.recipes.push_back(recipe->kind);

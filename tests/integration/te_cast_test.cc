@@ -6,7 +6,9 @@
 // named like the GEMM that read it; the daemon's code check finds TE's casts as fp8scope models
 // them, and finds the stand-in built with one rule changed; a cast the hook cannot see is counted
 // uncovered; a getter that throws costs the sample, not the job; the losses are the same under the
-// hook; TE 2.3's ABI reads the same; and TE's debug log lines carry the run's own figures.
+// hook; TE 2.3's ABI reads the same; TE's debug log lines carry the run's own figures; and a job
+// whose layers are named as TE names them (a LayerNormMLP's fc1 and fc2), run under TE's and
+// BioNeMo's debug configs, gets the log lines TE writes for it, which BioNeMo's heatmap reads.
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
@@ -352,4 +354,137 @@ TEST_CASE("history --format nvdlfw, tensors and advise show the run's own figure
   CHECK(tensors.out.find(" source ") != std::string::npos);
   CHECK(tensors.out.find(" recompute ") != std::string::npos);
   CHECK(tensors.out.find(" cast ") != std::string::npos);
+}
+
+namespace {
+
+// The lines of a log file, "name" -> iteration -> value text, in the order they come.
+using LogLines = std::map<std::string, std::map<int, std::string>>;
+
+// A TE-named run (tiny_trainer --te-names) under a TE debug config, its history written as that
+// config's log in BioNeMo's layout (one log_dir a rank); what the log holds and what BioNeMo's
+// heatmap reads from it.
+struct ConfigRun {
+  LogLines lines;
+  json bionemo;  // nvdlfw_parsers.py --bionemo-dir
+  bool written = false;
+};
+
+ConfigRun config_run(const DaemonProcess& d, const TempDir& dir, const std::string& run, const std::string& config,
+                     const std::string& recipe, int steps) {
+  const std::string yaml = std::string(FP8SCOPE_SOURCE_DIR) + "/tests/unit/te/configs/" + config;
+  std::vector<std::string> argv = {FP8SCOPE_CLI, "run", "--endpoint", d.grpc(), "--te-config", yaml, "--job", run,
+                                   "--run", run, "--", FP8SCOPE_TINY_TRAINER};
+  for (const std::string& a : {std::string("--mode"), std::string("te"), std::string("--te-recipe"), recipe,
+                               std::string("--te-dir"), te_dir("te-2.20"), std::string("--te-names"),
+                               std::string("--steps"), std::to_string(steps)}) {
+    argv.push_back(a);
+  }
+  const ProcessResult trained = run_process(argv, preload_env(), 120.0);
+  INFO(trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);  // `run` returns once the samples are stored
+  const std::string logs = dir.file("logs-" + run);
+  const ProcessResult exported = cli({"history", "--endpoint", d.grpc(), "--run", run, "--format", "nvdlfw",
+                                      "--te-config", yaml, "--te-log-dir", logs, "--te-log-layout", "rank-dirs"});
+  INFO(exported.err);
+  REQUIRE(exported.exit_code == 0);
+  ConfigRun out;
+  const std::string file = logs + "/rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log";
+  out.written = std::filesystem::exists(file);
+  if (!out.written) return out;
+  std::istringstream text(contents(file));
+  for (std::string line; std::getline(text, line);) {
+    const std::size_t info = line.find(" - INFO - "), tabs = line.find(" \t");
+    REQUIRE(info != std::string::npos);
+    out.lines[line.substr(info + 10, tabs - info - 10)][std::stoi(line.substr(line.find("iteration=") + 10, 6))] =
+        line.substr(line.find("value=") + 6);
+  }
+  const ProcessResult parsed =
+      run_process({FP8SCOPE_PYTHON, std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/nvdlfw_parsers.py", "--bionemo-dir", logs});
+  REQUIRE(parsed.exit_code == 0);
+  out.bionemo = json::parse(parsed.out);
+  return out;
+}
+
+// Every name of `layers` x `tensors` x `stats`, each at exactly `iterations`, and never nan.
+void check_lines(const LogLines& got, const std::vector<std::string>& layers, const std::vector<std::string>& tensors,
+                 const std::vector<std::string>& stats, const std::set<int>& iterations, std::set<std::string>& expected) {
+  for (const std::string& layer : layers) {
+    for (const std::string& tensor : tensors) {
+      for (const std::string& stat : stats) {
+        const std::string name = layer + "_" + tensor + "_" + stat;
+        expected.insert(name);
+        INFO(name);
+        REQUIRE(got.count(name) == 1);
+        std::set<int> at;
+        for (const auto& [iteration, value] : got.at(name)) {
+          at.insert(iteration);
+          CHECK(value != "nan");
+        }
+        CHECK(at == iterations);
+      }
+    }
+  }
+}
+
+std::set<std::string> names_of(const LogLines& lines) {
+  std::set<std::string> out;
+  for (const auto& [name, values] : lines) out.insert(name);
+  return out;
+}
+
+const std::string kFc1 = "model.layers.1.layernorm_mlp.fc1", kFc2 = "model.layers.1.layernorm_mlp.fc2",
+                  kOutput = "model.output_layer";
+
+}  // namespace
+
+TEST_CASE("TE's log_config on a TE-named job: TE's lines, name for name and step for step", "[te][te_names]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  // Every layer's activation: five LogTensorStats every 3rd step and the FP8 underflows every 5th,
+  // from step 1, as TE's test_log_every_3_or_5_layers runs it (20 steps).
+  const ConfigRun r = config_run(daemon, dir, "te-log", "te_log_config.yaml", "delayed", 20);
+  REQUIRE(r.written);
+  std::set<std::string> expected;
+  const std::vector<std::string> layers = {kFc1, kFc2, kOutput};
+  check_lines(r.lines, layers, {"activation"}, {"cur_amax", "dynamic_range", "mean", "std", "l1_norm"},
+              {3, 6, 9, 12, 15, 18}, expected);
+  check_lines(r.lines, layers, {"activation"}, {"underflows%"}, {5, 10, 15}, expected);
+  CHECK(names_of(r.lines) == expected);
+}
+
+TEST_CASE("BioNeMo's FP8 config: TE's lines for fc1 and fc2, and its heatmap finds the layer", "[te][te_names]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const ConfigRun r = config_run(daemon, dir, "bionemo-fp8", "bionemo_fp8_stats.yaml", "delayed", 21);
+  REQUIRE(r.written);
+  // layer_types [layernorm_qkv, proj, fc1, fc2]: the LayerNormMLP's two GEMMs, not the output layer.
+  std::set<std::string> expected;
+  check_lines(r.lines, {kFc1, kFc2}, {"activation", "gradient", "weight"},
+              {"underflows%", "scale_inv_min", "scale_inv_max", "mse"}, {0, 10, 20}, expected);
+  CHECK(names_of(r.lines) == expected);
+  // BioNeMo's reader parses every line (none is nan or negative here), and draws layer 1.
+  std::size_t parsed = 0;
+  for (const auto& [name, values] : r.bionemo["bionemo"].items()) parsed += values.size();
+  CHECK(parsed == expected.size() * 3);
+  REQUIRE(r.bionemo["components"].size() == 1);
+  const json& row = r.bionemo["components"][0];
+  CHECK(row["group"] == "encoder");
+  CHECK(row["identifier"] == 1);
+  CHECK(r.bionemo["bionemo"][row["metric"].get<std::string>()].size() == 3);
+}
+
+TEST_CASE("BioNeMo's FP4 config: the NVFP4 job's own lines, none on a job that is not NVFP4", "[te][te_names]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const ConfigRun nvfp4 = config_run(daemon, dir, "bionemo-fp4", "bionemo_fp4_stats.yaml", "nvfp4", 2);
+  REQUIRE(nvfp4.written);
+  // Layers 1-5 get LogNvfp4TensorStats at step 0 (freq 100); the MXFP8 section selects layers 6-10,
+  // which this model lacks.
+  std::set<std::string> expected;
+  check_lines(nvfp4.lines, {kFc1, kFc2}, {"activation", "gradient"}, {"nvfp4_underflows%", "nvfp4_mse"}, {0}, expected);
+  CHECK(names_of(nvfp4.lines) == expected);
+  // TE skips LogNvfp4TensorStats for a quantizer that is not NVFP4 (log_nvfp4_tensor_stats.py:159-184).
+  const ConfigRun fp8 = config_run(daemon, dir, "bionemo-fp4-on-fp8", "bionemo_fp4_stats.yaml", "delayed", 2);
+  CHECK_FALSE(fp8.written);
 }

@@ -127,6 +127,33 @@ TEST_CASE("lines go where nvdlfw_inspect puts them, a tree a job with per_job, a
   CHECK(flat->path_of("x", 1) == dir.file("flat") + "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-1.log");
 }
 
+TEST_CASE("with rank_dirs each rank's tree is in rank_<rank>/, as BioNeMo's recipes lay them out") {
+  TempDir dir;
+  const std::string logs = dir.file("te");
+  NvdlfwLogFilesOptions rank_dirs;
+  rank_dirs.rank_dirs = true;
+  {
+    auto files = open_files(logs, rank_dirs);
+    CHECK(files->append("", 0, "zero\n") == AppendOutcome::kWritten);
+    CHECK(files->append("", 2, "two\n") == AppendOutcome::kWritten);
+    CHECK(files->path_of("", 2) == logs + "/rank_2/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-2.log");
+  }
+  CHECK(tree(logs) == std::set<std::string>{"rank_0", "rank_0/nvdlfw_inspect_statistics_logs",
+                                            "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log",
+                                            "rank_2", "rank_2/nvdlfw_inspect_statistics_logs",
+                                            "rank_2/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-2.log"});
+  // Per job too, and a link in a rank's place is not followed.
+  rank_dirs.per_job = true;
+  std::filesystem::create_directories(logs + "/job/x");
+  std::filesystem::create_directory_symlink(logs + "/job/x", logs + "/job/rank_1");
+  auto files = open_files(logs, rank_dirs);
+  CHECK(files->append("job", 0, "a\n") == AppendOutcome::kWritten);
+  CHECK(read(logs + "/job/rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log") == "a\n");
+  CHECK(files->append("job", 1, "b\n") == AppendOutcome::kFailed);
+  CHECK(files->error().find("rank's directory") != std::string::npos);
+  CHECK(std::filesystem::is_empty(logs + "/job/x"));
+}
+
 TEST_CASE("the files are bounded in bytes and in number") {
   TempDir dir;
   NvdlfwLogFilesOptions o;

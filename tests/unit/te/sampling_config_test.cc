@@ -92,9 +92,10 @@ TEST_CASE("TE's stats collection config: layer numbers, nvdlfw's own LogTensorSt
     CHECK(rule_selects_step(te, it) == te_runs(it, 2, 100, 500));  // end_step inclusive
     CHECK(rule_selects_step(fp8, it) == te_runs(it, 5, 100, 500));
   }
-  // _columnwise stats add the GEMM that reads each tensor's transposed copy; the TE log lacks
-  // their lines, and says so.
-  CHECK(any_note(c, "_columnwise lines yet: not written there"));
+  // _columnwise stats add the GEMM that reads each tensor's transposed copy, and are logged as named.
+  CHECK(std::any_of(c.logged.begin(), c.logged.end(), [](const te::TeLoggedStats& l) {
+    return std::find(l.stats.begin(), l.stats.end(), "fp8_block_scaling_scale_inv_min_columnwise") != l.stats.end();
+  }));
   CHECK(fp8.tensors == (tensor_bit(GemmRole::kDgrad, Operand::kDy) | tensor_bit(GemmRole::kWgrad, Operand::kDy) |
                         tensor_bit(GemmRole::kFprop, Operand::kW) | tensor_bit(GemmRole::kDgrad, Operand::kW)));
   for (const char* module : {"decoder.1.self_attention.qkv", "decoder.3.mlp.fc1", "layers.03.x"}) {

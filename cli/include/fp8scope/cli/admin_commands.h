@@ -32,6 +32,8 @@ struct AdminOptions {
   bool csv = false;
   std::string format = "table";  // history: table, csv or nvdlfw (--csv is csv)
   std::string te_log_dir;        // history --format nvdlfw: per-rank log files below this, as nvdlfw_inspect writes
+  std::string te_log_layout = "nvdlfw";  // or "rank-dirs": DIR/rank_<r>/..., as BioNeMo's recipes lay them out
+  std::string te_config;         // history --format nvdlfw: only the lines this TE debug config logs
   std::string history;  // history --history: read this store instead of the daemon's Admin API
 };
 

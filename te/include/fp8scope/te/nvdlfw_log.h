@@ -14,16 +14,24 @@
 //    fp8_delayed_scaling, mxfp8, fp8_block_scaling) or bare for the job's own quantization:
 //    underflows% (percent of all elements, stats_computation.py:317-330), mse, overflows% for
 //    delayed scaling only, scale_inv_min/_max for per-tensor scales; NVFP4's are prefixed nvfp4_
-//    (log_nvfp4_tensor_stats.py:98-100).
+//    (log_nvfp4_tensor_stats.py:98-100), and only for the job's own NVFP4 cast: TE skips the
+//    feature for any other quantizer (:159-184);
+//  - a block recipe's stats of the tensor's column-wise copy, "<stat>_columnwise", from the GEMM
+//    that reads that copy (log_fp8_tensor_stats.py:165-234; MXFP8 and block scaling only, :204).
+// Given the TE config the job ran, only the stats its features name are written, where they select
+// the layer, tensor and step: the lines TE writes for that job.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "fp8scope/history/records.h"
+#include "fp8scope/pattern/layer_pattern.h"
+#include "fp8scope/te/sampling_config.h"
 
 namespace fp8scope::te {
 
@@ -34,6 +42,10 @@ struct NvdlfwLine {
 
 class NvdlfwLog {
  public:
+  NvdlfwLog() = default;
+  // Writes only what `config` logs (its patterns were checked when it was read).
+  explicit NvdlfwLog(const TeConfig& config);
+
   // The lines of one record, in history order; none for a record TE would not log (a tensor's
   // later GEMMs, recipes TE has no name for). A tensor's LogTensorStats lines come once a step:
   // with its first record seen, so one NvdlfwLog reads one stream of records (or one sample's).
@@ -43,6 +55,15 @@ class NvdlfwLog {
   static std::string file_of(const std::string& dir, std::uint32_t rank);
 
  private:
+  struct Selection {
+    TeLoggedStats logged;
+    std::optional<LayerPattern> layers, and_layers;
+  };
+  // Whether the config's `feature` logs `stat` (as the config names it) for this record.
+  bool logs(FeatureRole feature, const std::string& stat, const history::HistoryRecord& r) const;
+
+  bool filtered_ = false;
+  std::vector<Selection> selections_;
   // The tensors whose LogTensorStats lines are written: (rank, layer, tensor, step).
   std::set<std::tuple<std::uint32_t, std::string, std::string, std::uint64_t>> tensor_stats_written_;
 };

@@ -1,6 +1,9 @@
 // Where nvdlfw_inspect statistics log lines go on disk: one file a rank, as nvdlfw_inspect lays
 // them out (<dir>/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-<rank>.log), or with
-// per_job one such tree a job (<dir>/<job>/...), for a daemon that hears many jobs.
+// per_job one such tree a job (<dir>/<job>/...), for a daemon that hears many jobs; with
+// rank_dirs each rank's tree in <dir>/rank_<rank>/, as BioNeMo's recipes give each rank its own
+// log_dir and its fp8_analysis reader expects (bionemo-framework 3a9d005,
+// bionemo-recipes/recipes/fp8_analysis/README.md:43-51, analyze_and_create_heatmap.py:529).
 //
 // Written for a daemon that must survive its disk and its clients:
 //  - a block of lines goes in whole or not at all: a write cut short (a full disk, a file size
@@ -25,6 +28,7 @@ namespace fp8scope::te {
 struct NvdlfwLogFilesOptions {
   bool per_job = false;   // <dir>/<job>/nvdlfw_inspect_statistics_logs/... instead of <dir>/nvdlfw_...
   bool truncate = false;  // start each file empty (an export) instead of appending to it (the daemon)
+  bool rank_dirs = false; // <dir>[/<job>]/rank_<rank>/nvdlfw_inspect_statistics_logs/...
   std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max();
   std::size_t max_files = 4096;
   std::size_t max_open = 64;

@@ -26,6 +26,7 @@
 
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/te/debug_config.h"
+#include "fp8scope/te/te_names.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
 #include "fp8scope/wire/sampling_rule.h"
 
@@ -36,8 +37,19 @@ struct TeConfigRule {
   std::string source;  // "config.yaml:12 log_fc1 LogFp8TensorStats activation"
 };
 
+// What one feature logs for one tensor: the stats it names, as the config writes them
+// ("underflows%", "mxfp8_mse", "mxfp8_underflows%_columnwise", "cur_amax"), where its rule (one
+// tensor's, before rules are merged) selects the layer and step.
+struct TeLoggedStats {
+  SamplingRule rule;
+  FeatureRole feature = FeatureRole::kLogTensorStats;
+  Operand operand = Operand::kX;
+  std::vector<std::string> stats;
+};
+
 struct TeConfig {
   std::vector<TeConfigRule> rules;
+  std::vector<TeLoggedStats> logged;
   std::vector<RecipeKind> recipes;       // the what-ifs the stats name; empty when they name none
   std::vector<std::string> not_applied;  // "config.yaml:14: log_fc1: FakeQuant changes the run: not applied"
 };

@@ -25,6 +25,7 @@ struct DaemonConfig {
   std::string history;
   double retention_days = 0;                  // history rows older than this are deleted; 0 = kept
   std::string te_log_dir;                     // TE debug-API statistics logs, a tree a job; "" = none
+  std::string te_log_layout = "nvdlfw";        // or "rank-dirs": <job>/rank_<rank>/...
   std::uint64_t te_log_max_bytes = 1ull << 30;  // what those files may hold together
   std::string backend = "auto";               // auto | cpu | cuda
   int device = 0;                             // CUDA device for --backend cuda/auto

@@ -42,6 +42,7 @@ struct TeLogLimits {
   std::size_t max_files = 4096;           // job and rank pairs
   std::uint64_t queue_bytes = 16ull << 20;  // lines waiting for the disk
   std::chrono::milliseconds retry_after{1000};  // after a failed write, that file's blocks are dropped this long
+  bool rank_dirs = false;  // each rank's tree in <job>/rank_<rank>/ (NvdlfwLogFilesOptions::rank_dirs)
 };
 
 class TeLogWriter {
