@@ -356,7 +356,8 @@ void print_history_row(const AdminOptions& o, const history::HistoryRecord& r, s
                   static_cast<unsigned long long>(r.step), printable(r.run).c_str(), printable(r.layer).c_str(),
                   expert.c_str(), gemm_name(r.gemm),
                   operand_name(r.operand), r.rank, r.caster.name(), number(value("underflow_ratio")).c_str(),
-                  number(value("overflow_ratio")).c_str(), number(value("mse")).c_str(),
+                  number(value("overflow_ratio")).c_str(),
+                  r.relative_values ? "relative" : number(value("mse")).c_str(),  // CSV has the relative figure
                   number(value("cosine"), "%.6f").c_str());
     out << line;
   }

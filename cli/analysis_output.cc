@@ -72,9 +72,10 @@ nlohmann::ordered_json recipe_json(const std::string& file, const FileTensor& te
 }
 
 nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
-                                     const ScaleLayoutTerm& layout, double seconds) {
+                                     const ScaleLayoutTerm& layout, bool relative, double seconds) {
   nlohmann::ordered_json j = tensor_fields(file, tensor);
   j["recipe"] = "observed";
+  j["value_units"] = relative ? "relative" : "real";
   j["format"] = format_name(code_format(*tensor.dtype));
   j["scale_layout"] = layout.name;
   const bool per_tensor = layout.value == ScaleLayout::kTensorScalar;
@@ -146,7 +147,8 @@ void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport
   }
 }
 
-void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutTerm& layout) {
+void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutTerm& layout,
+                    bool relative) {
   const TensorMoments& m = a.moments;
   const QuantStats& q = a.stats;
   out << "tensor " << tensor.name << "  " << dtype_name(*tensor.dtype) << " codes " << shape_text(tensor.shape)
@@ -154,6 +156,10 @@ void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedA
   out << "  dequantized: amax " << format_value(stat("amax", m, q), "%.6g") << "  amin "
       << format_value(stat("amin", m, q), "%.6g") << "  range " << format_value(stat("dynamic_range_log2", m, q), "%.1f")
       << " binades  zeros " << percent(stat("zero_ratio", m, q)) << "  NaN " << m.nan << "  Inf " << m.inf << "\n";
+  if (relative) {
+    out << "  values relative to the per-tensor factor the block scales multiply, which --scale-inv gives: amax, "
+           "amin and the other figures in the tensor's unit are not its own\n";
+  }
   out << "  codes at +-max " << percent(stat("saturation_ratio", m, q)) << "  scale "
       << format_value(q.scale_min, "%.3g") << ".." << format_value(q.scale_max, "%.3g") << "\n";
   if (layout.value != ScaleLayout::kTensorScalar) {

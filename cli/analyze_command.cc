@@ -146,6 +146,7 @@ int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vec
     observed.scales = source.bytes;
     observed.compact_scales = o.scale_order == "compact";
     observed.scale_inv = static_cast<float>(o.scale_inv.value_or(1.0));
+    const bool relative = layout->encoding == ScaleEncoding::kUE4M3 && (!o.scale_inv || layout->row_scaled());
     const auto start = std::chrono::steady_clock::now();
     Result<ObservedAnalysis> a = analyze_observed(observed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -154,9 +155,9 @@ int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vec
       return kBadInput;
     }
     if (o.json) {
-      out << observed_json(o.file, *t, a.value(), *layout, seconds).dump() << "\n";
+      out << observed_json(o.file, *t, a.value(), *layout, relative, seconds).dump() << "\n";
     } else {
-      print_observed(out, *t, a.value(), *layout);
+      print_observed(out, *t, a.value(), *layout, relative);
     }
   }
   return 0;

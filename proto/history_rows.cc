@@ -42,6 +42,7 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   row.mutable_outlier_channels()->Add(r.outlier_channels.begin(), r.outlier_channels.end());
   row.set_source(data_source_name(r.source));
   if (r.cast_recipe) row.set_cast_recipe(recipe_name(*r.cast_recipe));
+  row.set_relative_values(r.relative_values);
 }
 
 std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row) {
@@ -93,6 +94,7 @@ std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row
     r.cast_recipe = recipe_kind_from_name(row.cast_recipe());
     if (!r.cast_recipe) return std::nullopt;
   }
+  r.relative_values = row.relative_values();
   return r;
 }
 

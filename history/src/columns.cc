@@ -149,6 +149,13 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
                  r.cast_recipe = s.null() ? std::nullopt : recipe_kind_from_name(s.text());
                  return s.null() || r.cast_recipe.has_value();
                }});
+  // "relative" when relative_values; a row from before the column was in the tensor's units.
+  c.push_back({"value_units", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.relative_values ? s.text("relative") : s.null(); },
+               [](const FieldSource& s, R& r) {
+                 r.relative_values = !s.null() && s.text() == "relative";
+                 return s.null() || r.relative_values;
+               }});
   const std::size_t n = statistics().size();
   for (std::size_t k = 0; k < n; ++k) {
     c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,

@@ -105,6 +105,7 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   }
   rec.source = o.source;
   rec.cast_recipe = o.job_recipe;
+  rec.relative_values = a.relative_values;
   rec.padding_nonzero = a.padding.nonzero;
   rec.padding_nonfinite = a.padding.nonfinite;
   if (o.caster.is_job()) {
@@ -127,6 +128,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
   const double time = now_seconds();
   for (const StatisticMetric& m : tensor_metrics_) {
     if (m.statistic->per_channel() && a.channels.channels == 0) continue;  // a gradient's, or the job's codes
+    if (a.relative_values && m.statistic->in_tensor_units()) continue;   // no series in unknown units
     series_.set(*m.metric, tensor_labels, member, m.statistic->value(a.moments, QuantStats{}, a.channels));
   }
   series_.set(last_step_, tensor_labels, member, static_cast<double>(s.header.step));
@@ -162,6 +164,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     records.push_back(record(s, a, o, time, current));
     if (!as_metrics) continue;
     for (const StatisticMetric& m : recipe_metrics_) {
+      if (a.relative_values && m.statistic->in_tensor_units()) continue;
       if (m.statistic->applies_to(o.caster.is_job(), o.block_scaled(), o.referenced())) {
         series_.set(*m.metric, labels, member, m.statistic->value(a.moments, o.stats, a.channels));
       }

@@ -55,6 +55,14 @@ double statistic_of(const history::HistoryRecord& r, const char* key) {
   return s != nullptr && k < r.statistics.size() ? r.statistics[k] : std::nan("");
 }
 
+// Whether the record's figure `key` is in the units TE writes: not one in the tensor's unit where
+// the record's values are relative to a factor it did not carry (TE's would be real; fp8scope
+// writes no line rather than a wrong one).
+bool known_units(const history::HistoryRecord& r, const char* key) {
+  const Statistic* s = find_statistic(key);
+  return !(r.relative_values && s != nullptr && s->in_tensor_units());
+}
+
 // Python's "{:.4f}", which writes nan and inf as words.
 std::string python_4f(double v) {
   if (std::isnan(v)) return "nan";
@@ -124,13 +132,21 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (rowwise && tensor_stats_written_.insert({r.rank, te_layer(r), tensor.name, r.step}).second) {
     const double n = static_cast<double>(r.numel);
     const double sample_std = n > 1 ? statistic_of(r, "std") * std::sqrt(n / (n - 1)) : std::nan("");  // torch.std
-    const std::pair<const char*, double> stats[] = {
-        {"cur_amax", statistic_of(r, "amax")}, {"dynamic_range", statistic_of(r, "dynamic_range_log2")},
-        {"mean", statistic_of(r, "mean")},     {"std", sample_std},
-        {"min", statistic_of(r, "min")},       {"max", statistic_of(r, "max")},
-        {"l1_norm", statistic_of(r, "l1_norm")}, {"l2_norm", statistic_of(r, "l2_norm")}};
-    for (const auto& [stat, value] : stats) {
-      if (logs(FeatureRole::kLogTensorStats, stat, r)) write(stat, value);
+    struct TensorStat {
+      const char* name;  // TE's
+      const char* key;   // fp8scope's
+      double value;
+    };
+    const TensorStat stats[] = {{"cur_amax", "amax", statistic_of(r, "amax")},
+                                {"dynamic_range", "dynamic_range_log2", statistic_of(r, "dynamic_range_log2")},
+                                {"mean", "mean", statistic_of(r, "mean")},
+                                {"std", "std", sample_std},
+                                {"min", "min", statistic_of(r, "min")},
+                                {"max", "max", statistic_of(r, "max")},
+                                {"l1_norm", "l1_norm", statistic_of(r, "l1_norm")},
+                                {"l2_norm", "l2_norm", statistic_of(r, "l2_norm")}};
+    for (const TensorStat& s : stats) {
+      if (known_units(r, s.key) && logs(FeatureRole::kLogTensorStats, s.name, r)) write(s.name, s.value);
     }
   }
   // The quantization's: LogNvfp4TensorStats names its stats bare in the config, prefixed in the log.
@@ -142,7 +158,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
     if (logs(feature, nvfp4 ? stat : written, r)) write(written, value);
   };
   line("underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
-  line("mse", statistic_of(r, "mse"));
+  if (known_units(r, "mse")) line("mse", statistic_of(r, "mse"));
   if (r.caster.is(RecipeKind::kTensorDelayed)) line("overflows%", 100.0 * statistic_of(r, "overflow_ratio"));
   // The scale_inv extremes over the tensor's one scale or its blocks' (log_fp8_tensor_stats.py:
   // every FP8 recipe, MXFP8's and block scaling's included); NVFP4's stats have none.

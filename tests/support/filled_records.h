@@ -24,6 +24,7 @@ class DistinctValue final : public history::FieldSource {
     if (column_ == "dtype") return "e4m3";
     if (column_ == "recipe") return "nvfp4_sr";
     if (column_ == "format") return "e5m2";
+    if (column_ == "value_units") return "relative";
     return column_ + "-" + std::to_string(n_) + "\t\\\n";  // COPY's escapes
   }
   std::vector<std::uint64_t> counts() const override { return {static_cast<std::uint64_t>(n_), 0, 7}; }

@@ -215,6 +215,7 @@ TEST_CASE("every field reads back exactly as written", "[history]") {
   r.codes_digest = "0123456789abcdef";
   r.scale_layout = ScaleLayout::kVec16Ue4m3;
   r.gemm_alpha = 0.125;
+  r.relative_values = true;
   r.scale_histogram = {0, 5, 1ull << 40};
   r.histogram = {std::numeric_limits<std::uint64_t>::max() >> 1, 0, 7};
   r.statistics[stat_index("amax")] = 1e300;
@@ -245,6 +246,7 @@ TEST_CASE("every field reads back exactly as written", "[history]") {
   CHECK(back.codes_digest == r.codes_digest);
   CHECK(back.scale_layout == r.scale_layout);
   CHECK(back.gemm_alpha == 0.125);
+  CHECK(back.relative_values);
   CHECK(back.scale_histogram == r.scale_histogram);
   CHECK(back.histogram == r.histogram);
   REQUIRE(back.statistics.size() == statistics().size());
@@ -260,6 +262,7 @@ TEST_CASE("every field reads back exactly as written", "[history]") {
   CHECK(rows[1].codes_digest.empty());
   CHECK(rows[1].scale_layout == ScaleLayout::kNone);
   CHECK(rows[1].gemm_alpha == 0);
+  CHECK_FALSE(rows[1].relative_values);
   CHECK(rows[1].scale_histogram.empty());
 }
 

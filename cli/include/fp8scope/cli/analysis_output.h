@@ -20,11 +20,14 @@ nlohmann::ordered_json skipped_json(const std::string& file, const FileTensor& t
 nlohmann::ordered_json refused_json(const std::string& file, const FileTensor& tensor, RecipeKind recipe,
                                     const std::string& why);
 // The JSON object for a job's own codes ("observed") and the scales they were read with.
+// `relative`: the figures in the tensor's unit are relative to a per-tensor factor not given
+// (NVFP4 codes without --scale-inv): "value_units": "relative", else "real".
 nlohmann::ordered_json observed_json(const std::string& file, const FileTensor& tensor, const ObservedAnalysis& a,
-                                     const ScaleLayoutTerm& layout, double seconds);
+                                     const ScaleLayoutTerm& layout, bool relative, double seconds);
 
 void print_table(std::ostream& out, const FileTensor& tensor, const TensorReport& report);
-void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutTerm& layout);
+void print_observed(std::ostream& out, const FileTensor& tensor, const ObservedAnalysis& a, const ScaleLayoutTerm& layout,
+                    bool relative);
 void print_skipped(std::ostream& out, const FileTensor& tensor);
 
 std::string shape_text(const std::vector<std::int64_t>& shape);

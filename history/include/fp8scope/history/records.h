@@ -59,6 +59,9 @@ struct HistoryRecord {
   // The job's own cast (source cast or recompute): fp8scope's name for the recipe it was made with,
   // the one its code check models.
   std::optional<RecipeKind> cast_recipe;
+  // The figures in the tensor's unit (amax, mean, mse, ...) are relative to a per-tensor factor
+  // the sample did not carry (NVFP4 codes from a GEMM alone): SampleAnalysis::relative_values.
+  bool relative_values = false;
 
   bool operator==(const HistoryRecord&) const = default;
 };

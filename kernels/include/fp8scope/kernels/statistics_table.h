@@ -34,6 +34,9 @@ struct Statistic {
     return from_channels ? from_channels(c) : compute(m, q);
   }
   const char* metric_name() const { return metric ? metric : key; }
+  // In the tensor's own unit (amax, mean, mse, ...): it scales with the tensor, so it is only
+  // relative where the tensor's per-tensor factor is not known (HistoryRecord::relative_values).
+  bool in_tensor_units() const { return std::string_view(unit) == "value"; }
   bool per_channel() const { return from_channels != nullptr; }
   bool per_recipe() const { return scope != StatisticScope::kTensor; }
   // Whether the statistic means something for a recipe's result (job: the job's own codes, with

@@ -17,7 +17,9 @@
 //    (log_nvfp4_tensor_stats.py:98-100), and only for the job's own NVFP4 cast: TE skips the
 //    feature for any other quantizer (:159-184);
 //  - a block recipe's stats of the tensor's column-wise copy, "<stat>_columnwise", from the GEMM
-//    that reads that copy (log_fp8_tensor_stats.py:165-234; MXFP8 and block scaling only, :204).
+//    that reads that copy (log_fp8_tensor_stats.py:165-234; MXFP8 and block scaling only, :204);
+//  - no line for a figure in the tensor's unit that is only relative (NVFP4 codes from a GEMM alone,
+//    HistoryRecord::relative_values): TE writes it in real units, which fp8scope cannot know.
 // Given the TE config the job ran, only the stats its features name are written, where they select
 // the layer, tensor and step: the lines TE writes for that job.
 #pragma once

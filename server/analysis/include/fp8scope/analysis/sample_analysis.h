@@ -58,6 +58,10 @@ struct SampleAnalysis {
   PaddingCensus padding;  // statistics and recipes read the valid rows only
   ChannelSummary channels;  // of an activation's columns or a weight's rows (what-ifs only)
   bool cast_noop = false;   // the sample's cast wrote nothing (its no-op flag): analyzed as codes alone
+  // NVFP4 codes whose per-tensor factor the sample did not carry (a GEMM folds it into alpha with
+  // the other operand's, and a row-scaled GEMM's are per row): the figures in the tensor's unit
+  // are relative to that factor (Statistic::in_tensor_units).
+  bool relative_values = false;
 };
 
 class SampleAnalyzer {
