@@ -122,6 +122,11 @@ void print_policy(std::ostream& out, const v1::Policy& p) {
     if (auto k = wire::from_wire(static_cast<v1::Recipe>(r))) out << " " << recipe_name(*k);
   }
   out << "\n";
+  if (p.block_ranges_size() > 0) {
+    out << "block dynamic ranges (TE's max_blockwise_dynamic_range):";
+    for (const v1::BlockRange& b : p.block_ranges()) out << " block_size " << b.block_size() << " dims " << b.dims() << ";";
+    out << "\n";
+  }
 }
 
 std::vector<std::string> recipe_names_and_observed() {

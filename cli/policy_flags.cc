@@ -59,6 +59,12 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
       *rule = wire::to_wire(r.rule);
       rule->set_source(r.source.substr(0, 200));
     }
+    p.clear_block_ranges();
+    for (const BlockRange& b : config.value().block_ranges) {
+      v1::BlockRange* range = p.add_block_ranges();
+      range->set_block_size(b.block_size);
+      range->set_dims(b.dims);
+    }
     if (f.recipes.empty() && !config.value().recipes.empty()) {
       p.clear_recipes();
       for (RecipeKind k : config.value().recipes) p.add_recipes(wire::to_wire(k));

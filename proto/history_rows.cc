@@ -43,6 +43,13 @@ void record_to_wire(const history::HistoryRecord& r, v1::HistoryRow& row) {
   row.set_source(data_source_name(r.source));
   if (r.cast_recipe) row.set_cast_recipe(recipe_name(*r.cast_recipe));
   row.set_relative_values(r.relative_values);
+  for (const BlockRangeValue& b : r.block_ranges) {
+    v1::BlockDynamicRange* range = row.add_block_ranges();
+    range->mutable_shape()->set_block_size(b.spec.block_size);
+    range->mutable_shape()->set_dims(b.spec.dims);
+    range->set_rowwise(b.rowwise);
+    range->set_columnwise(b.columnwise);
+  }
 }
 
 std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row) {
@@ -95,6 +102,9 @@ std::optional<history::HistoryRecord> record_from_wire(const v1::HistoryRow& row
     if (!r.cast_recipe) return std::nullopt;
   }
   r.relative_values = row.relative_values();
+  for (const v1::BlockDynamicRange& b : row.block_ranges()) {
+    r.block_ranges.push_back({{b.shape().block_size(), b.shape().dims()}, b.rowwise(), b.columnwise()});
+  }
   return r;
 }
 

@@ -1,6 +1,10 @@
 #include "columns.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "fp8scope/kernels/recipe.h"
@@ -8,6 +12,43 @@
 
 namespace fp8scope::history {
 namespace {
+
+// Block dynamic ranges as text: "<block_size>x<dims>:<rowwise>:<columnwise>" joined by ";"
+// (NaN as "nan"); nothing when the text is not that.
+std::string block_ranges_text(const std::vector<BlockRangeValue>& ranges) {
+  std::string out;
+  char part[96];
+  for (const BlockRangeValue& b : ranges) {
+    std::snprintf(part, sizeof part, "%s%ux%u:%.17g:%.17g", out.empty() ? "" : ";", b.spec.block_size, b.spec.dims,
+                  b.rowwise, b.columnwise);
+    out += part;
+  }
+  return out;
+}
+
+std::optional<std::vector<BlockRangeValue>> block_ranges_of(const std::string& text) {
+  std::vector<BlockRangeValue> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find(';', at), text.size());
+    const std::string part = text.substr(at, end - at);
+    BlockRangeValue b;
+    char rowwise[40] = {}, columnwise[40] = {};
+    int used = 0;
+    if (std::sscanf(part.c_str(), "%ux%u:%39[^:]:%39s%n", &b.spec.block_size, &b.spec.dims, rowwise, columnwise, &used) != 4 ||
+        static_cast<std::size_t>(used) != part.size() || out.size() == kMaxBlockRanges) {
+      return std::nullopt;
+    }
+    char* tail = nullptr;
+    b.rowwise = std::strtod(rowwise, &tail);
+    if (*tail != '\0') return std::nullopt;
+    b.columnwise = std::strtod(columnwise, &tail);
+    if (*tail != '\0') return std::nullopt;
+    out.push_back(b);
+    at = end + 1;
+  }
+  return out;
+}
 
 // When a value is stored as NULL instead (and what NULL reads back as).
 enum class Null { kNever, kEmpty, kNaN, kZero };
@@ -148,6 +189,14 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
                [](const FieldSource& s, R& r) {
                  r.cast_recipe = s.null() ? std::nullopt : recipe_kind_from_name(s.text());
                  return s.null() || r.cast_recipe.has_value();
+               }});
+  c.push_back({"block_dynamic_ranges", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.block_ranges.empty() ? s.null() : s.text(block_ranges_text(r.block_ranges)); },
+               [](const FieldSource& s, R& r) {
+                 if (s.null()) return true;
+                 std::optional<std::vector<BlockRangeValue>> v = block_ranges_of(s.text());
+                 if (v) r.block_ranges = std::move(*v);
+                 return v.has_value();
                }});
   // "relative" when relative_values; a row from before the column was in the tensor's units.
   c.push_back({"value_units", SqlType::kText, false,

@@ -80,6 +80,16 @@ Status validate_policy(const SamplingPolicy& p) {
       return Status::error("rules[" + std::to_string(i) + "]: source longer than " + std::to_string(kMaxRuleSourceBytes) + " bytes");
     }
   }
+  if (p.block_ranges.size() > kMaxBlockRanges) {
+    return Status::error("block_ranges: at most " + std::to_string(kMaxBlockRanges) + ", got " +
+                         std::to_string(p.block_ranges.size()));
+  }
+  for (const BlockRange& b : p.block_ranges) {
+    if (b.block_size == 0 || b.block_size > kMaxRangeBlockSize || (b.dims != 1 && b.dims != 2)) {
+      return Status::error("block_ranges: expected a block_size of 1.." + std::to_string(kMaxRangeBlockSize) +
+                           " and dims 1 or 2, got " + std::to_string(b.block_size) + " and " + std::to_string(b.dims));
+    }
+  }
   if (p.end_step != 0 && p.end_step <= p.start_step) {
     return Status::error("end_step " + std::to_string(p.end_step) + " must be above start_step " +
                          std::to_string(p.start_step));

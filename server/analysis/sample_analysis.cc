@@ -135,6 +135,7 @@ Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingP
   if (!report.ok()) return report.status();
   SampleAnalysis a;
   add_what_ifs(s, view, report.value(), 0, delayed, a);
+  a.block_ranges = block_dynamic_ranges(view, policy.block_ranges);
   return a;
 }
 
@@ -224,6 +225,7 @@ Result<SampleAnalysis> SampleAnalyzer::cast(const Sample& s, const SamplingPolic
   if (!report.ok()) return report.status();
   SampleAnalysis a;
   add_what_ifs(s, view, report.value(), 1, delayed, a);
+  a.block_ranges = block_dynamic_ranges(view, policy.block_ranges);
   // The run's own error, measured from its codes; its block scales as the observed analysis reads them.
   QuantStats stats = check_cast(view, job.value(), jc.spec, report.value().recipes[0].stats).stats;
   if (!jc.modeled) stats.code_mismatches = stats.codes_compared = 0;

@@ -106,6 +106,7 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   rec.source = o.source;
   rec.cast_recipe = o.job_recipe;
   rec.relative_values = a.relative_values;
+  rec.block_ranges = a.block_ranges;
   rec.padding_nonzero = a.padding.nonzero;
   rec.padding_nonfinite = a.padding.nonfinite;
   if (o.caster.is_job()) {

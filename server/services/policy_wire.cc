@@ -21,6 +21,11 @@ v1::Policy policy_to_wire(const SamplingPolicy& p) {
     *rule = wire::to_wire(r.rule);
     rule->set_source(r.source);
   }
+  for (const BlockRange& b : p.block_ranges) {
+    v1::BlockRange* range = w.add_block_ranges();
+    range->set_block_size(b.block_size);
+    range->set_dims(b.dims);
+  }
   return w;
 }
 
@@ -53,6 +58,7 @@ Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
     if (!rule) return Status::error("rules[" + std::to_string(i) + "]: " + error);
     p.rules.push_back({*rule, w.rules(i).source()});
   }
+  for (const v1::BlockRange& b : w.block_ranges()) p.block_ranges.push_back({b.block_size(), b.dims()});
   return p;
 }
 

@@ -148,6 +148,16 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
     for (const TensorStat& s : stats) {
       if (known_units(r, s.key) && logs(FeatureRole::kLogTensorStats, s.name, r)) write(s.name, s.value);
     }
+    // max_blockwise_dynamic_range: activations' and weights' the larger of both orientations
+    // (log_tensor_stats.py:140), named so; none where TE would raise (NaN: no such blocks).
+    for (const BlockRangeValue& b : r.block_ranges) {
+      const std::string stat = "max_blockwise_dynamic_range_block_size_" + std::to_string(b.spec.block_size) + "_dims_" +
+                               std::to_string(b.spec.dims);
+      const bool both = r.operand != Operand::kDy;
+      const double value = both ? std::max(b.rowwise, b.columnwise) : b.rowwise;
+      if (std::isnan(b.rowwise) || (both && std::isnan(b.columnwise)) || !logs(FeatureRole::kLogTensorStats, stat, r)) continue;
+      write(stat + (both ? "_max_over_orientations" : ""), value);
+    }
   }
   // The quantization's: LogNvfp4TensorStats names its stats bare in the config, prefixed in the log.
   const bool nvfp4 = names->feature == StatsFeature::kNvfp4;

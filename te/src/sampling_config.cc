@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -296,7 +297,7 @@ class Interpreter {
     std::vector<std::string> out;
     for (const ConfigNode& s : stats.items) {
       if (s.is_map() && role == FeatureRole::kLogTensorStats && s.find("max_blockwise_dynamic_range")) {
-        note(s.line, key + ".stats", "max_blockwise_dynamic_range: not computed (fp8scope's block dynamic range is the recipe's own block)");
+        if (std::optional<std::string> name = block_range_stat(s, key)) out.push_back(*name);
         continue;
       }
       if (!s.is_scalar()) fail(s, key + ".stats", "expected a stat name");
@@ -315,6 +316,44 @@ class Interpreter {
       read_fp8_stat(s, name, key, operand, columnwise);
     }
     return out;
+  }
+
+  // LogTensorStats' dict stat {max_blockwise_dynamic_range: {block_size, dims}}, TE's defaults 32
+  // and 1 (log_tensor_stats.py:108-145): its name as the log writes it before any orientation
+  // suffix (stats_computation.py:18-26); the daemon computes each shape (TeConfig::block_ranges).
+  std::optional<std::string> block_range_stat(const ConfigNode& s, const std::string& key) {
+    const ConfigNode& fields = *s.find("max_blockwise_dynamic_range");
+    if (s.entries.size() != 1 || !(fields.is_map() || fields.is_null())) {
+      fail(s, key + ".stats", "expected {max_blockwise_dynamic_range: {block_size: N, dims: 1|2}}");
+    }
+    BlockRange range;
+    for (const auto& [name, value] : fields.entries) {
+      if (name != "block_size" && name != "dims") {
+        fail(value, key + ".stats", "max_blockwise_dynamic_range: unknown key " + name +
+                                        " (allowed: block_size, dims; log_tensor_stats.py:114)");
+      }
+      const std::int64_t v = integer(value, key + ".stats." + name);
+      if (v < 0 || v > std::numeric_limits<std::uint32_t>::max()) fail(value, key + ".stats." + name, "out of range");
+      (name == "block_size" ? range.block_size : range.dims) = static_cast<std::uint32_t>(v);
+    }
+    if (range.block_size == 0 || (range.dims != 1 && range.dims != 2)) {
+      fail(s, key + ".stats", "max_blockwise_dynamic_range: expected block_size > 0 and dims 1 or 2 (log_tensor_stats.py:145)");
+    }
+    const std::string name = "max_blockwise_dynamic_range_block_size_" + std::to_string(range.block_size) + "_dims_" +
+                             std::to_string(range.dims);
+    if (range.block_size > kMaxRangeBlockSize) {
+      note(s.line, key + ".stats", name + ": blocks over " + std::to_string(kMaxRangeBlockSize) + " a side: not computed");
+      return std::nullopt;
+    }
+    auto& ranges = config_.block_ranges;
+    if (std::find(ranges.begin(), ranges.end(), range) == ranges.end()) {
+      if (ranges.size() == kMaxBlockRanges) {
+        note(s.line, key + ".stats", name + ": more than " + std::to_string(kMaxBlockRanges) + " block shapes: not computed");
+        return std::nullopt;
+      }
+      ranges.push_back(range);
+    }
+    return name;
   }
 
   // [<recipe>_]<stat>[_columnwise] (log_fp8_tensor_stats.py:165-234).

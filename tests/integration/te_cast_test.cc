@@ -22,6 +22,7 @@
 #include <set>
 #include <sstream>
 
+#include "fp8scope/kernels/block_dynamic_range.h"
 #include "support/daemon_fixture.h"
 #include "support/temp_dir.h"
 
@@ -371,7 +372,7 @@ struct ConfigRun {
 };
 
 ConfigRun config_run(const DaemonProcess& d, const TempDir& dir, const std::string& run, const std::string& config,
-                     const std::string& recipe, int steps) {
+                     const std::string& recipe, int steps, std::vector<std::string> extra = {}) {
   const std::string yaml = std::string(FP8SCOPE_SOURCE_DIR) + "/tests/unit/te/configs/" + config;
   std::vector<std::string> argv = {FP8SCOPE_CLI, "run", "--endpoint", d.grpc(), "--te-config", yaml, "--job", run,
                                    "--run", run, "--", FP8SCOPE_TINY_TRAINER};
@@ -380,6 +381,7 @@ ConfigRun config_run(const DaemonProcess& d, const TempDir& dir, const std::stri
                                std::string("--steps"), std::to_string(steps)}) {
     argv.push_back(a);
   }
+  argv.insert(argv.end(), extra.begin(), extra.end());
   const ProcessResult trained = run_process(argv, preload_env(), 120.0);
   INFO(trained.out << trained.err);
   REQUIRE(trained.exit_code == 0);  // `run` returns once the samples are stored
@@ -487,4 +489,42 @@ TEST_CASE("BioNeMo's FP4 config: the NVFP4 job's own lines, none on a job that i
   // TE skips LogNvfp4TensorStats for a quantizer that is not NVFP4 (log_nvfp4_tensor_stats.py:159-184).
   const ConfigRun fp8 = config_run(daemon, dir, "bionemo-fp4-on-fp8", "bionemo_fp4_stats.yaml", "delayed", 2);
   CHECK_FALSE(fp8.written);
+}
+
+TEST_CASE("TE's high-precision config: max_blockwise_dynamic_range in 1D and 2D blocks, as TE names it", "[te][te_names]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const std::string dumps = dir.file("dump");
+  std::filesystem::create_directories(dumps);
+  const ConfigRun r = config_run(daemon, dir, "te-hp", "te_high_precision.yaml", "delayed", 11,
+                                 {"--dump-step", "4", "--dump-dir", dumps});
+  REQUIRE(r.written);
+  // Activations and weights: the larger of both orientations, so named; gradients row-wise.
+  std::set<std::string> expected;
+  const std::vector<std::string> layers = {kFc1, kFc2, kOutput};
+  const std::set<int> steps = {0, 2, 4, 6, 8, 10};
+  check_lines(r.lines, layers, {"activation", "weight", "gradient"}, {"dynamic_range"}, steps, expected);
+  check_lines(r.lines, layers, {"activation", "weight"},
+              {"max_blockwise_dynamic_range_block_size_4_dims_1_max_over_orientations",
+               "max_blockwise_dynamic_range_block_size_4_dims_2_max_over_orientations"},
+              steps, expected);
+  check_lines(r.lines, layers, {"gradient"},
+              {"max_blockwise_dynamic_range_block_size_4_dims_1", "max_blockwise_dynamic_range_block_size_4_dims_2"}, steps,
+              expected);
+  CHECK(names_of(r.lines) == expected);
+  // fc2's weight at step 4 is the tensor its cast received (the trainer's dump): the figure is
+  // kernels/block_dynamic_range.h's over it (block_dynamic_range_test pins that to TE's steps).
+  const std::string bytes = contents(dumps + "/mlp.1.w.hp.npy");
+  REQUIRE(bytes.size() > 64 * 64 * 4);
+  std::vector<float> w(64 * 64);
+  std::memcpy(w.data(), bytes.data() + bytes.size() - w.size() * 4, w.size() * 4);
+  const fp8scope::TensorView view{w.data(), fp8scope::DType::kF32, 64, 64};
+  for (std::uint32_t dims : {1u, 2u}) {
+    const double want = std::max(fp8scope::max_block_dynamic_range(view, {4, dims}, false),
+                                 fp8scope::max_block_dynamic_range(view, {4, dims}, true));
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4f", want);
+    CHECK(r.lines.at(kFc2 + "_weight_max_blockwise_dynamic_range_block_size_4_dims_" + std::to_string(dims) +
+                     "_max_over_orientations").at(4) == text);
+  }
 }

@@ -25,6 +25,7 @@ class DistinctValue final : public history::FieldSource {
     if (column_ == "recipe") return "nvfp4_sr";
     if (column_ == "format") return "e5m2";
     if (column_ == "value_units") return "relative";
+    if (column_ == "block_dynamic_ranges") return "4x1:3.5:2;32x2:0:1.25";
     return column_ + "-" + std::to_string(n_) + "\t\\\n";  // COPY's escapes
   }
   std::vector<std::uint64_t> counts() const override { return {static_cast<std::uint64_t>(n_), 0, 7}; }

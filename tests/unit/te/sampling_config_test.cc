@@ -153,6 +153,27 @@ TEST_CASE("a feature from the job's feature folder is listed, not applied, and t
   CHECK_THAT(c.not_applied.front(), Catch::Contains("custom.yaml:5:"));
 }
 
+TEST_CASE("TE's high-precision config: max_blockwise_dynamic_range's shapes go to the daemon, named as TE names them",
+          "[te_config]") {
+  const TeConfig c = read("te_high_precision.yaml");
+  CHECK(c.block_ranges == std::vector<BlockRange>{{4, 1}, {4, 2}});
+  REQUIRE(c.logged.size() == 3);  // activation, gradient, weight
+  for (const fp8scope::te::TeLoggedStats& l : c.logged) {
+    CHECK(l.stats == std::vector<std::string>{"dynamic_range", "max_blockwise_dynamic_range_block_size_4_dims_1",
+                                              "max_blockwise_dynamic_range_block_size_4_dims_2"});
+  }
+  CHECK(c.not_applied.empty());
+  // TE's defaults: block_size 32, dims 1 (log_tensor_stats.py:114-115).
+  testing::TempDir dir;
+  std::ofstream(dir.file("default.yaml"))
+      << "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n  transformer_engine:\n    LogTensorStats:\n"
+         "      enabled: true\n      tensors: [weight]\n      stats: [{max_blockwise_dynamic_range: {}}]\n";
+  const auto defaults = read_te_config(dir.file("default.yaml"));
+  REQUIRE(defaults.ok());
+  CHECK(defaults.value().block_ranges == std::vector<BlockRange>{{32, 1}});
+  CHECK(defaults.value().logged.at(0).stats == std::vector<std::string>{"max_blockwise_dynamic_range_block_size_32_dims_1"});
+}
+
 TEST_CASE("malformed configs are refused with the file, line and key", "[te_config]") {
   CHECK_THAT(error_of("s:\n  layers:\n    layer_types: [fc1]\n"), Catch::Contains(":2: s: missing `enabled`"));
   CHECK_THAT(error_of("s:\n  enabled: true\n  layers:\n    layer_name_regex_pattern: '(?<!fc)1'\n"
@@ -174,4 +195,9 @@ TEST_CASE("malformed configs are refused with the file, line and key", "[te_conf
   CHECK_THAT(error_of("s:\n  enabled: true\n  layers: {layer_numbers: 3}\n"), Catch::Contains("s.layers.layer_numbers"));
   CHECK_THAT(error_of("s: [\n"), Catch::Contains("not YAML"));
   CHECK_THAT(error_of("s: {enabled: false}\n"), Catch::Contains("no enabled section"));
+  const std::string block_range = "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n  transformer_engine:\n"
+                                  "    LogTensorStats:\n      enabled: true\n      tensors: [weight]\n      stats: [";
+  CHECK_THAT(error_of(block_range + "{max_blockwise_dynamic_range: {block_size: 4, dims: 3}}]\n"),
+             Catch::Contains("expected block_size > 0 and dims 1 or 2"));
+  CHECK_THAT(error_of(block_range + "{max_blockwise_dynamic_range: {block: 4}}]\n"), Catch::Contains("unknown key block"));
 }

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fp8scope/kernels/block_dynamic_range.h"
 #include "fp8scope/kernels/float_formats.h"
 #include "fp8scope/vocabulary/cast_capture.h"
 #include "fp8scope/vocabulary/caster.h"
@@ -62,6 +63,8 @@ struct HistoryRecord {
   // The figures in the tensor's unit (amax, mean, mse, ...) are relative to a per-tensor factor
   // the sample did not carry (NVFP4 codes from a GEMM alone): SampleAnalysis::relative_values.
   bool relative_values = false;
+  // TE's max_blockwise_dynamic_range of the high-precision tensor, for the policy's block shapes.
+  std::vector<BlockRangeValue> block_ranges;
 
   bool operator==(const HistoryRecord&) const = default;
 };

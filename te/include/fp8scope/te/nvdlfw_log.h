@@ -16,6 +16,8 @@
 //    delayed scaling only, scale_inv_min/_max for per-tensor scales; NVFP4's are prefixed nvfp4_
 //    (log_nvfp4_tensor_stats.py:98-100), and only for the job's own NVFP4 cast: TE skips the
 //    feature for any other quantizer (:159-184);
+//  - max_blockwise_dynamic_range for the block shapes the daemon computed (HistoryRecord::
+//    block_ranges), "..._max_over_orientations" for activations and weights (log_tensor_stats.py:140);
 //  - a block recipe's stats of the tensor's column-wise copy, "<stat>_columnwise", from the GEMM
 //    that reads that copy (log_fp8_tensor_stats.py:165-234; MXFP8 and block scaling only, :204);
 //  - no line for a figure in the tensor's unit that is only relative (NVFP4 codes from a GEMM alone,

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/kernels/block_dynamic_range.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/te/debug_config.h"
 #include "fp8scope/te/te_names.h"
@@ -51,6 +52,7 @@ struct TeConfig {
   std::vector<TeConfigRule> rules;
   std::vector<TeLoggedStats> logged;
   std::vector<RecipeKind> recipes;       // the what-ifs the stats name; empty when they name none
+  std::vector<BlockRange> block_ranges;  // max_blockwise_dynamic_range's block shapes, for the daemon
   std::vector<std::string> not_applied;  // "config.yaml:14: log_fc1: FakeQuant changes the run: not applied"
 };
 

@@ -71,6 +71,14 @@ TEST_CASE("policies that cannot be applied are refused", "[policy]") {
   CHECK(store.set(bad).message() == "end_step 5 must be above start_step 10");
   CHECK(store.set(every(0)).message() == "every_n_steps: expected 1 or more (1 = every step)");
   CHECK(store.set(every(1, "bad\njob")).message().find("job: expected 1..200 printable ASCII") == 0);
+  for (BlockRange range : {BlockRange{0, 1}, BlockRange{4, 3}, BlockRange{kMaxRangeBlockSize + 1, 1}}) {
+    bad = every(10);
+    bad.block_ranges = {range};
+    CHECK(store.set(bad).message().find("block_ranges: expected a block_size of 1..4096 and dims 1 or 2") == 0);
+  }
+  bad = every(10);
+  bad.block_ranges.assign(kMaxBlockRanges + 1, BlockRange{});
+  CHECK(store.set(bad).message() == "block_ranges: at most 8, got 9");
   CHECK(!store.inherit("").ok());
   CHECK(store.get().version == 1);  // nothing changed
 }

@@ -18,6 +18,7 @@ TEST_CASE("a policy round-trips through the wire with every field", "[policy_wir
   p.end_step = 900;
   p.max_bytes_per_step = 1 << 20;
   p.recipes = {RecipeKind::kMxfp4, RecipeKind::kTensorCurrent};
+  p.block_ranges = {{4, 1}, {32, 2}};
   const v1::Policy w = policy_to_wire(p);
   CHECK(w.operands(0) == v1::OPERAND_W);
   CHECK(w.recipes(0) == v1::RECIPE_MXFP4);
@@ -33,6 +34,7 @@ TEST_CASE("a policy round-trips through the wire with every field", "[policy_wir
   CHECK(b.end_step == 900);
   CHECK(b.max_bytes_per_step == 1u << 20);
   CHECK(b.recipes == p.recipes);
+  CHECK(b.block_ranges == p.block_ranges);
 }
 
 TEST_CASE("operand and recipe numbers the vocabulary lacks are refused", "[policy_wire]") {

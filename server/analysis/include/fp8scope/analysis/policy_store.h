@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8scope/kernels/block_dynamic_range.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/vocabulary/operand.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
@@ -41,6 +42,7 @@ struct SamplingPolicy {
   std::vector<RecipeKind> recipes;  // what the daemon evaluates; empty = every recipe
   // When any, they replace layer_regex, operands, every_n_steps, start_step and end_step.
   std::vector<PolicyRule> rules;
+  std::vector<BlockRange> block_ranges;  // TE's max_blockwise_dynamic_range shapes to compute
 };
 
 class PolicyStore {

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fp8scope/kernels/block_dynamic_range.h"
 #include "fp8scope/kernels/channel_summary.h"
 #include "fp8scope/kernels/delayed_scaling.h"
 #include "fp8scope/kernels/stats_engine.h"
@@ -62,6 +63,8 @@ struct SampleAnalysis {
   // the other operand's, and a row-scaled GEMM's are per row): the figures in the tensor's unit
   // are relative to that factor (Statistic::in_tensor_units).
   bool relative_values = false;
+  // TE's max_blockwise_dynamic_range of the high-precision tensor, for the policy's block shapes.
+  std::vector<BlockRangeValue> block_ranges;
 };
 
 class SampleAnalyzer {
