@@ -136,6 +136,58 @@ std::vector<Column<R>> key_columns() {
           text<R>("host", &R::host),      integer<R>("rank", &R::rank),      integer<R>("step", &R::step)};
 }
 
+// What a record's figures come from and how they read: the source, the job's cast recipe, the
+// block dynamic ranges, the units.
+void add_source_columns(std::vector<Column<HistoryRecord>>& c) {
+  using R = HistoryRecord;
+  // A row from before the column held the job's codes alone, or a high-precision operand.
+  c.push_back({"source", SqlType::kText, false, [](const R& r, FieldSink& s) { s.text(data_source_name(r.source)); },
+               [](const FieldSource& s, R& r) {
+                 const std::optional<DataSource> v = s.null() ? std::nullopt : data_source_from_name(s.text());
+                 r.source = v.value_or(r.caster.is_job() ? DataSource::kCodes : DataSource::kGemmOperand);
+                 return s.null() || v.has_value();
+               }});
+  c.push_back({"cast_recipe", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.cast_recipe ? s.text(recipe_name(*r.cast_recipe)) : s.null(); },
+               [](const FieldSource& s, R& r) {
+                 r.cast_recipe = s.null() ? std::nullopt : recipe_kind_from_name(s.text());
+                 return s.null() || r.cast_recipe.has_value();
+               }});
+  c.push_back({"block_dynamic_ranges", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.block_ranges.empty() ? s.null() : s.text(block_ranges_text(r.block_ranges)); },
+               [](const FieldSource& s, R& r) {
+                 if (s.null()) return true;
+                 std::optional<std::vector<BlockRangeValue>> v = block_ranges_of(s.text());
+                 if (v) r.block_ranges = std::move(*v);
+                 return v.has_value();
+               }});
+  // "relative" when relative_values; a row from before the column was in the tensor's units.
+  c.push_back({"value_units", SqlType::kText, false,
+               [](const R& r, FieldSink& s) { r.relative_values ? s.text("relative") : s.null(); },
+               [](const FieldSource& s, R& r) {
+                 r.relative_values = !s.null() && s.text() == "relative";
+                 return s.null() || r.relative_values;
+               }});
+}
+
+// One column a statistic, in statistics() order.
+void add_statistic_columns(std::vector<Column<HistoryRecord>>& c) {
+  using R = HistoryRecord;
+  const std::size_t n = statistics().size();
+  for (std::size_t k = 0; k < n; ++k) {
+    c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,
+                 [k](const R& r, FieldSink& s) {
+                   const double v = k < r.statistics.size() ? r.statistics[k] : std::nan("");
+                   std::isnan(v) ? s.null() : s.real(v);
+                 },
+                 [k, n](const FieldSource& s, R& r) {
+                   r.statistics.resize(n, std::nan(""));
+                   r.statistics[k] = s.real();
+                   return true;
+                 }});
+  }
+}
+
 std::vector<Column<HistoryRecord>> make_record_columns() {
   using R = HistoryRecord;
   std::vector<Column<R>> c = key_columns<R>();
@@ -177,47 +229,8 @@ std::vector<Column<HistoryRecord>> make_record_columns() {
   c.push_back(optional_integer<R, std::uint64_t>("padding_nonzero", &R::padding_nonzero, 0));
   c.push_back(optional_integer<R, std::uint64_t>("padding_nonfinite", &R::padding_nonfinite, 0));
   c.push_back(counts<R>("outlier_channels", &R::outlier_channels));
-  // A row from before the column held the job's codes alone, or a high-precision operand.
-  c.push_back({"source", SqlType::kText, false, [](const R& r, FieldSink& s) { s.text(data_source_name(r.source)); },
-               [](const FieldSource& s, R& r) {
-                 const std::optional<DataSource> v = s.null() ? std::nullopt : data_source_from_name(s.text());
-                 r.source = v.value_or(r.caster.is_job() ? DataSource::kCodes : DataSource::kGemmOperand);
-                 return s.null() || v.has_value();
-               }});
-  c.push_back({"cast_recipe", SqlType::kText, false,
-               [](const R& r, FieldSink& s) { r.cast_recipe ? s.text(recipe_name(*r.cast_recipe)) : s.null(); },
-               [](const FieldSource& s, R& r) {
-                 r.cast_recipe = s.null() ? std::nullopt : recipe_kind_from_name(s.text());
-                 return s.null() || r.cast_recipe.has_value();
-               }});
-  c.push_back({"block_dynamic_ranges", SqlType::kText, false,
-               [](const R& r, FieldSink& s) { r.block_ranges.empty() ? s.null() : s.text(block_ranges_text(r.block_ranges)); },
-               [](const FieldSource& s, R& r) {
-                 if (s.null()) return true;
-                 std::optional<std::vector<BlockRangeValue>> v = block_ranges_of(s.text());
-                 if (v) r.block_ranges = std::move(*v);
-                 return v.has_value();
-               }});
-  // "relative" when relative_values; a row from before the column was in the tensor's units.
-  c.push_back({"value_units", SqlType::kText, false,
-               [](const R& r, FieldSink& s) { r.relative_values ? s.text("relative") : s.null(); },
-               [](const FieldSource& s, R& r) {
-                 r.relative_values = !s.null() && s.text() == "relative";
-                 return s.null() || r.relative_values;
-               }});
-  const std::size_t n = statistics().size();
-  for (std::size_t k = 0; k < n; ++k) {
-    c.push_back({std::string("stat_") + statistics()[k].key, SqlType::kReal, false,
-                 [k](const R& r, FieldSink& s) {
-                   const double v = k < r.statistics.size() ? r.statistics[k] : std::nan("");
-                   std::isnan(v) ? s.null() : s.real(v);
-                 },
-                 [k, n](const FieldSource& s, R& r) {
-                   r.statistics.resize(n, std::nan(""));
-                   r.statistics[k] = s.real();
-                   return true;
-                 }});
-  }
+  add_source_columns(c);
+  add_statistic_columns(c);
   return c;
 }
 
