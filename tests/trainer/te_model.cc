@@ -486,56 +486,63 @@ void TeModel::program(const HostWork& host, const int& step, const Matrix& x, co
       dy_.v[i] = static_cast<float>(2.0 * d / count);
     }
   });
-  for (int l = layers - 1; l >= 0; --l) {
-    Layer& L = *layers_[static_cast<std::size_t>(l)];
-    const int N = L.w.rows, K = L.w.cols;
-    const auto m = static_cast<std::size_t>(M), n = static_cast<std::size_t>(N), k = static_cast<std::size_t>(K);
-    const std::string name = "mlp." + std::to_string(l);
-    module_begin(l, true);
-    // Dy: the last layer's through bgrad_quantize; below it LayerNormMLP's fused ReLU backward.
-    const bool below_relu = l + 1 < layers;
-    if (fused && below_relu) {
-      DeviceBuffer &gd = buffer(name + ".dy.in", m * n * 2), &pd = buffer(name + ".dy.act", m * n * 2),
-                   &dbias = buffer(name + ".dy.dbias", n * 4);
-      const TeExtMatrix gm{gd.get(), kBFloat16, m, n}, pm{pd.get(), kBFloat16, m, n}, db{dbias.get(), kFloat32, 1, n};
-      const TeExtQuantized q = L.dy->desc();
-      fused_cast(
-          host, step, name + ".dy", *L.dy,
-          [this, &L, name] {
-            put_bf16(name + ".dy.in", bf16_rounded(dy_));
-            put_bf16(name + ".dy.act", bf16_rounded(L.pre_activation));
-          },
-          [&] { lib_->check(lib_->quantize_dbias_drelu(&gm, &pm, &q, &db, s), "nvte_quantize_dbias_drelu"); },
-          [this, &L] {
-            const Matrix grad = bf16_rounded(dy_), pre = bf16_rounded(L.pre_activation);
-            Matrix through(grad.rows, grad.cols);
-            for (std::size_t i = 0; i < through.v.size(); ++i) through.v[i] = pre.v[i] > 0.0f ? grad.v[i] : 0.0f;
-            return through;
-          });
-    } else {
-      cast(
-          host, step, name + ".dy",
-          [this, &L, below_relu] {
-            if (below_relu) {
-              for (std::size_t i = 0; i < dy_.v.size(); ++i) dy_.v[i] = L.pre_activation.v[i] > 0.0f ? dy_.v[i] : 0.0f;
-            }
-            return dy_;
-          },
-          *L.dy, below_relu ? Role::kGradient : Role::kLastGradient);
-    }
-    DeviceBuffer &dx = buffer(name + ".dgrad.out", m * k * sizeof(float)),
-                 &dw = buffer(name + ".wgrad.out", n * k * sizeof(float));
-    gemm(host, name + "/dgrad", *L.wq, true, *L.dy, false, dx, M, K, N);
-    gemm(host, name + "/wgrad", *L.x, true, *L.dy, true, dw, N, K, M);
-    module_end(l, true);
-    host([this, &L, &dx, &dw, M, N, K, learning_rate] {
-      Matrix dwm(N, K), dxm(M, K);
-      dw.download(dwm.v.data(), dwm.v.size() * sizeof(float));
-      dx.download(dxm.v.data(), dxm.v.size() * sizeof(float));
-      for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= learning_rate * dwm.v[i];
-      dy_ = dxm;  // the layer below masks it by its ReLU (fused, or before its cast)
-    });
+  for (int l = layers - 1; l >= 0; --l) backward_layer(host, step, l, M, learning_rate);
+}
+
+// Layer l's backward: its Dy cast (fused with the ReLU below it, or its own), dgrad and wgrad, and
+// the weight update.
+void TeModel::backward_layer(const HostWork& host, const int& step, int l, int M, float learning_rate) {
+  const int layers = static_cast<int>(layers_.size());
+  const bool fused = o_.recipe == TeRecipe::kDelayed || o_.recipe == TeRecipe::kMxfp8;
+  const CUstream s = gemms_.stream();
+  Layer& L = *layers_[static_cast<std::size_t>(l)];
+  const int N = L.w.rows, K = L.w.cols;
+  const auto m = static_cast<std::size_t>(M), n = static_cast<std::size_t>(N), k = static_cast<std::size_t>(K);
+  const std::string name = "mlp." + std::to_string(l);
+  module_begin(l, true);
+  // Dy: the last layer's through bgrad_quantize; below it LayerNormMLP's fused ReLU backward.
+  const bool below_relu = l + 1 < layers;
+  if (fused && below_relu) {
+    DeviceBuffer &gd = buffer(name + ".dy.in", m * n * 2), &pd = buffer(name + ".dy.act", m * n * 2),
+                 &dbias = buffer(name + ".dy.dbias", n * 4);
+    const TeExtMatrix gm{gd.get(), kBFloat16, m, n}, pm{pd.get(), kBFloat16, m, n}, db{dbias.get(), kFloat32, 1, n};
+    const TeExtQuantized q = L.dy->desc();
+    fused_cast(
+        host, step, name + ".dy", *L.dy,
+        [this, &L, name] {
+          put_bf16(name + ".dy.in", bf16_rounded(dy_));
+          put_bf16(name + ".dy.act", bf16_rounded(L.pre_activation));
+        },
+        [&] { lib_->check(lib_->quantize_dbias_drelu(&gm, &pm, &q, &db, s), "nvte_quantize_dbias_drelu"); },
+        [this, &L] {
+          const Matrix grad = bf16_rounded(dy_), pre = bf16_rounded(L.pre_activation);
+          Matrix through(grad.rows, grad.cols);
+          for (std::size_t i = 0; i < through.v.size(); ++i) through.v[i] = pre.v[i] > 0.0f ? grad.v[i] : 0.0f;
+          return through;
+        });
+  } else {
+    cast(
+        host, step, name + ".dy",
+        [this, &L, below_relu] {
+          if (below_relu) {
+            for (std::size_t i = 0; i < dy_.v.size(); ++i) dy_.v[i] = L.pre_activation.v[i] > 0.0f ? dy_.v[i] : 0.0f;
+          }
+          return dy_;
+        },
+        *L.dy, below_relu ? Role::kGradient : Role::kLastGradient);
   }
+  DeviceBuffer &dx = buffer(name + ".dgrad.out", m * k * sizeof(float)),
+               &dw = buffer(name + ".wgrad.out", n * k * sizeof(float));
+  gemm(host, name + "/dgrad", *L.wq, true, *L.dy, false, dx, M, K, N);
+  gemm(host, name + "/wgrad", *L.x, true, *L.dy, true, dw, N, K, M);
+  module_end(l, true);
+  host([this, &L, &dx, &dw, M, N, K, learning_rate] {
+    Matrix dwm(N, K), dxm(M, K);
+    dw.download(dwm.v.data(), dwm.v.size() * sizeof(float));
+    dx.download(dxm.v.data(), dxm.v.size() * sizeof(float));
+    for (std::size_t i = 0; i < L.w.v.size(); ++i) L.w.v[i] -= learning_rate * dwm.v[i];
+    dy_ = dxm;  // the layer below masks it by its ReLU (fused, or before its cast)
+  });
 }
 
 }  // namespace fp8scope::trainer

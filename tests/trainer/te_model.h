@@ -87,6 +87,7 @@ class TeModel {
   // te_names: the module ranges around layer l's GEMMs of a pass, opened before its first and
   // closed after its last.
   void module_begin(int l, bool backward);
+  void backward_layer(const HostWork& host, const int& step, int l, int M, float learning_rate);
   void module_end(int l, bool backward);
   void gemm(const HostWork& host, const std::string& range, const Quantized& a, bool a_columnwise, const Quantized& b,
             bool b_columnwise, DeviceBuffer& out, int P, int Q, int L);
