@@ -109,7 +109,7 @@ def _te_gemms(module):
     return _TE_GEMMS.get(cls.__name__)
 
 
-def _paths(model, root):
+def _paths(torch, model, root):
     """(path, module) as nvdlfw_inspect's infer_and_assign_layer_names names TE's layers
     (nvidia-dlfw-inspect dc19d10, api.py:112-147): from `root`, a ModuleList's children by their
     layer_number when they have one; a TE module keeps the name TE already gave it."""
@@ -120,7 +120,7 @@ def _paths(model, root):
         if _te_gemms(module) is not None and isinstance(te_name, str) and te_name:
             path = te_name
         out.append((path, module))
-        in_list = type(module).__name__ == "ModuleList"
+        in_list = isinstance(module, torch.nn.ModuleList)
         for name, child in module.named_children():
             walk(child, f"{path}.{getattr(child, 'layer_number', name) if in_list else name}")
 
@@ -304,7 +304,7 @@ def name_modules(model, root="model", use_nvtx=None):
 
     ranges = _BackwardRanges(torch, push, pop, range_gemms)
     handles = []
-    for path, module in _paths(model, root):
+    for path, module in _paths(torch, model, root):
         forward_gemms, backward_gemms = _te_gemms(module) or (None, None)
 
         def forward_pre(module, inputs, forward=f"{path}/forward", backward=f"{path}/backward",
