@@ -59,6 +59,14 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
       *rule = wire::to_wire(r.rule);
       rule->set_source(r.source.substr(0, 200));
     }
+    p.clear_te_logged();
+    for (const te::TeLoggedStats& l : config.value().logged) {
+      v1::LoggedStats* logged = p.add_te_logged();
+      *logged->mutable_rule() = wire::to_wire(l.rule);
+      logged->set_feature(te::feature_name(l.feature));
+      logged->set_operand(wire::to_wire(l.operand));
+      for (const std::string& s : l.stats) logged->add_stats(s);
+    }
     p.clear_block_ranges();
     for (const BlockRange& b : config.value().block_ranges) {
       v1::BlockRange* range = p.add_block_ranges();

@@ -90,6 +90,21 @@ Status validate_policy(const SamplingPolicy& p) {
                            " and dims 1 or 2, got " + std::to_string(b.block_size) + " and " + std::to_string(b.dims));
     }
   }
+  if (p.te_logged.size() > kMaxLoggedStats) {
+    return Status::error("te_logged: at most " + std::to_string(kMaxLoggedStats) + ", got " + std::to_string(p.te_logged.size()));
+  }
+  for (const PolicyLoggedStats& l : p.te_logged) {
+    if (const std::string problem = rule_problem(l.rule); !problem.empty()) return Status::error("te_logged: " + problem);
+    if (l.feature.size() > kMaxLoggedStatBytes || !valid_label(l.feature) || l.stats.size() > kMaxLoggedStatNames) {
+      return Status::error("te_logged: expected a feature name and at most " + std::to_string(kMaxLoggedStatNames) + " stats");
+    }
+    for (const std::string& stat : l.stats) {
+      if (stat.size() > kMaxLoggedStatBytes || !valid_label(stat)) {
+        return Status::error("te_logged: expected stat names of 1.." + std::to_string(kMaxLoggedStatBytes) +
+                             " printable characters");
+      }
+    }
+  }
   if (p.end_step != 0 && p.end_step <= p.start_step) {
     return Status::error("end_step " + std::to_string(p.end_step) + " must be above start_step " +
                          std::to_string(p.start_step));

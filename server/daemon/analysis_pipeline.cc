@@ -54,9 +54,10 @@ void AnalysisPipeline::worker(int shard) {
 }
 
 void AnalysisPipeline::process(Sample& s) {
-  Result<SampleAnalysis> analysis = analyzer_.analyze(s, d_.policy->get(s.client->job));
+  const SamplingPolicy policy = d_.policy->get(s.client->job);
+  Result<SampleAnalysis> analysis = analyzer_.analyze(s, policy);
   if (!analysis.ok()) return drop(s, analysis.message());
-  publisher_.publish(s, analysis.value());  // the records and the journal ticket, written together
+  publisher_.publish(s, analysis.value(), policy);  // the records and the journal ticket, written together
   if (s.header.cast) {
     const RecipeOutcome& own = analysis.value().recipes.front();
     d_.health->cast_analyzed(s.client->job, analysis.value().cast_noop ? "noop" : data_source_name(own.source));

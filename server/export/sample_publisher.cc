@@ -119,7 +119,7 @@ history::HistoryRecord SamplePublisher::record(const Sample& s, const SampleAnal
   return rec;
 }
 
-void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
+void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a, const SamplingPolicy& policy) {
   const std::string gemm = gemm_name(s.header.gemm);
   const std::string op = operand_name(s.header.operand);
   const prometheus::Labels tensor_labels{{"job", s.client->job}, {"layer", s.header.layer}, {"gemm", gemm}, {"operand", op}};
@@ -190,7 +190,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a) {
     labels["format"] = format_name(format);
     series_.set(scale_current_, labels, member, current);
   }
-  if (te_log_ != nullptr) te_log_->add(records);
+  if (te_log_ != nullptr) te_log_->add(records, policy.te_logged);
   history_.add_sample(std::move(records), s.journal);  // its ticket released once they are committed
   if (s.header.expert || !s.header.expert_tokens.empty()) publish_experts(s, a, tensor_labels);
   tensors_.update(std::move(summary));

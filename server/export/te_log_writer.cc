@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "fp8scope/te/nvdlfw_log.h"
+#include "fp8scope/te/te_names.h"
 
 namespace fp8scope::server {
 
@@ -35,10 +36,25 @@ TeLogWriter::~TeLogWriter() {
 
 void TeLogWriter::drop(TeLogDrop why, std::uint64_t lines) { counts_.dropped[static_cast<std::size_t>(why)] += lines; }
 
-void TeLogWriter::add(const std::vector<history::HistoryRecord>& records) {
+namespace {
+
+// The policy's logged stats as the TE log reads them; a feature TE does not log is left out.
+te::TeConfig logged_config(const std::vector<PolicyLoggedStats>& logged) {
+  te::TeConfig config;
+  for (const PolicyLoggedStats& l : logged) {
+    const te::FeatureName* feature = te::feature_named(l.feature, true);
+    if (feature != nullptr) config.logged.push_back({l.rule, feature->role, l.operand, l.stats});
+  }
+  return config;
+}
+
+}  // namespace
+
+void TeLogWriter::add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged) {
   if (records.empty()) return;
   Block b{records.front().job, records.front().rank, {}, 0};
-  te::NvdlfwLog log;  // one sample: its tensor's LogTensorStats lines once
+  // One sample: its tensor's LogTensorStats lines once.
+  te::NvdlfwLog log = logged.empty() ? te::NvdlfwLog() : te::NvdlfwLog(logged_config(logged));
   for (const history::HistoryRecord& r : records) {
     for (const te::NvdlfwLine& line : log.lines(r)) {
       b.text += line.text;

@@ -21,6 +21,13 @@ v1::Policy policy_to_wire(const SamplingPolicy& p) {
     *rule = wire::to_wire(r.rule);
     rule->set_source(r.source);
   }
+  for (const PolicyLoggedStats& l : p.te_logged) {
+    v1::LoggedStats* logged = w.add_te_logged();
+    *logged->mutable_rule() = wire::to_wire(l.rule);
+    logged->set_feature(l.feature);
+    logged->set_operand(wire::to_wire(l.operand));
+    for (const std::string& s : l.stats) logged->add_stats(s);
+  }
   for (const BlockRange& b : p.block_ranges) {
     v1::BlockRange* range = w.add_block_ranges();
     range->set_block_size(b.block_size);
@@ -59,6 +66,18 @@ Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
     p.rules.push_back({*rule, w.rules(i).source()});
   }
   for (const v1::BlockRange& b : w.block_ranges()) p.block_ranges.push_back({b.block_size(), b.dims()});
+  if (static_cast<std::size_t>(w.te_logged_size()) > kMaxLoggedStats) {
+    return Status::error("te_logged: at most " + std::to_string(kMaxLoggedStats) + ", got " +
+                         std::to_string(w.te_logged_size()));
+  }
+  for (const v1::LoggedStats& l : w.te_logged()) {
+    std::string error;
+    const std::optional<SamplingRule> rule = wire::from_wire(l.rule(), &error);
+    if (!rule) return Status::error("te_logged: " + error);
+    const std::optional<Operand> operand = wire::from_wire(l.operand());
+    if (!operand) return Status::error("te_logged: expected an operand x, w or dy");
+    p.te_logged.push_back({*rule, l.feature(), *operand, {l.stats().begin(), l.stats().end()}});
+  }
   return p;
 }
 

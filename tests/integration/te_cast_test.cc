@@ -362,6 +362,19 @@ namespace {
 // The lines of a log file, "name" -> iteration -> value text, in the order they come.
 using LogLines = std::map<std::string, std::map<int, std::string>>;
 
+// The lines of a log file as name -> iteration -> value text.
+LogLines read_log(const std::string& file) {
+  LogLines out;
+  std::istringstream text(contents(file));
+  for (std::string line; std::getline(text, line);) {
+    const std::size_t info = line.find(" - INFO - "), tabs = line.find(" \t");
+    REQUIRE(info != std::string::npos);
+    out[line.substr(info + 10, tabs - info - 10)][std::stoi(line.substr(line.find("iteration=") + 10, 6))] =
+        line.substr(line.find("value=") + 6);
+  }
+  return out;
+}
+
 // A TE-named run (tiny_trainer --te-names) under a TE debug config, its history written as that
 // config's log in BioNeMo's layout (one log_dir a rank); what the log holds and what BioNeMo's
 // heatmap reads from it.
@@ -394,13 +407,7 @@ ConfigRun config_run(const DaemonProcess& d, const TempDir& dir, const std::stri
   const std::string file = logs + "/rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log";
   out.written = std::filesystem::exists(file);
   if (!out.written) return out;
-  std::istringstream text(contents(file));
-  for (std::string line; std::getline(text, line);) {
-    const std::size_t info = line.find(" - INFO - "), tabs = line.find(" \t");
-    REQUIRE(info != std::string::npos);
-    out.lines[line.substr(info + 10, tabs - info - 10)][std::stoi(line.substr(line.find("iteration=") + 10, 6))] =
-        line.substr(line.find("value=") + 6);
-  }
+  out.lines = read_log(file);
   const ProcessResult parsed =
       run_process({FP8SCOPE_PYTHON, std::string(FP8SCOPE_SOURCE_DIR) + "/tests/support/nvdlfw_parsers.py", "--bionemo-dir", logs});
   REQUIRE(parsed.exit_code == 0);
@@ -457,7 +464,9 @@ TEST_CASE("TE's log_config on a TE-named job: TE's lines, name for name and step
 
 TEST_CASE("BioNeMo's FP8 config: TE's lines for fc1 and fc2, and its heatmap finds the layer", "[te][te_names]") {
   TempDir dir;
-  DaemonProcess daemon(dir.file("data"));
+  // The daemon writes the job's TE log as it analyzes, in BioNeMo's layout too.
+  const std::string live = dir.file("live");
+  DaemonProcess daemon(dir.file("data"), {"--te-log-dir", live, "--te-log-layout", "rank-dirs"});
   const ConfigRun r = config_run(daemon, dir, "bionemo-fp8", "bionemo_fp8_stats.yaml", "delayed", 21);
   REQUIRE(r.written);
   // layer_types [layernorm_qkv, proj, fc1, fc2]: the LayerNormMLP's two GEMMs, not the output layer.
@@ -474,6 +483,10 @@ TEST_CASE("BioNeMo's FP8 config: TE's lines for fc1 and fc2, and its heatmap fin
   CHECK(row["group"] == "encoder");
   CHECK(row["identifier"] == 1);
   CHECK(r.bionemo["bionemo"][row["metric"].get<std::string>()].size() == 3);
+  // The daemon's own log of the job (fp8scope run gave it the config's stat lists with the
+  // policy) holds the same lines as the export under the config.
+  const std::string file = live + "/bionemo-fp8/rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log";
+  REQUIRE(eventually([&] { return std::filesystem::exists(file) && read_log(file) == r.lines; }));
 }
 
 TEST_CASE("BioNeMo's FP4 config: the NVFP4 job's own lines, none on a job that is not NVFP4", "[te][te_names]") {

@@ -146,6 +146,14 @@ constexpr const FeatureName* feature_named(std::string_view name, bool te_namesp
   return nullptr;
 }
 
+// The name of TE's logging feature with this role ("" for the roles that log nothing).
+constexpr const char* feature_name(FeatureRole role) {
+  for (const FeatureName& f : kFeatures) {
+    if (f.te_namespace && f.role == role) return f.name;
+  }
+  return "";
+}
+
 // A section's key for TE's namespace (config_manager.py:210).
 inline constexpr const char* kTeNamespace = "transformer_engine";
 

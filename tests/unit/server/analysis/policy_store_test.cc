@@ -77,6 +77,11 @@ TEST_CASE("policies that cannot be applied are refused", "[policy]") {
     CHECK(store.set(bad).message().find("block_ranges: expected a block_size of 1..4096 and dims 1 or 2") == 0);
   }
   bad = every(10);
+  bad.te_logged = {{SamplingRule{}, "LogTensorStats", Operand::kX, {"cur_amax", "bad\nstat"}}};
+  CHECK(store.set(bad).message().find("te_logged: expected stat names") == 0);
+  bad.te_logged.assign(kMaxLoggedStats + 1, PolicyLoggedStats{SamplingRule{}, "LogTensorStats", Operand::kX, {}});
+  CHECK(store.set(bad).message() == "te_logged: at most 64, got 65");
+  bad = every(10);
   bad.block_ranges.assign(kMaxBlockRanges + 1, BlockRange{});
   CHECK(store.set(bad).message() == "block_ranges: at most 8, got 9");
   CHECK(!store.inherit("").ok());

@@ -19,6 +19,10 @@ TEST_CASE("a policy round-trips through the wire with every field", "[policy_wir
   p.max_bytes_per_step = 1 << 20;
   p.recipes = {RecipeKind::kMxfp4, RecipeKind::kTensorCurrent};
   p.block_ranges = {{4, 1}, {32, 2}};
+  SamplingRule every5;
+  every5.every_n_steps = 5;
+  std::snprintf(every5.layer_regex, sizeof every5.layer_regex, "%s", "fc1");
+  p.te_logged = {{every5, "LogFp8TensorStats", Operand::kDy, {"underflows%", "mxfp8_mse_columnwise"}}};
   const v1::Policy w = policy_to_wire(p);
   CHECK(w.operands(0) == v1::OPERAND_W);
   CHECK(w.recipes(0) == v1::RECIPE_MXFP4);
@@ -35,6 +39,12 @@ TEST_CASE("a policy round-trips through the wire with every field", "[policy_wir
   CHECK(b.max_bytes_per_step == 1u << 20);
   CHECK(b.recipes == p.recipes);
   CHECK(b.block_ranges == p.block_ranges);
+  REQUIRE(b.te_logged.size() == 1);
+  CHECK(b.te_logged[0].rule.every_n_steps == 5);
+  CHECK(std::string(b.te_logged[0].rule.layer_regex) == "fc1");
+  CHECK(b.te_logged[0].feature == "LogFp8TensorStats");
+  CHECK(b.te_logged[0].operand == Operand::kDy);
+  CHECK(b.te_logged[0].stats == p.te_logged[0].stats);
 }
 
 TEST_CASE("operand and recipe numbers the vocabulary lacks are refused", "[policy_wire]") {

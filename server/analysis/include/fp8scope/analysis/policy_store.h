@@ -30,6 +30,16 @@ struct PolicyRule {
 
 // What the training processes sample and the daemon evaluates (the wire's Policy, which the
 // services convert: services/policy_wire.h).
+// What a TE config's feature logs for one tensor (te::TeLoggedStats, its feature by TE's name):
+// the lines the daemon's TE log writes for a job that runs the config.
+struct PolicyLoggedStats {
+  SamplingRule rule;
+  std::string feature;
+  Operand operand = Operand::kX;
+  std::vector<std::string> stats;
+};
+inline constexpr std::size_t kMaxLoggedStats = 64, kMaxLoggedStatNames = 32, kMaxLoggedStatBytes = 128;
+
 struct SamplingPolicy {
   std::uint64_t version = 0;        // increases on every change
   std::string job;                  // whose own policy this is; "" = the default of every other job
@@ -43,6 +53,7 @@ struct SamplingPolicy {
   // When any, they replace layer_regex, operands, every_n_steps, start_step and end_step.
   std::vector<PolicyRule> rules;
   std::vector<BlockRange> block_ranges;  // TE's max_blockwise_dynamic_range shapes to compute
+  std::vector<PolicyLoggedStats> te_logged;  // empty: the TE log writes every statistic
 };
 
 class PolicyStore {

@@ -31,7 +31,8 @@ class SamplePublisher {
   SamplePublisher(TensorSeries& series, TensorTable& tensors, history::HistoryStore& history, MetricExport exported,
                   TeLogWriter* te_log = nullptr);
 
-  void publish(const Sample& s, const SampleAnalysis& a);
+  // `policy`: the job's, whose TE config (te_logged) says what its TE log lines are.
+  void publish(const Sample& s, const SampleAnalysis& a, const SamplingPolicy& policy = {});
   void publish_gemm_check(const GemmPair& pair, const std::vector<GemmCheckResult>& results);
   void publish_scalar(const ScalarMark& scalar);
 

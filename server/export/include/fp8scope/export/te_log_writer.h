@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/history/records.h"
 #include "fp8scope/kernels/status.h"
 #include "fp8scope/te/nvdlfw_log_files.h"
@@ -52,8 +53,9 @@ class TeLogWriter {
   TeLogWriter(const TeLogWriter&) = delete;
   TeLogWriter& operator=(const TeLogWriter&) = delete;
 
-  // One sample's records (all of one job and rank).
-  void add(const std::vector<history::HistoryRecord>& records);
+  // One sample's records (all of one job and rank): the lines the job's TE config logs
+  // (SamplingPolicy::te_logged), or every statistic when it names none.
+  void add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged = {});
   TeLogCounts counts() const;
 
  private:
