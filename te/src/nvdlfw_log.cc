@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <optional>
 
 #include "fp8scope/kernels/statistics_table.h"
@@ -61,6 +62,20 @@ double statistic_of(const history::HistoryRecord& r, const char* key) {
 bool known_units(const history::HistoryRecord& r, const char* key) {
   const Statistic* s = find_statistic(key);
   return !(r.relative_values && s != nullptr && s->in_tensor_units());
+}
+
+// A LogTensorStats figure as TE's torch ops give it (stats_computation.py:196-258): fp8scope's are
+// over the finite elements, torch's over all of them. A NaN makes every one NaN. An Inf makes
+// the amax, the norms and the dynamic range Inf and the std NaN; the mean, min and max then hang
+// on signs the counts do not keep: no line.
+std::optional<double> as_torch_computes(const history::HistoryRecord& r, std::string_view name, double value) {
+  if (statistic_of(r, "nan") > 0) return std::nan("");
+  if (!(statistic_of(r, "inf") > 0)) return value;
+  if (name == "cur_amax" || name == "l1_norm" || name == "l2_norm" || name == "dynamic_range") {
+    return std::numeric_limits<double>::infinity();
+  }
+  if (name == "std") return std::nan("");
+  return std::nullopt;
 }
 
 // Python's "{:.4f}", which writes nan and inf as words.
@@ -146,7 +161,8 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
                                 {"l1_norm", "l1_norm", statistic_of(r, "l1_norm")},
                                 {"l2_norm", "l2_norm", statistic_of(r, "l2_norm")}};
     for (const TensorStat& s : stats) {
-      if (known_units(r, s.key) && logs(FeatureRole::kLogTensorStats, s.name, r)) write(s.name, s.value);
+      if (!known_units(r, s.key) || !logs(FeatureRole::kLogTensorStats, s.name, r)) continue;
+      if (const std::optional<double> v = as_torch_computes(r, s.name, s.value)) write(s.name, *v);
     }
     // max_blockwise_dynamic_range: activations' and weights' the larger of both orientations
     // (log_tensor_stats.py:140), named so; none where TE would raise (NaN: no such blocks).

@@ -20,6 +20,9 @@
 //    block_ranges), "..._max_over_orientations" for activations and weights (log_tensor_stats.py:140);
 //  - a block recipe's stats of the tensor's column-wise copy, "<stat>_columnwise", from the GEMM
 //    that reads that copy (log_fp8_tensor_stats.py:165-234; MXFP8 and block scaling only, :204);
+//  - LogTensorStats as torch computes them over every element: NaN where the tensor holds a NaN;
+//    with an Inf, Inf amax, norms and range, NaN std, and no mean, min or max (their signs are
+//    not kept);
 //  - no line for a figure in the tensor's unit that is only relative (NVFP4 codes from a GEMM alone,
 //    HistoryRecord::relative_values): TE writes it in real units, which fp8scope cannot know.
 // Given the TE config the job ran, only the stats its features name are written, where they select

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <map>
 #include <thread>
 
 #include "fp8scope/analysis/sample_analysis.h"
@@ -41,7 +43,8 @@ std::unique_ptr<TeLogWriter> open_writer(const std::string& dir, TeLogLimits lim
 }
 
 // One analyzed sample's records, as the publisher makes them.
-std::vector<history::HistoryRecord> sample_records(std::uint64_t step) {
+std::vector<history::HistoryRecord> sample_records(std::uint64_t step,
+                                                   std::vector<float> values = {3.0f, -0.5f, 1.0f, 1e-9f}) {
   fp8scope::testing::TempDir dir;
   prometheus::Registry registry;
   TensorSeries series{registry, SeriesOptions{}};
@@ -50,7 +53,7 @@ std::vector<history::HistoryRecord> sample_records(std::uint64_t step) {
   SamplePublisher publisher{series, tensors, *history, MetricExport{{}, false}};
   auto engine = make_cpu_engine(1);
   SampleAnalyzer analyzer(*engine, 16);
-  const Sample s = fp8scope::testing::f32_sample("blocks.0.fc1#0", step, Operand::kX, {3.0f, -0.5f, 1.0f, 1e-9f});
+  const Sample s = fp8scope::testing::f32_sample("blocks.0.fc1#0", step, Operand::kX, std::move(values));
   SamplingPolicy policy;
   policy.recipes = {RecipeKind::kTensorCurrent, RecipeKind::kMxfp8};
   publisher.publish(s, analyzer.analyze(s, policy).value());
@@ -172,4 +175,40 @@ TEST_CASE("lines the writer cannot take are counted by reason, and writing resum
     CHECK(dropped(reopened->counts(), TeLogDrop::kSizeLimit) == lines);
     CHECK(reopened->counts().bytes == one.size());
   }
+}
+
+TEST_CASE("LogTensorStats of a tensor with NaN or Inf are what torch gives TE, not the finite elements'", "[te_log_writer]") {
+  const auto tensor_stats = [](std::vector<float> values) {
+    std::map<std::string, std::string> out;  // stat -> value text
+    te::NvdlfwLog log;
+    for (const history::HistoryRecord& r : sample_records(0, std::move(values))) {
+      for (const te::NvdlfwLine& line : log.lines(r)) {
+        const std::size_t name = line.text.find("blocks.0.fc1_activation_") + 24;
+        const std::string stat = line.text.substr(name, line.text.find(' ', name) - name);
+        if (stat.find("underflows") == std::string::npos && stat.find("mse") == std::string::npos &&
+            stat.find("scale_inv") == std::string::npos) {
+          out[stat] = line.text.substr(line.text.find("value=") + 6);
+        }
+      }
+    }
+    return out;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  // A NaN: every torch reduction is NaN.
+  for (const auto& [stat, value] : tensor_stats({3.0f, -0.5f, std::nanf(""), 1.0f})) {
+    INFO(stat);
+    CHECK(value == "nan");
+  }
+  // An Inf: the amax, the norms and the range are Inf, the std NaN; the mean, min and max depend on
+  // signs fp8scope does not keep, so they have no line.
+  CHECK(tensor_stats({3.0f, -inf, 1.0f, 2.0f}) == std::map<std::string, std::string>{{"cur_amax", "inf"},
+                                                                                      {"dynamic_range", "inf"},
+                                                                                      {"l1_norm", "inf"},
+                                                                                      {"l2_norm", "inf"},
+                                                                                      {"std", "nan"}});
+  // Finite: fp8scope's figures.
+  const std::map<std::string, std::string> finite = tensor_stats({3.0f, -0.5f, 1.0f, 1e-9f});
+  CHECK(finite.at("cur_amax") == "3.0000");
+  CHECK(finite.at("min") == "-0.5000");
+  CHECK(finite.size() == 8);
 }
