@@ -20,18 +20,16 @@ constexpr std::string_view kTeModules[] = {"Linear", "LayerNormLinear", "LayerNo
 constexpr SuffixRow kTeGemmRanges[] = {
     {".dgrad_gemm", RoleSuffix::kDgrad}, {".wgrad_gemm", RoleSuffix::kWgrad}, {".gemm", RoleSuffix::kFprop}};
 
-bool ends_with(std::string_view s, std::string_view tail) { return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail; }
-
 // One of TE's own ranges: nothing when it is not, else the role it gives its GEMMs.
 std::optional<RoleSuffix> te_range(std::string_view name) {
   if (name.starts_with("transformer_engine.")) {
     for (const SuffixRow& row : kTeGemmRanges) {
-      if (ends_with(name, row.text)) return row.suffix;
+      if (name.ends_with(row.text)) return row.suffix;
     }
     return RoleSuffix::kNone;
   }
   for (std::string_view module : kTeModules) {
-    if (name.size() == module.size() + 8 && name.starts_with(module) && ends_with(name, " forward")) return RoleSuffix::kForward;
+    if (name.size() == module.size() + 8 && name.starts_with(module) && name.ends_with(" forward")) return RoleSuffix::kForward;
     if (name.size() < module.size() + 2 || name[0] != '_' || name.substr(1, module.size()) != module) continue;
     const std::string_view rest = name.substr(module.size() + 1);
     if (rest == "_backward") return RoleSuffix::kNone;
@@ -40,9 +38,9 @@ std::optional<RoleSuffix> te_range(std::string_view name) {
   return std::nullopt;
 }
 
-// Printable ASCII, room left for "#<ordinal>" and `reserve` bytes more.
-std::string label_text(std::string_view name, std::size_t reserve = 0) {
-  std::string out(name.substr(0, kMaxLayerLabelBytes - 12 - reserve));
+// Printable ASCII, room left for "#<ordinal>".
+std::string label_text(std::string_view name) {
+  std::string out(name.substr(0, kMaxLayerLabelBytes - 12));
   for (char& c : out) {
     if (c < 0x20 || c > 0x7e) c = '_';
   }

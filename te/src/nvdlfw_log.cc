@@ -68,9 +68,9 @@ bool known_units(const history::HistoryRecord& r, const char* key) {
 // over the finite elements, torch's over all of them. A NaN makes every one NaN. An Inf makes
 // the amax, the norms and the dynamic range Inf and the std NaN; the mean, min and max then hang
 // on signs the counts do not keep: no line.
-std::optional<double> as_torch_computes(const history::HistoryRecord& r, std::string_view name, double value) {
-  if (statistic_of(r, "nan") > 0) return std::nan("");
-  if (!(statistic_of(r, "inf") > 0)) return value;
+std::optional<double> as_torch_computes(bool has_nan, bool has_inf, std::string_view name, double value) {
+  if (has_nan) return std::nan("");
+  if (!has_inf) return value;
   if (name == "cur_amax" || name == "l1_norm" || name == "l2_norm" || name == "dynamic_range") {
     return std::numeric_limits<double>::infinity();
   }
@@ -111,19 +111,20 @@ NvdlfwLog::NvdlfwLog(const TeConfig& config) : filtered_(true) {
   }
 }
 
-bool NvdlfwLog::logs(FeatureRole feature, const std::string& stat, const history::HistoryRecord& r) const {
-  if (!filtered_) return true;
+std::optional<std::vector<const TeLoggedStats*>> NvdlfwLog::selecting(const history::HistoryRecord& r) const {
+  if (!filtered_) return std::nullopt;
+  std::vector<const TeLoggedStats*> out;
   const std::string_view module = module_of_label(r.layer);
   for (const Selection& s : selections_) {
     const TeLoggedStats& l = s.logged;
-    if (l.feature != feature || l.operand != r.operand || !rule_selects_step(l.rule, r.step)) continue;
+    if (l.operand != r.operand || !rule_selects_step(l.rule, r.step)) continue;
     if ((l.rule.layer_regex[0] != '\0' && !(s.layers && s.layers->search(module))) ||
         (l.rule.and_layer_regex[0] != '\0' && !(s.and_layers && s.and_layers->search(module)))) {
       continue;
     }
-    if (std::find(l.stats.begin(), l.stats.end(), stat) != l.stats.end()) return true;
+    out.push_back(&l);
   }
-  return false;
+  return out;
 }
 
 std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
@@ -135,6 +136,14 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (!rowwise && r.gemm != tensor.columnwise_gemm) return out;
   const std::optional<StatNames> names = stat_names(r);
   if (!names || (!rowwise && !names->columnwise)) return out;
+  // Whether the config's `feature` logs `stat` (as the config names it) for this record.
+  const std::optional<std::vector<const TeLoggedStats*>> selected = selecting(r);
+  const auto logs = [&](FeatureRole feature, const std::string& stat) {
+    if (!selected) return true;
+    return std::any_of(selected->begin(), selected->end(), [&](const TeLoggedStats* l) {
+      return l->feature == feature && std::find(l->stats.begin(), l->stats.end(), stat) != l->stats.end();
+    });
+  };
   const std::string name = te_layer(r) + "_" + tensor.name + "_";
   const std::string time = asctime_of(r.time);
   char iteration[32];
@@ -160,9 +169,10 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
                                 {"max", "max", statistic_of(r, "max")},
                                 {"l1_norm", "l1_norm", statistic_of(r, "l1_norm")},
                                 {"l2_norm", "l2_norm", statistic_of(r, "l2_norm")}};
+    const bool has_nan = statistic_of(r, "nan") > 0, has_inf = statistic_of(r, "inf") > 0;
     for (const TensorStat& s : stats) {
-      if (!known_units(r, s.key) || !logs(FeatureRole::kLogTensorStats, s.name, r)) continue;
-      if (const std::optional<double> v = as_torch_computes(r, s.name, s.value)) write(s.name, *v);
+      if (!known_units(r, s.key) || !logs(FeatureRole::kLogTensorStats, s.name)) continue;
+      if (const std::optional<double> v = as_torch_computes(has_nan, has_inf, s.name, s.value)) write(s.name, *v);
     }
     // max_blockwise_dynamic_range: activations' and weights' the larger of both orientations
     // (log_tensor_stats.py:140), named so; none where TE would raise (NaN: no such blocks).
@@ -171,7 +181,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
                                std::to_string(b.spec.dims);
       const bool both = r.operand != Operand::kDy;
       const double value = both ? std::max(b.rowwise, b.columnwise) : b.rowwise;
-      if (std::isnan(b.rowwise) || (both && std::isnan(b.columnwise)) || !logs(FeatureRole::kLogTensorStats, stat, r)) continue;
+      if (std::isnan(b.rowwise) || (both && std::isnan(b.columnwise)) || !logs(FeatureRole::kLogTensorStats, stat)) continue;
       write(stat + (both ? "_max_over_orientations" : ""), value);
     }
   }
@@ -181,7 +191,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   const std::string suffix = rowwise ? "" : "_columnwise";
   const auto line = [&](const std::string& stat, double value) {
     const std::string written = names->prefix + stat + suffix;
-    if (logs(feature, nvfp4 ? stat : written, r)) write(written, value);
+    if (logs(feature, nvfp4 ? stat : written)) write(written, value);
   };
   line("underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
   if (known_units(r, "mse")) line("mse", statistic_of(r, "mse"));

@@ -66,8 +66,9 @@ class NvdlfwLog {
     TeLoggedStats logged;
     std::optional<LayerPattern> layers, and_layers;
   };
-  // Whether the config's `feature` logs `stat` (as the config names it) for this record.
-  bool logs(FeatureRole feature, const std::string& stat, const history::HistoryRecord& r) const;
+  // The config's entries whose rule selects the record's layer, tensor and step; nothing when the
+  // log is not filtered (every stat is written).
+  std::optional<std::vector<const TeLoggedStats*>> selecting(const history::HistoryRecord& r) const;
 
   bool filtered_ = false;
   std::vector<Selection> selections_;
