@@ -176,7 +176,7 @@ AdminCommands add_admin_commands(CLI::App& app, AdminOptions& o) {
   c.history->add_option("--layer", o.layer, "Only layers matching this regex");
   c.history->add_option("--expert", o.expert, "Only this expert's records (mixture-of-experts layers)");
   c.history->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown");
-  c.history->add_option("--operand", o.operand, "x, w or dy");
+  c.history->add_option("--operand", o.operand, "x, w, dy or out");
   c.history->add_option("--recipe", o.recipe, "Recipe name, or observed")
       ->check(CLI::IsMember(recipe_names_and_observed()));
   c.history->add_option("--min-step", o.min_step, "First step")->check(step_number());
@@ -388,7 +388,7 @@ std::optional<history::HistoryFilter> history_filter(const AdminOptions& o, std:
   if (!o.operand.empty()) {
     f.operand = operand_from_name(o.operand);
     if (!f.operand) {
-      err << "fp8scope history: --operand: expected x, w or dy, got " << o.operand << "\n";
+      err << "fp8scope history: --operand: expected x, w, dy or out, got " << o.operand << "\n";
       return std::nullopt;
     }
   }

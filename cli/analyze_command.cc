@@ -21,7 +21,7 @@ Result<std::vector<RecipePlan>> plans_from(const AnalyzeOptions& o) {
   const std::optional<CastFormat> format = format_from_name(o.format);
   if (!format || *format == CastFormat::kE2M1) return Status::error("--format: expected e4m3 or e5m2, got " + o.format);
   const std::optional<Operand> operand = operand_from_name(o.operand);
-  if (!operand) return Status::error("--operand: expected x, w or dy, got " + o.operand);
+  if (!operand || *operand == Operand::kOut) return Status::error("--operand: expected x, w or dy, got " + o.operand);
   // A GEMM that reads one of the operand's copies; by default the row-wise copy's.
   const te::TensorName& copies = te::tensor_of(*operand);
   const std::optional<GemmRole> gemm = o.gemm.empty() ? copies.rowwise_gemm : gemm_from_name(o.gemm);

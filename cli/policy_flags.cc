@@ -18,7 +18,7 @@ void add_policy_flags(CLI::App* cmd, PolicyFlags& f) {
                   "(docs/operations.md)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--layer-regex", f.layer_regex, "Sample layers whose name this layer pattern matches (docs/operations.md; '' = all)");
-  cmd->add_option("--operands", f.operands, "Operands to sample: x, w, dy (repeatable)")->delimiter(',');
+  cmd->add_option("--operands", f.operands, "Operands to sample: x, w, dy, out (repeatable; out is what the GEMM wrote)")->delimiter(',');
   cmd->add_option("--every", f.every, "Sample every N steps");
   cmd->add_option("--start-step", f.start_step, "First step to sample")->check(step_number());
   cmd->add_option("--end-step", f.end_step, "Stop sampling at this step (0 = never)")->check(step_number());
@@ -85,7 +85,7 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
     p.clear_operands();
     for (const std::string& op : f.operands) {
       const auto parsed = operand_from_name(op);
-      if (!parsed) return Status::error("--operands: expected x, w or dy, got " + op);
+      if (!parsed) return Status::error("--operands: expected x, w, dy or out, got " + op);
       p.add_operands(wire::to_wire(*parsed));
     }
   }

@@ -28,7 +28,7 @@ void add_push_command(CLI::App& app, PushOptions& o) {
   cmd->add_option("--layer", o.layer,
                   "Layer label; with several tensors each is labelled LAYER/<tensor name>")->required();
   cmd->add_option("--gemm", o.gemm, "fprop, dgrad, wgrad or unknown")->capture_default_str();
-  cmd->add_option("--operand", o.operand, "x, w or dy")->required();
+  cmd->add_option("--operand", o.operand, "x, w, dy or out (what the GEMM wrote)")->required();
   cmd->add_option("--step", o.step, "Training step of the sample")->capture_default_str()->check(step_number());
   cmd->add_option("--run", o.run, "Run name")->envname("FP8SCOPE_RUN")->capture_default_str();
   cmd->add_option("--job", o.job, "Job name")->envname("FP8SCOPE_JOB")->capture_default_str();

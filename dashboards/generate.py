@@ -394,7 +394,7 @@ history = dashboard(
      custom_variable("loss", ["loss"]),
      sql_variable("layer", "SELECT DISTINCT layer FROM fp8scope.records WHERE run = ${run:sqlstring} ORDER BY 1"),
      custom_variable("gemm", ["fprop", "dgrad", "wgrad", "unknown"]),
-     custom_variable("operand", ["x", "w", "dy"]),
+     custom_variable("operand", ["x", "w", "dy", "out"]),
      sql_variable("recipe", "SELECT DISTINCT recipe FROM fp8scope.records WHERE run = ${run:sqlstring} ORDER BY 1"),
      custom_variable("statistic", STATISTICS)])
 history["time"] = {"from": "now-30d", "to": "now"}

@@ -92,7 +92,7 @@ std::optional<SamplingRule> from_wire(const v1::SamplingRule& w, std::string* er
   for (const v1::RuleTensor& t : w.tensors()) {
     const std::optional<GemmRole> g = from_wire(t.gemm());
     const std::optional<Operand> o = from_wire(t.operand());
-    if (!g || *g == GemmRole::kUnknown || !o) return fail("tensors: expected fprop, dgrad or wgrad and x, w or dy");
+    if (!g || *g == GemmRole::kUnknown || !o) return fail("tensors: expected fprop, dgrad or wgrad and x, w, dy or out");
     r.tensors |= tensor_bit(*g, *o);
   }
   for (const auto& [text, target] : {std::pair{&w.layer_regex(), &r.layer_regex}, std::pair{&w.and_layer_regex(), &r.and_layer_regex}}) {

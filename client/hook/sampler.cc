@@ -54,7 +54,7 @@ shm::PolicyCopy policy_from_environment() {
       if (const std::optional<Operand> op = operand_from_name(item)) {
         mask |= 1u << static_cast<std::uint32_t>(*op);
       } else if (!item.empty()) {
-        warn("FP8SCOPE_OPERANDS", operands, "a comma-separated list of x, w, dy");
+        warn("FP8SCOPE_OPERANDS", operands, "a comma-separated list of x, w, dy, out");
       }
       start = comma + 1;
     }

@@ -50,7 +50,7 @@ Step check_identity(const v1::TensorHeader& h, SampleHeader& s) {
     return refusal("bad_layer", "layer must be 1.." + std::to_string(kMaxLabelBytes) + " printable ASCII characters");
   }
   const std::optional<Operand> operand = wire::from_wire(h.operand());
-  if (!operand) return refusal("bad_operand", "operand must be x, w or dy");
+  if (!operand) return refusal("bad_operand", "operand must be x, w, dy or out");
   if (h.step() > kMaxStep) {
     return refusal("bad_step", "step " + std::to_string(h.step()) + " is above " + std::to_string(kMaxStep));
   }

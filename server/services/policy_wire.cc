@@ -43,7 +43,7 @@ Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
   p.layer_regex = w.layer_regex();
   for (int op : w.operands()) {
     const std::optional<Operand> o = wire::from_wire(static_cast<v1::Operand>(op));
-    if (!o) return Status::error("operands: expected x, w or dy, got " + std::to_string(op));
+    if (!o) return Status::error("operands: expected x, w, dy or out, got " + std::to_string(op));
     p.operands.push_back(*o);
   }
   p.every_n_steps = w.every_n_steps();
@@ -75,7 +75,7 @@ Result<SamplingPolicy> policy_from_wire(const v1::Policy& w) {
     const std::optional<SamplingRule> rule = wire::from_wire(l.rule(), &error);
     if (!rule) return Status::error("te_logged: " + error);
     const std::optional<Operand> operand = wire::from_wire(l.operand());
-    if (!operand) return Status::error("te_logged: expected an operand x, w or dy");
+    if (!operand) return Status::error("te_logged: expected an operand x, w, dy or out");
     p.te_logged.push_back({*rule, l.feature(), *operand, {l.stats().begin(), l.stats().end()}});
   }
   return p;

@@ -45,8 +45,9 @@ struct SamplingRule {
   std::uint64_t every_n_steps = 1, phase = 0, start_step = 0, end_step = 0;
   std::uint32_t range_count = 0;
   StepRange ranges[kMaxRuleStepRanges] = {};
-  // The tensors: tensor_bit(gemm, operand) for fprop, dgrad and wgrad; 0 = every operand of every
-  // GEMM. A GEMM whose role is unknown is selected for an operand the rule takes in any GEMM.
+  // The tensors: tensor_bit(gemm, operand) for fprop, dgrad and wgrad; 0 = every input of every
+  // GEMM (the operands sampled by default). A GEMM whose role is unknown is selected for an
+  // operand the rule takes in any GEMM.
   std::uint32_t tensors = 0;
   // Rules of one group are one section of a TE config: a layer that rules of two groups select is
   // sampled by neither and counted (nvdlfw_inspect refuses a layer two sections target). 0 = none.
@@ -60,8 +61,11 @@ struct SamplingRule {
 
 inline constexpr GemmRole kRuleGemms[] = {GemmRole::kFprop, GemmRole::kDgrad, GemmRole::kWgrad};
 
+// A bit for each operand of each role, the unknown role's included.
+inline constexpr std::uint32_t kOperandCount = sizeof kOperands / sizeof kOperands[0];
+static_assert(kOperandCount * (sizeof kGemmRoles / sizeof kGemmRoles[0]) <= 32);
 constexpr std::uint32_t tensor_bit(GemmRole gemm, Operand operand) {
-  return 1u << (static_cast<std::uint32_t>(gemm) * 3 + static_cast<std::uint32_t>(operand));
+  return 1u << (static_cast<std::uint32_t>(gemm) * kOperandCount + static_cast<std::uint32_t>(operand));
 }
 
 constexpr bool rule_selects_step(const SamplingRule& r, std::uint64_t step) {
@@ -76,7 +80,7 @@ constexpr bool rule_selects_step(const SamplingRule& r, std::uint64_t step) {
 
 // Whether tensor bits (SamplingRule::tensors) take `operand` of a GEMM with this role.
 constexpr bool tensors_select(std::uint32_t tensors, GemmRole gemm, Operand operand) {
-  if (tensors == 0) return true;
+  if (tensors == 0) return sampled_by_default(operand);
   if (gemm != GemmRole::kUnknown) return (tensors & tensor_bit(gemm, operand)) != 0;
   for (GemmRole g : kRuleGemms) {
     if ((tensors & tensor_bit(g, operand)) != 0) return true;

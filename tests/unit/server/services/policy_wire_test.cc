@@ -51,7 +51,7 @@ TEST_CASE("operand and recipe numbers the vocabulary lacks are refused", "[polic
   v1::Policy w;
   w.set_every_n_steps(1);
   w.add_operands(static_cast<v1::Operand>(9));
-  CHECK(policy_from_wire(w).message() == "operands: expected x, w or dy, got 9");
+  CHECK(policy_from_wire(w).message() == "operands: expected x, w, dy or out, got 9");
   w.clear_operands();
   w.add_operands(v1::OPERAND_UNSPECIFIED);
   CHECK(!policy_from_wire(w).ok());

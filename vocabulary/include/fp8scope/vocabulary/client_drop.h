@@ -32,7 +32,8 @@ namespace fp8scope {
   ROW(CastUnreadable, "cast_unreadable") /* TE's getters refused a cast's tensors: the cast is not captured */     \
   ROW(CastStashFull, "cast_stash_full")  /* no room to keep a cast's input until the GEMM that reads it */ \
   ROW(GraphShared, "graph_shared")  /* a replay of a graph instantiated twice or nested: its recorded copies are shared */ \
-  ROW(GraphTableFull, "graph_table_full") /* no slot left in the hook's plan table for a copy recorded at capture */
+  ROW(GraphTableFull, "graph_table_full") /* no slot left in the hook's plan table for a copy recorded at capture */ \
+  ROW(OutputUnsupported, "output_unsupported") /* a GEMM output the hook does not copy: an expert GEMM's, or codes */
 
 enum class ClientDrop : std::uint32_t { FP8SCOPE_CLIENT_DROPS(FP8SCOPE_VOCABULARY_ENUMERATOR) };
 

@@ -28,7 +28,7 @@ shm::PolicyCopy policy_from_environment();
 class TensorSelection {
  public:
   static TensorSelection all() { return TensorSelection(~0u); }
-  static TensorSelection of_operands(std::uint32_t operand_mask);  // bit (1 << Operand); 0 = all
+  static TensorSelection of_operands(std::uint32_t operand_mask);  // bit (1 << Operand); 0 = by default
   static TensorSelection of_tensors(std::uint32_t tensors);  // SamplingRule::tensors
   TensorSelection() = default;
   bool none() const { return bits_ == 0; }

@@ -24,8 +24,9 @@
 namespace fp8scope::shm {
 
 inline constexpr std::uint32_t kMagic = 0x38504653u;  // "SFP8"
-// 2: records carry scale tensors; 3: experts; 4: rules; 5: casts; 6: the graph drop counters
-inline constexpr std::uint32_t kLayoutVersion = 6;
+// 2: records carry scale tensors; 3: experts; 4: rules; 5: casts; 6: the graph drop counters;
+// 7: GEMM outputs (a rule's tensor bits four to a role)
+inline constexpr std::uint32_t kLayoutVersion = 7;
 inline constexpr std::size_t kAlign = 64;  // records start on cache lines
 inline constexpr const char* kShmFdEnv = "FP8SCOPE_SHM_FD";
 
@@ -94,7 +95,7 @@ struct alignas(kAlign) RecordHeader {
 struct PolicyCopy {
   std::uint64_t version = 0;  // the daemon's policy version; 0 = none received yet
   std::uint64_t every_n_steps = 0, start_step = 0, end_step = 0, max_bytes_per_step = 0;
-  std::uint32_t operand_mask = 0;  // bit (1 << Operand value); 0 = all
+  std::uint32_t operand_mask = 0;  // bit (1 << Operand value); 0 = those sampled by default
   std::uint32_t experts_per_call = 0;  // batched and grouped GEMMs; 0 = every expert
   char layer_regex[1024] = {};     // NUL-terminated
   std::uint32_t rule_count = 0;    // with any, the rules replace the selection above
