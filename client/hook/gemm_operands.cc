@@ -238,6 +238,17 @@ GemmAlpha read_alpha(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, const voi
   return a;
 }
 
+// A call's output as a tensor: one matrix or a strided batch of high-precision values. Codes are
+// not copied: their scale (D_SCALE, the amax it writes) is not read.
+void set_output(GemmCall& call, std::optional<OperandView> d, shm::DropReason reason) {
+  if (d && (d->experts != 0 || d->device_dims.present() || is_codes(d->dtype))) {
+    d.reset();
+    reason = shm::DropReason::kOutputUnsupported;
+  }
+  call.d = d;
+  call.d_reason = reason;
+}
+
 // A call of the operands a reader found; alpha, experts and tokens are the reader's to add.
 GemmCall gemm_call(const char* source, bool transa, bool transb, const OperandView& a, const OperandView& b,
                    CUstream stream) {
@@ -315,8 +326,8 @@ MatmulShape read_matmul_shape(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t 
 }
 
 ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
-                              CUstream stream) {
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* D,
+                              cublasLtMatrixLayout_t Ddesc, CUstream stream) {
   const CublasLtApi& lt = cublaslt_api();
   ReadResult r;
   if (lt.layout_get == nullptr || lt.desc_get == nullptr || desc == nullptr) {
@@ -337,6 +348,9 @@ ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t des
   const bool grouped = b->device_dims.present();
   if (a->dtype == DType::kE2M1 || b->dtype == DType::kE2M1) call.alpha = read_alpha(lt, desc, alpha, grouped);
   call.experts = b->experts;
+  shm::DropReason d_reason = shm::DropReason::kOutputUnsupported;
+  const std::optional<OperandView> d = read_layout(lt, Ddesc, D, 0, 0, d_reason);
+  set_output(call, d, d_reason);
   r.call = call;
   return r;
 }
@@ -368,9 +382,21 @@ ReadResult cublas_operands(const char* source, bool transa, bool transb, std::in
 
 ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m, int n, int k, const void* A,
                             cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
-                            long long strideB, int batch_count, CUstream stream) {
-  return cublas_operands(source, transa, transb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB, batch_count,
-                         batch_count, stream);
+                            long long strideB, const CublasOutput& C, int batch_count, CUstream stream) {
+  ReadResult r = cublas_operands(source, transa, transb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+                                 batch_count, batch_count, stream);
+  if (!r.call) return r;
+  const std::optional<DTypeMapping> type = map_dtype(C.type);
+  if (!type) {
+    set_output(*r.call, std::nullopt, shm::DropReason::kUnsupportedDtype);
+  } else if (C.c == nullptr || C.ldc < m) {
+    set_output(*r.call, std::nullopt, shm::DropReason::kUnsupportedLayout);
+  } else {
+    set_output(*r.call, stored_matrix(C.c, *type, static_cast<std::uint64_t>(m), static_cast<std::uint64_t>(n), C.ldc,
+                                      false, batch_count, C.stride),
+               shm::DropReason::kOutputUnsupported);
+  }
+  return r;
 }
 
 ReadResult read_cublas_batched_call(const char* source, bool transa, bool transb, std::int64_t m, std::int64_t n,

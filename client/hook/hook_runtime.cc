@@ -80,14 +80,15 @@ HookRuntime* HookRuntime::get() {
   return g_runtime.load(std::memory_order_acquire);
 }
 
-void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-                                   cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
-                                   CUstream stream) {
+std::optional<PendingOutput> HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                                                           cublasLtMatrixLayout_t Adesc, const void* B,
+                                                           cublasLtMatrixLayout_t Bdesc, const void* D,
+                                                           cublasLtMatrixLayout_t Ddesc, CUstream stream) {
   if (const std::optional<DriverApi::CaptureInfo> capture = captured(stream)) {
     const MatmulShape shape = read_matmul_shape(desc, Adesc);
     const std::uint64_t signature = gemm_signature(A, shape.a_rows, shape.a_cols, shape.transa, shape.transb);
     return observe_captured(*capture, signature, shape.transa, shape.transb, [&] {
-      return read_cublaslt_call(shape, desc, alpha, A, Adesc, B, Bdesc, stream);
+      return read_cublaslt_call(shape, desc, alpha, A, Adesc, B, Bdesc, D, Ddesc, stream);
     });
   }
   // The shape is read once a call: for the step signature when steps come from it, else only
@@ -100,26 +101,52 @@ void HookRuntime::observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha,
     signature = gemm_signature(A, shape->a_rows, shape->a_cols, shape->transa, shape->transb);
   }
   const std::uint64_t step = clock_.on_gemm(signature);
-  if (!sampler_.step_selected(link_.segment(), step)) return;
+  if (!sampler_.step_selected(link_.segment(), step)) return std::nullopt;
   if (!shape) shape = read_matmul_shape(desc, Adesc);
-  const ReadResult read = read_cublaslt_call(*shape, desc, alpha, A, Adesc, B, Bdesc, stream);
+  const ReadResult read = read_cublaslt_call(*shape, desc, alpha, A, Adesc, B, Bdesc, D, Ddesc, stream);
   // The name is taken even for a GEMM that cannot be read, so the ordinals of the others hold.
   const GemmRole layout_role = read.call ? role_from_layout(read.call->transa, read.call->transb) : GemmRole::kUnknown;
   const GemmName name = thread_ranges().name_next_gemm(layout_role, step, read.call && read.call->experts > 0);
   bool conflict = false;
   const TensorSelection tensors = sampler_.select(step, name.layer, &conflict);
   if (conflict) count(shm::DropReason::kRuleConflict);
-  if (tensors.none()) return;
+  if (tensors.none()) return std::nullopt;
   if (!read.call) {
     count(read.reason);
-    return;
+    return std::nullopt;
   }
   sample(*read.call, step, name, tensors);
+  return output_of(*read.call, step, name, tensors);
+}
+
+std::optional<PendingOutput> HookRuntime::output_of(const GemmCall& call, std::uint64_t step, const GemmName& name,
+                                                    TensorSelection tensors) {
+  if (!tensors.takes(name.role, Operand::kOut)) return std::nullopt;
+  if (!call.d) {
+    count(call.d_reason);
+    return std::nullopt;
+  }
+  return PendingOutput{step, name.layer, name.role, call.source, *call.d, call.stream, std::nullopt, 0};
+}
+
+void HookRuntime::sample_output(const PendingOutput& output) {
+  const SampleSpec spec{output.step, output.layer, output.role, Operand::kOut, output.source};
+  std::optional<shm::DropReason> dropped;
+  if (output.capture) {
+    dropped = capture_.record_operand(*output.capture, output.gemm, spec, output.view, GemmAlpha{}, false, output.stream);
+  } else if (capture_.capturing(output.stream)) {  // nothing may be enqueued on a capturing stream
+    dropped = shm::DropReason::kGraphCapture;
+  } else if (!sampler_.charge(output.step, output.view.payload_bytes())) {
+    dropped = shm::DropReason::kBudget;
+  } else {
+    dropped = capture_.sample(spec, output.view, GemmAlpha{}, output.stream);
+  }
+  if (dropped) count(*dropped);
 }
 
 template <class Read>
-void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped,
-                                      cublasHandle_t handle, Read read_call) {
+std::optional<PendingOutput> HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool transb,
+                                                              bool grouped, cublasHandle_t handle, Read read_call) {
   const auto stream_of = [&] {
     cudaStream_t stream = nullptr;
     const auto get_stream = cublas_api().get_stream;
@@ -132,30 +159,34 @@ void HookRuntime::observe_cublas_call(std::uint64_t signature, bool transa, bool
     }
   }
   const std::uint64_t step = clock_.on_gemm(signature);
-  if (!sampler_.step_selected(link_.segment(), step)) return;
+  if (!sampler_.step_selected(link_.segment(), step)) return std::nullopt;
   const GemmName name = thread_ranges().name_next_gemm(role_from_layout(transa, transb), step, grouped);
   bool conflict = false;
   const TensorSelection tensors = sampler_.select(step, name.layer, &conflict);
   if (conflict) count(shm::DropReason::kRuleConflict);
-  if (tensors.none()) return;
+  if (tensors.none()) return std::nullopt;
   const ReadResult read = read_call(stream_of());
   if (!read.call) {
     count(read.reason);
-    return;
+    return std::nullopt;
   }
   sample(*read.call, step, name, tensors);
+  return output_of(*read.call, step, name, tensors);
 }
 
-void HookRuntime::observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                                 int k, const void* A, cudaDataType Atype, int lda, long long strideA, const void* B,
-                                 cudaDataType Btype, int ldb, long long strideB, int batch_count, cublasHandle_t handle) {
+std::optional<PendingOutput> HookRuntime::observe_cublas(const char* source, cublasOperation_t transa,
+                                                         cublasOperation_t transb, int m, int n, int k, const void* A,
+                                                         cudaDataType Atype, int lda, long long strideA, const void* B,
+                                                         cudaDataType Btype, int ldb, long long strideB,
+                                                         const CublasOutput& C, int batch_count, cublasHandle_t handle) {
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   const std::uint64_t signature =
       clock_.needs_signature()
           ? gemm_signature(A, static_cast<std::uint64_t>(ta ? k : m), static_cast<std::uint64_t>(ta ? m : k), ta, tb)
           : 0;
-  observe_cublas_call(signature, ta, tb, false, handle, [&](CUstream stream) {
-    return read_cublas_call(source, ta, tb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB, batch_count, stream);
+  return observe_cublas_call(signature, ta, tb, false, handle, [&](CUstream stream) {
+    return read_cublas_call(source, ta, tb, m, n, k, A, Atype, lda, strideA, B, Btype, ldb, strideB, C, batch_count,
+                            stream);
   });
 }
 
@@ -208,8 +239,8 @@ std::optional<DriverApi::CaptureInfo> HookRuntime::captured(CUstream stream) {
 }
 
 template <class Read>
-void HookRuntime::observe_captured(const DriverApi::CaptureInfo& capture, std::uint64_t signature, bool transa,
-                                   bool transb, Read read) {
+std::optional<PendingOutput> HookRuntime::observe_captured(const DriverApi::CaptureInfo& capture,
+                                                           std::uint64_t signature, bool transa, bool transb, Read read) {
   // Nothing runs now: the GEMM's place in the capture (for the step clock at replay), and a copy
   // node for each operand the policy may ever sample. Its name counts GEMMs from the capture's
   // start, as a step's do.
@@ -220,10 +251,19 @@ void HookRuntime::observe_captured(const DriverApi::CaptureInfo& capture, std::u
   bool conflict = false;
   const TensorSelection tensors = sampler_.selectable(name.layer, &conflict);
   if (conflict) count(shm::DropReason::kRuleConflict);
-  if (tensors.none()) return;
-  if (!read_result.call) return count(read_result.reason);
+  if (tensors.none()) return std::nullopt;
+  if (!read_result.call) {
+    count(read_result.reason);
+    return std::nullopt;
+  }
   const GemmCall& call = *read_result.call;
-  if (grouped) return record_experts(capture, gemm, call, name, tensors);
+  if (grouped) record_experts(capture, gemm, call, name, tensors);
+  std::optional<PendingOutput> output = output_of(call, 0, name, tensors);
+  if (output) {
+    output->capture = capture;
+    output->gemm = gemm;
+  }
+  if (grouped) return output;
   const bool te = te_casts_seen_.load(std::memory_order_relaxed);
   for (const auto& [view, kind] : {std::pair<const OperandView&, Operand>{call.a, operand_of_a(name.role)},
                                    std::pair<const OperandView&, Operand>{call.b, operand_of_b(name.role)}}) {
@@ -233,6 +273,7 @@ void HookRuntime::observe_captured(const DriverApi::CaptureInfo& capture, std::u
       count(*dropped);
     }
   }
+  return output;
 }
 
 void HookRuntime::record_experts(const DriverApi::CaptureInfo& capture, std::size_t gemm, const GemmCall& call,

@@ -7,7 +7,9 @@
 #include <optional>
 
 using fp8scope::hook::CallGuard;
+using fp8scope::hook::CublasOutput;
 using fp8scope::hook::HookRuntime;
+using fp8scope::hook::PendingOutput;
 
 extern "C" __attribute__((visibility("default"))) cublasStatus_t cublasGemmEx(
     cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* alpha,
@@ -16,14 +18,15 @@ extern "C" __attribute__((visibility("default"))) cublasStatus_t cublasGemmEx(
   const auto real = fp8scope::hook::cublas_api().gemm_ex;
   if (real == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   CallGuard guard;
-  if (guard.observe()) {
-    if (HookRuntime* hook = HookRuntime::get()) {
-      hook->observe_cublas("cublasGemmEx", transa, transb, m, n, k, A, Atype, lda, 0, B, Btype, ldb, 0, 1,
-                           handle);
-    }
-  }
-  return real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, computeType,
-              algo);
+  HookRuntime* hook = guard.observe() ? HookRuntime::get() : nullptr;
+  const std::optional<PendingOutput> output =
+      hook != nullptr ? hook->observe_cublas("cublasGemmEx", transa, transb, m, n, k, A, Atype, lda, 0, B, Btype, ldb, 0,
+                                             CublasOutput{C, Ctype, ldc, 0}, 1, handle)
+                      : std::nullopt;
+  const cublasStatus_t status = real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
+                                     Ctype, ldc, computeType, algo);
+  if (output && status == CUBLAS_STATUS_SUCCESS) hook->sample_output(*output);
+  return status;
 }
 
 extern "C" __attribute__((visibility("default"))) cublasStatus_t cublasGemmStridedBatchedEx(
@@ -34,14 +37,16 @@ extern "C" __attribute__((visibility("default"))) cublasStatus_t cublasGemmStrid
   const auto real = fp8scope::hook::cublas_api().gemm_strided_batched_ex;
   if (real == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   CallGuard guard;
-  if (guard.observe()) {
-    if (HookRuntime* hook = HookRuntime::get()) {
-      hook->observe_cublas("cublasGemmStridedBatchedEx", transa, transb, m, n, k, A, Atype, lda, strideA, B, Btype,
-                           ldb, strideB, batchCount, handle);
-    }
-  }
-  return real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
-              ldc, strideC, batchCount, computeType, algo);
+  HookRuntime* hook = guard.observe() ? HookRuntime::get() : nullptr;
+  const std::optional<PendingOutput> output =
+      hook != nullptr ? hook->observe_cublas("cublasGemmStridedBatchedEx", transa, transb, m, n, k, A, Atype, lda,
+                                             strideA, B, Btype, ldb, strideB, CublasOutput{C, Ctype, ldc, strideC},
+                                             batchCount, handle)
+                      : std::nullopt;
+  const cublasStatus_t status = real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
+                                     strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
+  if (output && status == CUBLAS_STATUS_SUCCESS) hook->sample_output(*output);
+  return status;
 }
 
 // Batched and grouped GEMMs (mixture-of-experts layers): each batch element or problem is an

@@ -77,7 +77,8 @@ void SampleAnalyzer::refused_once(const std::string& why) {
 void SampleAnalyzer::add_what_if_plans(const Sample& s, const SamplingPolicy& policy, const TensorView& view,
                                        std::vector<RecipePlan>& plans,
                                        std::vector<std::shared_ptr<DelayedScalingState>>& delayed) {
-  const Operand operand = s.header.operand;
+  // A GEMM output is cast as the input it becomes.
+  const Operand operand = analyzed_as(s.header.operand, s.header.gemm);
   for (RecipeKind kind : policy_recipes(policy)) {
     RecipePlan p;
     p.recipe = default_recipe(kind);
@@ -127,7 +128,7 @@ void SampleAnalyzer::add_what_ifs(const Sample& s, const TensorView& view, const
 
 Result<SampleAnalysis> SampleAnalyzer::what_ifs(const Sample& s, const SamplingPolicy& policy) {
   const TensorView view{s.payload.data(), s.header.dtype, s.header.analyzed_rows(), s.header.cols, 1.0f,
-                        channel_axis_for(s.header.operand)};
+                        channel_axis_for(analyzed_as(s.header.operand, s.header.gemm))};
   std::vector<RecipePlan> plans;
   std::vector<std::shared_ptr<DelayedScalingState>> delayed;
   add_what_if_plans(s, policy, view, plans, delayed);

@@ -4,7 +4,7 @@
 // GEMMs on the host once, at capture. The story: a graphed run's losses are its ungraphed run's,
 // with the hook or without; every sampled tensor of its replayed steps reaches the daemon named as
 // in the ungraphed run, with the statistics `fp8scope analyze` gives its dumps, into the history
-// and the report; replays nobody samples copy nothing; a graph recaptured, updated in place,
+// and the report; GEMM outputs are copied after their GEMM; replays nobody samples copy nothing; a graph recaptured, updated in place,
 // instantiated twice or destroyed while its samples are in flight loses nothing it sent and is
 // never misread; and every way a program reaches the graph calls (the driver's PLT, cuGetProcAddress,
 // the runtime) and every capture mode works.
@@ -189,6 +189,61 @@ TEST_CASE("a graphed trainer's replayed steps reach the daemon named and measure
   std::ifstream html(dir.file("report.html"));
   const std::string text((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
   for (int l = 0; l < kLayers; ++l) CHECK(text.find("mlp." + std::to_string(l) + "#0") != std::string::npos);
+}
+
+TEST_CASE("GEMM outputs are copied after their GEMM, eager and at a graph's replays, as the GEMMs wrote them",
+          "[hook][graph]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  double expected = 0;
+  for (const char* mode : {"bf16", "fp8", "mxfp8"}) {
+    INFO(mode);
+    for (const bool graphed : {false, true}) {
+      INFO((graphed ? "graphed" : "eager"));
+      const std::string run = std::string(mode) + (graphed ? "-graph" : "-eager");
+      const std::string dump = dir.file("dump-" + run), trace = dir.file(run + ".trace");
+      std::filesystem::create_directories(dump);
+      std::vector<std::string> args = {"--steps", "7", "--mode", mode, "--dump-step", "5", "--dump-dir", dump};
+      if (graphed) args.push_back("--cuda-graph");
+      // Outputs only: a policy that names them samples nothing else.
+      const ProcessResult hooked = under_hook({"--endpoint", daemon.grpc(), "--every", "5", "--operands", "out",
+                                               "--job", "outputs", "--run", run},
+                                              args, {"FP8SCOPE_FIXTURE_TRACE=" + trace});
+      REQUIRE(hooked.exit_code == 0);
+      // One output per GEMM of steps 0 and 5; a graph's replays copy the outputs of step 5 only.
+      expected += 2 * kLayers * 3;
+      if (graphed) CHECK(lines_starting(lines_of(trace), "fp8scope_plan_copy") == kLayers * 3);
+      REQUIRE(eventually([&] { return counter(daemon, "fp8scope_samples_analyzed_total") == expected; }));
+      const std::string metrics = http_get(daemon.metrics(), "/metrics");
+      for (int l = 0; l < kLayers; ++l) {
+        for (const char* gemm : {"fprop", "dgrad", "wgrad"}) {
+          const std::string file = dump + "/mlp." + std::to_string(l) + "." + gemm + ".out.npy";
+          INFO(file);
+          const ProcessResult analyze = cli({"analyze", file, "--json", "--recipe", "tensor_current", "--format",
+                                             std::string(gemm) == "dgrad" ? "e5m2" : "e4m3"});
+          REQUIRE(analyze.exit_code == 0);
+          const json want = json::parse(analyze.out);
+          const std::map<std::string, std::string> tensor = {
+              {"job", "outputs"}, {"layer", "mlp." + std::to_string(l) + "#0"}, {"gemm", gemm}, {"operand", "out"}};
+          for (const char* key : {"amax", "amin", "mean", "std", "l2_norm", "dynamic_range_log2"}) {
+            INFO(key);
+            CHECK(metric_value(metrics, std::string("fp8scope_") + key, tensor) ==
+                  Approx(want[key].get<double>()).epsilon(1e-12));
+          }
+          // Its what-ifs are the input's it becomes: dgrad's output is the gradient below (E5M2).
+          std::map<std::string, std::string> recipe = tensor;
+          recipe["recipe"] = "tensor_current";
+          recipe["format"] = std::string(gemm) == "dgrad" ? "e5m2" : "e4m3";
+          CHECK(metric_value(metrics, "fp8scope_mse", recipe) == Approx(want["mse"].get<double>()).epsilon(1e-12));
+          CHECK(metric_value(metrics, "fp8scope_last_step", tensor) == 5.0);
+        }
+      }
+    }
+    wait_for_records_stored(daemon, static_cast<std::uint64_t>(expected) * fp8scope::kDefaultRecipeCount);
+    CHECK(records_of(dir.file("data"), std::string(mode) + "-graph") ==
+          records_of(dir.file("data"), std::string(mode) + "-eager"));
+  }
+  CHECK(nonzero_series(http_get(daemon.metrics(), "/metrics"), "fp8scope_samples_dropped_total").empty());
 }
 
 TEST_CASE("a graphed Transformer Engine trainer's casts are sampled at its replays as in its eager run",

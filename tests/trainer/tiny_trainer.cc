@@ -386,6 +386,7 @@ void Trainer::forward(int l) {
   }
   host([this, &L, l, name, M, N] {
     L.pre_activation = download(*L.device.at("fprop.out"), M, N);
+    dump(name + ".fprop.out", "<f4", M, N, L.pre_activation.v.data(), L.pre_activation.v.size() * sizeof(float));
     // TE's row scales after a row-scaled NVFP4 GEMM.
     if (block_) apply_row_scales(L.pre_activation, L.block.at(name + ".fprop.w"), L.block.at(name + ".fprop.x"));
     acts_[l + 1] = L.pre_activation;
@@ -479,6 +480,8 @@ void Trainer::backward(int l) {
   }
   host([this, &L, l, name, M, N, K] {
     Matrix dw = download(*L.device.at("wgrad.out"), N, K), dx = download(*L.device.at("dgrad.out"), M, K);
+    dump(name + ".dgrad.out", "<f4", M, K, dx.v.data(), dx.v.size() * sizeof(float));
+    dump(name + ".wgrad.out", "<f4", N, K, dw.v.data(), dw.v.size() * sizeof(float));
     if (block_) {
       apply_row_scales(dx, L.block.at(name + ".dgrad.w"), L.block.at(name + ".dgrad.dy"));
       apply_row_scales(dw, L.block.at(name + ".wgrad.x"), L.block.at(name + ".wgrad.dy"));
@@ -651,7 +654,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "moe: at this step the first padded expert's padding rows of X are NaN");
   app.add_option("--losses", o.losses, "Write one loss per line (hex float) here");
   app.add_option("--seed", o.seed, "Data and initialization seed");
-  app.add_option("--dump-step", o.dump_step, "Write every GEMM operand of this step as .npy into --dump-dir");
+  app.add_option("--dump-step", o.dump_step,
+                 "Write every GEMM operand and output of this step as .npy into --dump-dir");
   app.add_option("--dump-dir", o.dump_dir, "Where --dump-step writes");
   app.add_option("--step-sleep-ms", o.step_sleep_ms, "Sleep this long after each step");
   app.add_option("--outlier-step", o.outlier_step, "At this step scale input feature 0 of the batch by --outlier-scale");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "fp8scope/hook/gemm_operands.h"
@@ -351,6 +352,40 @@ TEST_CASE("rules select steps, modules and tensors each on their own, and replac
   CHECK(sampler.select(7, "anything#0").none());
 }
 
+TEST_CASE("a GEMM's output is sampled only where a policy or rule names it", "[hook]") {
+  // Every (role, operand) has a bit of its own, the unknown role's included.
+  std::set<std::uint32_t> bits;
+  for (const fp8scope::GemmRoleTerm& g : fp8scope::kGemmRoles) {
+    for (const fp8scope::OperandTerm& o : fp8scope::kOperands) bits.insert(fp8scope::tensor_bit(g.value, o.value));
+  }
+  CHECK(bits.size() == std::size(fp8scope::kGemmRoles) * std::size(fp8scope::kOperands));
+  // No operands named, no tensors named: the inputs, not the output.
+  for (const TensorSelection none_named : {TensorSelection::of_operands(0), TensorSelection::of_tensors(0)}) {
+    for (GemmRole g : {GemmRole::kFprop, GemmRole::kDgrad, GemmRole::kWgrad, GemmRole::kUnknown}) {
+      CHECK(none_named.takes(g, Operand::kX));
+      CHECK(none_named.takes(g, Operand::kDy));
+      CHECK_FALSE(none_named.takes(g, Operand::kOut));
+    }
+  }
+  const TensorSelection outputs = TensorSelection::of_operands(1u << static_cast<unsigned>(Operand::kOut));
+  CHECK(outputs.takes(GemmRole::kWgrad, Operand::kOut));
+  CHECK_FALSE(outputs.takes(GemmRole::kWgrad, Operand::kX));
+  // A rule's output of one GEMM: that GEMM's only, and an unknown GEMM's (it may be that one).
+  const TensorSelection dgrad_out = TensorSelection::of_tensors(fp8scope::tensor_bit(GemmRole::kDgrad, Operand::kOut));
+  CHECK(dgrad_out.takes(GemmRole::kDgrad, Operand::kOut));
+  CHECK(dgrad_out.takes(GemmRole::kUnknown, Operand::kOut));
+  CHECK_FALSE(dgrad_out.takes(GemmRole::kFprop, Operand::kOut));
+  CHECK_FALSE(dgrad_out.takes(GemmRole::kDgrad, Operand::kDy));
+  // As FP8SCOPE_RULES writes and reads it.
+  std::string error;
+  const auto rules = fp8scope::parse_rules("tensors=fprop:out,wgrad:dy", &error);
+  REQUIRE(rules);
+  CHECK(rules->front().tensors ==
+        (fp8scope::tensor_bit(GemmRole::kFprop, Operand::kOut) | fp8scope::tensor_bit(GemmRole::kWgrad, Operand::kDy)));
+  CHECK(fp8scope::format_rules(*rules).find("tensors=fprop:out,wgrad:dy") != std::string::npos);
+  CHECK(fp8scope::rule_problem(rules->front()).empty());
+}
+
 TEST_CASE("a malformed environment is reported and ignored", "[hook]") {
   setenv("FP8SCOPE_EVERY", "ten", 1);
   setenv("FP8SCOPE_LAYER_REGEX", "([", 1);
@@ -365,17 +400,28 @@ TEST_CASE("a malformed environment is reported and ignored", "[hook]") {
 TEST_CASE("cublasGemmEx arguments describe the stored matrices", "[hook]") {
   const float a[4] = {}, b[4] = {};
   // C (m x n) = A^T (m x k) B (k x n): A is stored k x m.
+  float c[4] = {};
   ReadResult r = read_cublas_call("cublasGemmEx", true, false, 48, 16, 32, a, CUDA_R_16BF, 40, 0, b, CUDA_R_16BF, 32,
-                                  0, 1, nullptr);
+                                  0, CublasOutput{c, CUDA_R_32F, 50, 0}, 1, nullptr);
   REQUIRE(r.call);
+  // C, the output, is m x n with its own leading dimension.
+  REQUIRE(r.call->d);
+  CHECK((r.call->d->rows == 48 && r.call->d->cols == 16 && r.call->d->ld == 50 && r.call->d->element_bits == 32));
+  CHECK(r.call->d->payload_bytes() == 48 * 16 * 4);
   CHECK((r.call->a.rows == 32 && r.call->a.cols == 48 && r.call->a.ld == 40 && r.call->a.element_bits == 16));
   CHECK((r.call->a.inner() == 32 && r.call->a.outer() == 48));  // row-major view [48, 32]
   CHECK((r.call->b.rows == 32 && r.call->b.cols == 16));
   CHECK(r.call->a.payload_bytes() == 48 * 32 * 2);
-  CHECK_FALSE(read_cublas_call("cublasGemmEx", false, false, 4, 4, 4, a, CUDA_R_8I, 4, 0, b, CUDA_R_8I, 4, 0, 1,
-                               nullptr).call);
+  CHECK_FALSE(read_cublas_call("cublasGemmEx", false, false, 4, 4, 4, a, CUDA_R_8I, 4, 0, b, CUDA_R_8I, 4, 0,
+                               CublasOutput{c, CUDA_R_32F, 4, 0}, 1, nullptr).call);
+  // An output C too narrow for its rows: the operands are sampled, the output is counted.
+  const ReadResult narrow_c = read_cublas_call("cublasGemmEx", false, false, 4, 4, 4, a, CUDA_R_32F, 4, 0, b,
+                                               CUDA_R_32F, 4, 0, CublasOutput{c, CUDA_R_32F, 2, 0}, 1, nullptr);
+  REQUIRE(narrow_c.call);
+  CHECK_FALSE(narrow_c.call->d);
+  CHECK(narrow_c.call->d_reason == shm::DropReason::kUnsupportedLayout);
   const ReadResult bad_ld = read_cublas_call("cublasGemmEx", false, false, 8, 4, 4, a, CUDA_R_32F, 4, 0, b, CUDA_R_32F,
-                                             4, 0, 1, nullptr);
+                                             4, 0, CublasOutput{c, CUDA_R_32F, 8, 0}, 1, nullptr);
   CHECK_FALSE(bad_ld.call);
   CHECK(bad_ld.reason == shm::DropReason::kUnsupportedLayout);
 }
@@ -400,10 +446,14 @@ TEST_CASE("cuBLASLt grouped layouts: shapes on the device, per-group scalar and 
   const std::int32_t wide = 1;  // CUBLASLT_INTEGER_WIDTH_64 for B's rows, cols and ld
   cublasLtMatrixLayoutSetAttribute(lb, static_cast<cublasLtMatrixLayoutAttribute_t>(12), &wide, sizeof wide);
   cublasLtMatrixLayoutSetAttribute(lb, static_cast<cublasLtMatrixLayoutAttribute_t>(13), &wide, sizeof wide);
-  auto read = [&] { return read_cublaslt_call(read_matmul_shape(desc, la), desc, nullptr, pointers, la, pointers, lb, nullptr); };
+  auto read = [&] {
+    return read_cublaslt_call(read_matmul_shape(desc, la), desc, nullptr, pointers, la, pointers, lb, pointers, lb, nullptr);
+  };
   ReadResult r = read();
   REQUIRE(r.call);
   CHECK(r.call->experts == 4);
+  CHECK_FALSE(r.call->d);  // an expert GEMM's outputs are not copied
+  CHECK(r.call->d_reason == shm::DropReason::kOutputUnsupported);
   CHECK(host_tokens(*r.call, GemmRole::kFprop).empty());  // the device knows them: the gather kernel reads them
   CHECK((r.call->b.device_dims.rows == rows64 && r.call->b.device_dims.cols == cols64 && r.call->b.device_dims.ld == rows64));
   CHECK((r.call->b.device_dims.rows_cols_64 && r.call->b.device_dims.ld_64));
@@ -490,7 +540,7 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
   cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batches, sizeof batches);
   cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
   const char data[1] = {};
-  auto read = [&] { return read_cublaslt_call(read_matmul_shape(desc, la), desc, nullptr, data, la, data, lb, nullptr); };
+  auto read = [&] { return read_cublaslt_call(read_matmul_shape(desc, la), desc, nullptr, data, la, data, lb, data, lb, nullptr); };
   ReadResult r = read();
   REQUIRE(r.call);
   CHECK(r.call->transa);
@@ -547,7 +597,7 @@ TEST_CASE("cublasLtMatmul descriptors: layouts, batches, FP8 scales, and what ca
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec16, sizeof vec16);
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &device, sizeof device);
     const float alpha = 0.5f;
-    r = read_cublaslt_call(read_matmul_shape(desc, fp4), desc, &alpha, data, fp4, data, lb, nullptr);
+    r = read_cublaslt_call(read_matmul_shape(desc, fp4), desc, &alpha, data, fp4, data, lb, data, lb, nullptr);
     REQUIRE(r.call);
     CHECK((r.call->a.dtype == DType::kE2M1 && r.call->a.element_bits == 4));
     CHECK(r.call->a.payload_bytes() == 64 * 32 / 2 + 128 * 4);

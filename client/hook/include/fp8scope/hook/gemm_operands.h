@@ -97,6 +97,10 @@ struct GemmCall {
   CUstream stream = nullptr;
   // Batched and grouped GEMMs: the experts (batch elements, problems or groups).
   std::uint32_t experts = 0;
+  // What the call writes (cuBLASLt's D, cuBLAS's C), copied after the call when a policy asks; the
+  // reason when it cannot be (an expert GEMM's, codes: their scales are not read).
+  std::optional<OperandView> d;
+  shm::DropReason d_reason = shm::DropReason::kOutputUnsupported;
 };
 
 // Layout role: TN fprop, NN dgrad, NT wgrad, TT unknown.
@@ -140,12 +144,19 @@ struct ReadResult {
   shm::DropReason reason = shm::DropReason::kUnsupportedDtype;
 };
 ReadResult read_cublaslt_call(const MatmulShape& shape, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream);
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* D,
+                              cublasLtMatrixLayout_t Ddesc, CUstream stream);
 
-// The same for cublasGemmEx / cublasGemmStridedBatchedEx arguments (strides in elements).
+// The same for cublasGemmEx / cublasGemmStridedBatchedEx arguments (strides in elements), C the
+// output (m x n).
+struct CublasOutput {
+  const void* c = nullptr;
+  cudaDataType type = CUDA_R_32F;
+  long long ldc = 0, stride = 0;
+};
 ReadResult read_cublas_call(const char* source, bool transa, bool transb, int m, int n, int k, const void* A,
                             cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
-                            long long strideB, int batch_count, CUstream stream);
+                            long long strideB, const CublasOutput& C, int batch_count, CUstream stream);
 
 // cublasGemmBatchedEx: one shape for all, matrices through device pointer arrays.
 ReadResult read_cublas_batched_call(const char* source, bool transa, bool transb, std::int64_t m, std::int64_t n,

@@ -19,6 +19,19 @@
 
 namespace fp8scope::hook {
 
+// A GEMM's output the policy selected: copied once the real call is on its stream (or in the
+// capture), so the copy reads what the GEMM wrote.
+struct PendingOutput {
+  std::uint64_t step = 0;
+  std::string layer;
+  GemmRole role = GemmRole::kUnknown;
+  const char* source = "";
+  OperandView view;
+  CUstream stream = nullptr;
+  std::optional<DriverApi::CaptureInfo> capture;  // recorded into this capture, after GEMM `gemm`
+  std::size_t gemm = 0;
+};
+
 class HookRuntime {
  public:
   // The runtime, or null when the hook is disabled (FP8SCOPE_DISABLE=1, a forked child, exiting).
@@ -26,11 +39,18 @@ class HookRuntime {
   // The runtime only if it already exists (NVTX ranges and steps must not start a shipper).
   static HookRuntime* existing();
 
-  void observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc,
-                        const void* B, cublasLtMatrixLayout_t Bdesc, CUstream stream);
-  void observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                      const void* A, cudaDataType Atype, int lda, long long strideA, const void* B, cudaDataType Btype,
-                      int ldb, long long strideB, int batch_count, cublasHandle_t handle);
+  // The single-matrix GEMMs: their output, when selected, for sample_output() after the real call.
+  std::optional<PendingOutput> observe_cublaslt(cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                                                cublasLtMatrixLayout_t Adesc, const void* B,
+                                                cublasLtMatrixLayout_t Bdesc, const void* D,
+                                                cublasLtMatrixLayout_t Ddesc, CUstream stream);
+  std::optional<PendingOutput> observe_cublas(const char* source, cublasOperation_t transa, cublasOperation_t transb,
+                                              int m, int n, int k, const void* A, cudaDataType Atype, int lda,
+                                              long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                              long long strideB, const CublasOutput& C, int batch_count,
+                                              cublasHandle_t handle);
+  // After the real call succeeded: the copy of its output, on its stream or into its capture.
+  void sample_output(const PendingOutput& output);
   void observe_cublas_batched(const char* source, cublasOperation_t transa, cublasOperation_t transb, std::int64_t m,
                               std::int64_t n, std::int64_t k, const void* Aarray, cudaDataType Atype, std::int64_t lda,
                               const void* Barray, cudaDataType Btype, std::int64_t ldb, std::int64_t batch_count,
@@ -63,13 +83,16 @@ class HookRuntime {
   void sample_experts(const GemmCall& call, std::uint64_t step, const GemmName& name, TensorSelection tensors);
   // cuBLAS calls: after the step check, name, read (read_call()) and sample.
   template <class Read>
-  void observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped, cublasHandle_t handle,
-                           Read read_call);
+  std::optional<PendingOutput> observe_cublas_call(std::uint64_t signature, bool transa, bool transb, bool grouped,
+                                                   cublasHandle_t handle, Read read_call);
   // A GEMM on a stream under capture: named, its selectable operands recorded into the graph
   // (graph_recorder.h). `read` reads the call as the sampled path does.
   template <class Read>
-  void observe_captured(const DriverApi::CaptureInfo& capture, std::uint64_t signature, bool transa, bool transb,
-                        Read read);
+  std::optional<PendingOutput> observe_captured(const DriverApi::CaptureInfo& capture, std::uint64_t signature,
+                                                bool transa, bool transb, Read read);
+  // The call's output when the selection takes it; counted when it cannot be copied.
+  std::optional<PendingOutput> output_of(const GemmCall& call, std::uint64_t step, const GemmName& name,
+                                         TensorSelection tensors);
   // At capture: the nodes of a batched or grouped GEMM's experts (Capture::record_expert).
   void record_experts(const DriverApi::CaptureInfo& capture, std::size_t gemm, const GemmCall& call,
                       const GemmName& name, TensorSelection tensors);
