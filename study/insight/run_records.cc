@@ -171,6 +171,8 @@ Result<RunRecords> load_run_records(const history::HistoryReader& history, const
   GapCounts gaps;
   std::map<TensorKey, TensorBuilder> building;
   Status s = history.query(filter, [&](const history::HistoryRecord& r) {
+    // A GEMM's output is no operand the job casts: the study and its advice are about the inputs.
+    if (r.operand == Operand::kOut) return true;
     const std::string layer = r.expert >= 0 ? expert_layer_name(r.layer, r.expert) : r.layer;
     TensorBuilder& tensor = building[TensorKey{layer, gemm_name(r.gemm), operand_name(r.operand)}];
     tensor.records.dtype = r.dtype;

@@ -118,6 +118,8 @@ std::optional<std::vector<const TeLoggedStats*>> NvdlfwLog::selecting(const hist
   for (const Selection& s : selections_) {
     const TeLoggedStats& l = s.logged;
     if (l.operand != r.operand || !rule_selects_step(l.rule, r.step)) continue;
+    // An output is TE's output, dgrad or wgrad by the GEMM that wrote it.
+    if (r.operand == Operand::kOut && !tensors_select(l.rule.tensors, r.gemm, r.operand)) continue;
     if ((l.rule.layer_regex[0] != '\0' && !(s.layers && s.layers->search(module))) ||
         (l.rule.and_layer_regex[0] != '\0' && !(s.and_layers && s.and_layers->search(module)))) {
       continue;
@@ -127,8 +129,85 @@ std::optional<std::vector<const TeLoggedStats*>> NvdlfwLog::selecting(const hist
   return out;
 }
 
+namespace {
+
+// One record's lines under its TE name, those the config logs.
+class RecordLines {
+ public:
+  RecordLines(const history::HistoryRecord& r, const std::string& layer, const char* tensor,
+              std::optional<std::vector<const TeLoggedStats*>> selected, std::vector<NvdlfwLine>& out)
+      : r_(r), selected_(std::move(selected)), name_(layer + "_" + tensor + "_"), time_(asctime_of(r.time)), out_(out) {
+    std::snprintf(iteration_, sizeof iteration_, "%06llu", static_cast<unsigned long long>(r.step));
+  }
+
+  // Whether the config's `feature` logs `stat` (as the config names it) for this record.
+  bool logs(FeatureRole feature, const std::string& stat) const {
+    if (!selected_) return true;
+    return std::any_of(selected_->begin(), selected_->end(), [&](const TeLoggedStats* l) {
+      return l->feature == feature && std::find(l->stats.begin(), l->stats.end(), stat) != l->stats.end();
+    });
+  }
+
+  void write(const std::string& stat, double value) {
+    out_.push_back({r_.rank, time_ + " - INFO - " + name_ + stat + " \t\t\t\t iteration=" + iteration_ +
+                                 " \t\t\t\t value=" + python_4f(value)});
+  }
+
+  // LogTensorStats: the high-precision tensor's; max_blockwise_dynamic_range the larger of both
+  // orientations where TE computes both (activations and weights, log_tensor_stats.py:140).
+  void tensor_stats(bool both_orientations) {
+    const double n = static_cast<double>(r_.numel);
+    const double sample_std = n > 1 ? statistic_of(r_, "std") * std::sqrt(n / (n - 1)) : std::nan("");  // torch.std
+    struct TensorStat {
+      const char* name;  // TE's
+      const char* key;   // fp8scope's
+      double value;
+    };
+    const TensorStat stats[] = {{"cur_amax", "amax", statistic_of(r_, "amax")},
+                                {"dynamic_range", "dynamic_range_log2", statistic_of(r_, "dynamic_range_log2")},
+                                {"mean", "mean", statistic_of(r_, "mean")},
+                                {"std", "std", sample_std},
+                                {"min", "min", statistic_of(r_, "min")},
+                                {"max", "max", statistic_of(r_, "max")},
+                                {"l1_norm", "l1_norm", statistic_of(r_, "l1_norm")},
+                                {"l2_norm", "l2_norm", statistic_of(r_, "l2_norm")}};
+    const bool has_nan = statistic_of(r_, "nan") > 0, has_inf = statistic_of(r_, "inf") > 0;
+    for (const TensorStat& s : stats) {
+      if (!known_units(r_, s.key) || !logs(FeatureRole::kLogTensorStats, s.name)) continue;
+      if (const std::optional<double> v = as_torch_computes(has_nan, has_inf, s.name, s.value)) write(s.name, *v);
+    }
+    // None where TE would raise (NaN: no such blocks).
+    for (const BlockRangeValue& b : r_.block_ranges) {
+      const std::string stat = "max_blockwise_dynamic_range_block_size_" + std::to_string(b.spec.block_size) + "_dims_" +
+                               std::to_string(b.spec.dims);
+      const double value = both_orientations ? std::max(b.rowwise, b.columnwise) : b.rowwise;
+      if (std::isnan(b.rowwise) || (both_orientations && std::isnan(b.columnwise)) ||
+          !logs(FeatureRole::kLogTensorStats, stat)) {
+        continue;
+      }
+      write(stat + (both_orientations ? "_max_over_orientations" : ""), value);
+    }
+  }
+
+ private:
+  const history::HistoryRecord& r_;
+  const std::optional<std::vector<const TeLoggedStats*>> selected_;
+  const std::string name_, time_;
+  char iteration_[32];
+  std::vector<NvdlfwLine>& out_;
+};
+
+}  // namespace
+
 std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   std::vector<NvdlfwLine> out;
+  if (r.operand == Operand::kOut) {
+    // A GEMM output: its LogTensorStats, row-wise only (log_tensor_stats.py:140), once a step.
+    const char* tensor = logged_output(module_of_label(r.layer), r.gemm);
+    if (tensor == nullptr || !tensor_stats_written_.insert({r.rank, te_layer(r), tensor, r.step}).second) return out;
+    RecordLines(r, te_layer(r), tensor, selecting(r), out).tensor_stats(false);
+    return out;
+  }
   const TensorName& tensor = tensor_of(r.operand);
   // A tensor's row-wise copy is read by the first GEMM to quantize it in an iteration, whose input
   // TE logs it as; its column-wise copy by another.
@@ -136,54 +215,10 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (!rowwise && r.gemm != tensor.columnwise_gemm) return out;
   const std::optional<StatNames> names = stat_names(r);
   if (!names || (!rowwise && !names->columnwise)) return out;
-  // Whether the config's `feature` logs `stat` (as the config names it) for this record.
-  const std::optional<std::vector<const TeLoggedStats*>> selected = selecting(r);
-  const auto logs = [&](FeatureRole feature, const std::string& stat) {
-    if (!selected) return true;
-    return std::any_of(selected->begin(), selected->end(), [&](const TeLoggedStats* l) {
-      return l->feature == feature && std::find(l->stats.begin(), l->stats.end(), stat) != l->stats.end();
-    });
-  };
-  const std::string name = te_layer(r) + "_" + tensor.name + "_";
-  const std::string time = asctime_of(r.time);
-  char iteration[32];
-  std::snprintf(iteration, sizeof iteration, "%06llu", static_cast<unsigned long long>(r.step));
-  const auto write = [&](const std::string& stat, double value) {
-    out.push_back({r.rank, time + " - INFO - " + name + stat + " \t\t\t\t iteration=" + iteration +
-                               " \t\t\t\t value=" + python_4f(value)});
-  };
+  RecordLines lines(r, te_layer(r), tensor.name, selecting(r), out);
   // LogTensorStats: the high-precision tensor's, once a tensor and step whatever the recipes.
   if (rowwise && tensor_stats_written_.insert({r.rank, te_layer(r), tensor.name, r.step}).second) {
-    const double n = static_cast<double>(r.numel);
-    const double sample_std = n > 1 ? statistic_of(r, "std") * std::sqrt(n / (n - 1)) : std::nan("");  // torch.std
-    struct TensorStat {
-      const char* name;  // TE's
-      const char* key;   // fp8scope's
-      double value;
-    };
-    const TensorStat stats[] = {{"cur_amax", "amax", statistic_of(r, "amax")},
-                                {"dynamic_range", "dynamic_range_log2", statistic_of(r, "dynamic_range_log2")},
-                                {"mean", "mean", statistic_of(r, "mean")},
-                                {"std", "std", sample_std},
-                                {"min", "min", statistic_of(r, "min")},
-                                {"max", "max", statistic_of(r, "max")},
-                                {"l1_norm", "l1_norm", statistic_of(r, "l1_norm")},
-                                {"l2_norm", "l2_norm", statistic_of(r, "l2_norm")}};
-    const bool has_nan = statistic_of(r, "nan") > 0, has_inf = statistic_of(r, "inf") > 0;
-    for (const TensorStat& s : stats) {
-      if (!known_units(r, s.key) || !logs(FeatureRole::kLogTensorStats, s.name)) continue;
-      if (const std::optional<double> v = as_torch_computes(has_nan, has_inf, s.name, s.value)) write(s.name, *v);
-    }
-    // max_blockwise_dynamic_range: activations' and weights' the larger of both orientations
-    // (log_tensor_stats.py:140), named so; none where TE would raise (NaN: no such blocks).
-    for (const BlockRangeValue& b : r.block_ranges) {
-      const std::string stat = "max_blockwise_dynamic_range_block_size_" + std::to_string(b.spec.block_size) + "_dims_" +
-                               std::to_string(b.spec.dims);
-      const bool both = r.operand != Operand::kDy;
-      const double value = both ? std::max(b.rowwise, b.columnwise) : b.rowwise;
-      if (std::isnan(b.rowwise) || (both && std::isnan(b.columnwise)) || !logs(FeatureRole::kLogTensorStats, stat)) continue;
-      write(stat + (both ? "_max_over_orientations" : ""), value);
-    }
+    lines.tensor_stats(r.operand != Operand::kDy);
   }
   // The quantization's: LogNvfp4TensorStats names its stats bare in the config, prefixed in the log.
   const bool nvfp4 = names->feature == StatsFeature::kNvfp4;
@@ -191,7 +226,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   const std::string suffix = rowwise ? "" : "_columnwise";
   const auto line = [&](const std::string& stat, double value) {
     const std::string written = names->prefix + stat + suffix;
-    if (logs(feature, nvfp4 ? stat : written)) write(written, value);
+    if (lines.logs(feature, nvfp4 ? stat : written)) lines.write(written, value);
   };
   line("underflows%", 100.0 * statistic_of(r, "underflow_ratio"));
   if (known_units(r, "mse")) line("mse", statistic_of(r, "mse"));

@@ -265,21 +265,28 @@ class Interpreter {
     const std::string where_key = key + " " + tensor;
     const ConfigNode& at = item != nullptr ? *item : feature;
     const TensorName* t = tensor_named(tensor);
-    if (t == nullptr) {
-      return note(at.line, where_key, output_named(tensor) != nullptr
-                                          ? "a GEMM output: fp8scope samples GEMM operands; not applied"
-                                          : "not a tensor TE names: TE matches nothing; not applied");
+    const OutputName* output = t == nullptr ? output_named(tensor) : nullptr;
+    if (t == nullptr && output == nullptr) return note(at.line, where_key, "not a tensor TE names: TE matches nothing; not applied");
+    // A GEMM output is copied as the GEMM wrote it, in high precision: its quantization, when the
+    // job casts it at all, is another tensor's.
+    if (output != nullptr && role != FeatureRole::kLogTensorStats) {
+      return note(at.line, where_key,
+                  std::string("a GEMM output: fp8scope samples it in high precision, ") + feature_name(role) +
+                      " needs its quantization; not applied");
     }
+    const Operand operand = t != nullptr ? t->operand : Operand::kOut;
     const ConfigNode* stats = field(feature, item, "stats");
     if (stats == nullptr) fail(at, where_key, "missing `stats`");
     bool columnwise = false;
-    std::vector<std::string> logged = read_stats(*stats, where_key, role, t->operand, columnwise);
+    std::vector<std::string> logged = read_stats(*stats, where_key, role, operand, columnwise);
 
     SamplingRule rule;
     if (!steps(rule, feature, item, where_key)) {
       return note(at.line, where_key, "never runs (end_step -1, or no step in its range): not applied");
     }
-    rule.tensors = tensor_bit(t->rowwise_gemm, t->operand) | (columnwise ? tensor_bit(t->columnwise_gemm, t->operand) : 0u);
+    rule.tensors = output != nullptr ? tensor_bit(output->gemm, Operand::kOut)
+                                     : tensor_bit(t->rowwise_gemm, t->operand) |
+                                           (columnwise ? tensor_bit(t->columnwise_gemm, t->operand) : 0u);
     rule.group = group;
     if (layers.size() >= sizeof rule.layer_regex || and_layers.size() >= sizeof rule.and_layer_regex) {
       fail(at, where_key, "its layer selection is too long a pattern");
@@ -287,7 +294,7 @@ class Interpreter {
     std::strncpy(rule.layer_regex, layers.c_str(), sizeof rule.layer_regex - 1);
     std::strncpy(rule.and_layer_regex, and_layers.c_str(), sizeof rule.and_layer_regex - 1);
     config_.rules.push_back({rule, where(at.line) + " " + where_key});
-    config_.logged.push_back({rule, role, t->operand, std::move(logged)});
+    config_.logged.push_back({rule, role, operand, std::move(logged)});
   }
 
   // The stats a feature names for a tensor, those fp8scope writes.

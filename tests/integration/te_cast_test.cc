@@ -462,6 +462,20 @@ TEST_CASE("TE's log_config on a TE-named job: TE's lines, name for name and step
   CHECK(names_of(r.lines) == expected);
 }
 
+TEST_CASE("TE's test_sanity log config: every tensor TE names, GEMM outputs too, TE's lines", "[te][te_names]") {
+  TempDir dir;
+  DaemonProcess daemon(dir.file("data"));
+  const ConfigRun r = config_run(daemon, dir, "te-sanity", "te_sanity_log.yaml", "delayed", 3);
+  REQUIRE(r.written);
+  const std::vector<std::string> stats = {"min", "max", "mean", "std", "l1_norm", "l2_norm", "cur_amax", "dynamic_range"};
+  std::set<std::string> expected;
+  check_lines(r.lines, {kFc1, kFc2, kOutput}, {"activation", "gradient", "weight", "output", "wgrad"}, stats, {0, 1},
+              expected);
+  // fc2's dgrad output is logged within fc1's only (layernorm_mlp.py:1250-1255).
+  check_lines(r.lines, {kFc1, kOutput}, {"dgrad"}, stats, {0, 1}, expected);
+  CHECK(names_of(r.lines) == expected);
+}
+
 TEST_CASE("BioNeMo's FP8 config: TE's lines for fc1 and fc2, and its heatmap finds the layer", "[te][te_names]") {
   TempDir dir;
   // The daemon writes the job's TE log as it analyzes, in BioNeMo's layout too.
@@ -473,11 +487,23 @@ TEST_CASE("BioNeMo's FP8 config: TE's lines for fc1 and fc2, and its heatmap fin
   std::set<std::string> expected;
   check_lines(r.lines, {kFc1, kFc2}, {"activation", "gradient", "weight"},
               {"underflows%", "scale_inv_min", "scale_inv_max", "mse"}, {0, 10, 20}, expected);
+  // The dgrad and wgrad GEMMs' outputs every step. TE logs fc2's dgrad output only within fc1's
+  // (layernorm_mlp.py:1250-1255): no fc2 dgrad line.
+  std::set<int> every_step;
+  for (int step = 0; step <= 20; ++step) every_step.insert(step);
+  const std::vector<std::string> output_stats = {"max", "min", "mean", "std", "l1_norm"};
+  check_lines(r.lines, {kFc1}, {"dgrad"}, output_stats, every_step, expected);
+  check_lines(r.lines, {kFc1, kFc2}, {"wgrad"}, output_stats, every_step, expected);
   CHECK(names_of(r.lines) == expected);
-  // BioNeMo's reader parses every line (none is nan or negative here), and draws layer 1.
-  std::size_t parsed = 0;
+  // BioNeMo's reader parses every line but the negative ones (its regex has no sign), and draws
+  // layer 1.
+  std::size_t parsed = 0, positive = 0;
   for (const auto& [name, values] : r.bionemo["bionemo"].items()) parsed += values.size();
-  CHECK(parsed == expected.size() * 3);
+  for (const auto& [name, values] : r.lines) {
+    for (const auto& [iteration, value] : values) positive += value[0] != '-';
+  }
+  CHECK(parsed == positive);
+  CHECK(positive > expected.size() * 3);
   REQUIRE(r.bionemo["components"].size() == 1);
   const json& row = r.bionemo["components"][0];
   CHECK(row["group"] == "encoder");

@@ -26,7 +26,7 @@ TEST_CASE("a TE config (--te-config) replaces the policy's selection with the ru
   base.add_operands(v1::OPERAND_W);
   Result<v1::Policy> p = cli::apply_policy_flags(flags, base);
   REQUIRE(p.ok());
-  CHECK(p.value().rules_size() == 4);  // nvdlfw's own LogTensorStats is not applied
+  CHECK(p.value().rules_size() == 5);  // nvdlfw's own LogTensorStats is not applied
   CHECK(p.value().layer_regex().empty());
   CHECK(p.value().operands().empty());
   CHECK(p.value().recipes_size() == 3);
@@ -37,9 +37,11 @@ TEST_CASE("a TE config (--te-config) replaces the policy's selection with the ru
   std::string error;
   const auto rules = parse_rules(env, &error);
   REQUIRE(rules);
-  REQUIRE(rules->size() == 4);
-  CHECK(wire::to_wire((*rules)[3]).SerializeAsString() ==
-        [&] { v1::SamplingRule r = p.value().rules(3); r.clear_source(); return r.SerializeAsString(); }());
+  REQUIRE(rules->size() == 5);
+  // The last, the fprop output's, carries its operand through the text too.
+  CHECK(wire::to_wire((*rules)[4]).SerializeAsString() ==
+        [&] { v1::SamplingRule r = p.value().rules(4); r.clear_source(); return r.SerializeAsString(); }());
+  CHECK(p.value().rules(4).tensors(0).operand() == v1::OPERAND_OUT);
 
   flags.every = 5;
   CHECK_FALSE(cli::apply_policy_flags(flags, base).ok());

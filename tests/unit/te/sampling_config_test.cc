@@ -82,8 +82,8 @@ TEST_CASE("TE's stats collection config: layer numbers, nvdlfw's own LogTensorSt
   const TeConfig c = read("te_stats_collection.yaml");
   // Section 1: TE's LogTensorStats (freq 2) and LogFp8TensorStats (freq 5, two tensors merged);
   // nvdlfw's own LogTensorStats beside them is not applied: TE's modules never call it.
-  // Section 2: activation freq 2; weight in two inclusive ranges; output left out.
-  REQUIRE(c.rules.size() == 4);
+  // Section 2: activation freq 2; weight in two inclusive ranges; the fprop GEMM's output every step.
+  REQUIRE(c.rules.size() == 5);
   const SamplingRule &te = c.rules[0].rule, &fp8 = c.rules[1].rule;
   CHECK((te.every_n_steps == 2 && fp8.every_n_steps == 5));
   CHECK(any_note(c, "collection_1.LogTensorStats: nvdlfw_inspect's own LogTensorStats: TE's modules call only "
@@ -116,7 +116,13 @@ TEST_CASE("TE's stats collection config: layer numbers, nvdlfw's own LogTensorSt
   for (std::uint64_t it = 0; it < 120; ++it) {
     CHECK(rule_selects_step(weight, it) == (it % 5 == 0 && (it <= 20 || (it >= 80 && it <= 100))));
   }
-  CHECK(any_note(c, "output: a GEMM output"));
+  const SamplingRule& output = c.rules[4].rule;
+  CHECK(output.tensors == tensor_bit(GemmRole::kFprop, Operand::kOut));
+  CHECK((output.every_n_steps == 1 && selects_module(output, "decoder.6.mlp.fc1")));
+  CHECK_FALSE(any_note(c, "a GEMM output"));
+  CHECK(std::any_of(c.logged.begin(), c.logged.end(), [](const te::TeLoggedStats& l) {
+    return l.operand == Operand::kOut && l.stats == std::vector<std::string>{"mean"};
+  }));
   CHECK_FALSE(any_note(c, "min: not computed"));
   CHECK(any_note(c, "disabled_section: disabled"));
 }

@@ -23,6 +23,9 @@
 //  - LogTensorStats as torch computes them over every element: NaN where the tensor holds a NaN;
 //    with an Inf, Inf amax, norms and range, NaN std, and no mean, min or max (their signs are
 //    not kept);
+//  - a GEMM output's LogTensorStats as TE's "output", "dgrad" or "wgrad" (fprop's, dgrad's, wgrad's:
+//    debug_quantization.py:29-36), once a step; none for LayerNormMLP's fc2 dgrad, which TE logs
+//    only within fc1's (te_names.h, logged_output);
 //  - no line for a figure in the tensor's unit that is only relative (NVFP4 codes from a GEMM alone,
 //    HistoryRecord::relative_values): TE writes it in real units, which fp8scope cannot know.
 // Given the TE config the job ran, only the stats its features name are written, where they select

@@ -59,6 +59,29 @@ constexpr const OutputName* output_named(std::string_view name) {
   return nullptr;
 }
 
+// A GEMM output TE logs under no name of its own: in a debug run LayerNormMLP's fc2 dgrad GEMM
+// writes through fc1's grad-input quantizer (pytorch/module/layernorm_mlp.py:1250-1255), which
+// fc1's own dgrad GEMM uses too (:1555). TE combines the two into "<module>.fc1" "dgrad" and
+// never logs "<module>.fc2" "dgrad"; fp8scope writes fc1's own output there (the combination
+// would depend on which of the two samples a reader meets first).
+struct UnloggedOutput {
+  std::string_view gemm_suffix;
+  GemmRole gemm;
+};
+inline constexpr UnloggedOutput kUnloggedOutputs[] = {{".fc2", GemmRole::kDgrad}};
+
+// TE's name of the output of GEMM `gemm` of `module` ("output", "dgrad", "wgrad"); null where TE
+// logs none.
+constexpr const char* logged_output(std::string_view module, GemmRole gemm) {
+  for (const UnloggedOutput& u : kUnloggedOutputs) {
+    if (u.gemm == gemm && module.ends_with(u.gemm_suffix)) return nullptr;
+  }
+  for (const OutputName& o : kOutputs) {
+    if (o.gemm == gemm) return o.name;
+  }
+  return nullptr;  // a GEMM whose role is unknown
+}
+
 // The debug feature whose stats name a recipe's what-ifs.
 enum class StatsFeature { kFp8, kNvfp4 };
 

@@ -14,12 +14,15 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "fp8scope/analysis/sample_analysis.h"
 #include "fp8scope/export/sample_publisher.h"
 #include "fp8scope/kernels/cpu_engine.h"
+#include "fp8scope/te/debug_config.h"
 #include "fp8scope/te/nvdlfw_log.h"
+#include "fp8scope/te/sampling_config.h"
 #include "support/server_samples.h"
 #include "support/stored_records.h"
 #include "support/temp_dir.h"
@@ -44,7 +47,9 @@ std::unique_ptr<TeLogWriter> open_writer(const std::string& dir, TeLogLimits lim
 
 // One analyzed sample's records, as the publisher makes them.
 std::vector<history::HistoryRecord> sample_records(std::uint64_t step,
-                                                   std::vector<float> values = {3.0f, -0.5f, 1.0f, 1e-9f}) {
+                                                   std::vector<float> values = {3.0f, -0.5f, 1.0f, 1e-9f},
+                                                   const std::string& layer = "blocks.0.fc1#0",
+                                                   Operand operand = Operand::kX, GemmRole gemm = GemmRole::kFprop) {
   fp8scope::testing::TempDir dir;
   prometheus::Registry registry;
   TensorSeries series{registry, SeriesOptions{}};
@@ -53,7 +58,7 @@ std::vector<history::HistoryRecord> sample_records(std::uint64_t step,
   SamplePublisher publisher{series, tensors, *history, MetricExport{{}, false}};
   auto engine = make_cpu_engine(1);
   SampleAnalyzer analyzer(*engine, 16);
-  const Sample s = fp8scope::testing::f32_sample("blocks.0.fc1#0", step, Operand::kX, std::move(values));
+  const Sample s = fp8scope::testing::f32_sample(layer, step, operand, values, 4, 32, gemm);
   SamplingPolicy policy;
   policy.recipes = {RecipeKind::kTensorCurrent, RecipeKind::kMxfp8};
   publisher.publish(s, analyzer.analyze(s, policy).value());
@@ -211,4 +216,48 @@ TEST_CASE("LogTensorStats of a tensor with NaN or Inf are what torch gives TE, n
   CHECK(finite.at("cur_amax") == "3.0000");
   CHECK(finite.at("min") == "-0.5000");
   CHECK(finite.size() == 8);
+}
+
+TEST_CASE("a GEMM's output is logged as TE names it: output, dgrad or wgrad, LogTensorStats only", "[te_log_writer]") {
+  // The stats names of every line of one output sample's records.
+  const auto names = [](te::NvdlfwLog& log, const std::string& layer, GemmRole gemm) {
+    std::set<std::string> out;
+    for (const history::HistoryRecord& r : sample_records(3, {3.0f, -0.5f, 1.0f, 1e-9f}, layer, Operand::kOut, gemm)) {
+      for (const te::NvdlfwLine& line : log.lines(r)) {
+        const std::size_t at = line.text.find(" - INFO - ") + 10;
+        out.insert(line.text.substr(at, line.text.find(' ', at) - at));
+      }
+    }
+    return out;
+  };
+  te::NvdlfwLog all;
+  const std::set<std::string> fprop = names(all, "blocks.0.mlp.fc1#0", GemmRole::kFprop);
+  // Its high-precision figures, once (its records are one per what-if), no quantization's.
+  CHECK(fprop == std::set<std::string>{"blocks.0.mlp.fc1_output_cur_amax", "blocks.0.mlp.fc1_output_dynamic_range",
+                                       "blocks.0.mlp.fc1_output_mean", "blocks.0.mlp.fc1_output_std",
+                                       "blocks.0.mlp.fc1_output_min", "blocks.0.mlp.fc1_output_max",
+                                       "blocks.0.mlp.fc1_output_l1_norm", "blocks.0.mlp.fc1_output_l2_norm"});
+  CHECK(names(all, "blocks.0.mlp.fc1#0", GemmRole::kWgrad).count("blocks.0.mlp.fc1_wgrad_l1_norm") == 1);
+  CHECK(names(all, "blocks.0.mlp.fc1#0", GemmRole::kDgrad).count("blocks.0.mlp.fc1_dgrad_max") == 1);
+  // LayerNormMLP's fc2 dgrad output: TE logs it only within fc1's dgrad.
+  CHECK(names(all, "blocks.0.mlp.fc2#0", GemmRole::kDgrad).empty());
+  CHECK(names(all, "blocks.0.mlp.fc2#0", GemmRole::kWgrad).count("blocks.0.mlp.fc2_wgrad_max") == 1);
+  // An output of a GEMM whose role is unknown has no TE name.
+  CHECK(names(all, "blocks.0.mlp.fc1#0", GemmRole::kUnknown).empty());
+
+  // A config naming dgrad's max: that line only, and nothing for the fprop output.
+  const Result<te::TeConfig> config = te::sampling_config(te::parse_debug_config(R"(outputs:
+  enabled: True
+  layers:
+    layer_types: [fc1]
+  transformer_engine:
+    LogTensorStats:
+      enabled: True
+      stats: [max]
+      tensors: [dgrad]
+)", "outputs.yaml").value());
+  REQUIRE(config.ok());
+  te::NvdlfwLog filtered(config.value());
+  CHECK(names(filtered, "blocks.0.mlp.fc1#0", GemmRole::kDgrad) == std::set<std::string>{"blocks.0.mlp.fc1_dgrad_max"});
+  CHECK(names(filtered, "blocks.0.mlp.fc1#0", GemmRole::kFprop).empty());
 }
