@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "fp8scope/services/ingest_service.h"
 #include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/ingest/shared_regions.h"
+#include "fp8scope/shm/ring_memory.h"
 #include "fp8scope/daemon_client/sample_stream.h"
 #include "fp8scope/wire/wire.h"
 #include "median_reporter.h"
@@ -226,19 +228,33 @@ struct IngestOnly {
   }
 };
 
-// The tensor in a sealed memfd, as the hook's ring holds a sample: what a shipper shares.
+// The tensor in a sealed memfd, as the hook's ring holds a sample (mapped as the hook maps its
+// ring, on huge pages where the host allows them): what a shipper shares.
 struct SealedCopy {
   int fd = memfd_create("bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   void* base = MAP_FAILED;
   SealedCopy() {
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(kTensorBytes)) != 0) return;
     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
-    base = mmap(nullptr, kTensorBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    base = shm::map_fresh_ring(fd, kTensorBytes);
     if (base != MAP_FAILED) std::memcpy(base, tensor().data(), kTensorBytes);
   }
   ~SealedCopy() {
     if (base != MAP_FAILED) munmap(base, kTensorBytes);
     if (fd >= 0) close(fd);
+  }
+  // Whether the host gave it huge pages: its mapping's ShmemPmdMapped in /proc/self/smaps.
+  bool huge_pages() const {
+    std::ifstream smaps("/proc/self/smaps");
+    char start[32];
+    std::snprintf(start, sizeof start, "%lx-", reinterpret_cast<unsigned long>(base));
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+      const std::size_t dash = line.find('-');
+      if (dash != std::string::npos && dash < line.find(' ')) inside = line.rfind(start, 0) == 0;  // a mapping's first line
+      if (inside && line.rfind("ShmemPmdMapped:", 0) == 0) return std::stoul(line.substr(15)) > 0;
+    }
+    return false;
   }
   std::span<const std::uint8_t> bytes() const { return {static_cast<const std::uint8_t*>(base), kTensorBytes}; }
 };
@@ -267,6 +283,7 @@ void BM_IngestStream(benchmark::State& state) {
       return;
     }
     payload = copy.bytes();
+    state.counters["huge_pages"] = copy.huge_pages() ? 1 : 0;
   }
   std::uint64_t step = 0;
   for (auto _ : state) {

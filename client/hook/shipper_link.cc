@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fp8scope/shm/ring_memory.h"
+
 extern char** environ;
 
 namespace fp8scope::hook {
@@ -66,12 +68,8 @@ ShipperLink::ShipperLink(std::uint64_t ring_bytes, std::string shipper_path) : s
   // of it (a segment that could shrink under a reader would fault it). Unsealed, the shipper
   // streams the bytes instead.
   (void)fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  // Populated now, once, for writing: otherwise the first pass through the ring takes a page fault
-  // every few records on the training thread. MAP_POPULATE alone maps a shared mapping's pages
-  // read-only (the first write still faults); MADV_POPULATE_WRITE (Linux 5.14) maps them writable,
-  // and where the kernel lacks it the read population stands.
-  void* base = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
-  if (base != MAP_FAILED) madvise(base, bytes_, MADV_POPULATE_WRITE);
+  // Populated once, on huge pages where the host allows them (shm/ring_memory.h).
+  void* base = shm::map_fresh_ring(fd_, bytes_);
   if (base == MAP_FAILED || !shm::initialize(base, bytes_, static_cast<std::uint32_t>(getpid()))) {
     std::fprintf(stderr, "fp8scope hook: cannot map the shared ring (%s); sampling is off\n", std::strerror(errno));
     return;

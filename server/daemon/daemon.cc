@@ -89,6 +89,16 @@ Status write_ready_file(const std::string& path, const std::string& grpc, const 
   return Status();
 }
 
+// Whether the host gives shared memory huge pages when a mapping asks (the hook's rings do,
+// shm/ring_memory.h): the setting's bracketed word is not "never" or "deny". Unknown (no file)
+// counts as yes: nothing to say.
+bool shared_memory_huge_pages() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string text;
+  if (!std::getline(in, text)) return true;
+  return text.find("[never]") == std::string::npos && text.find("[deny]") == std::string::npos;
+}
+
 // The socket where clients on this host register shared memory (--shared-memory-socket): none
 // when off; with auto, the data dir's, or none (said once) when it cannot be made there.
 Result<std::unique_ptr<SharedRegions>> open_shared_regions(const DaemonConfig& c) {
@@ -100,6 +110,10 @@ Result<std::unique_ptr<SharedRegions>> open_shared_regions(const DaemonConfig& c
   Result<std::unique_ptr<SharedRegions>> regions = SharedRegions::open(path);
   if (regions.ok()) {
     spdlog::info("clients on this host may share memory at {}", path);
+    if (!shared_memory_huge_pages()) {
+      spdlog::info("shared memory has 4 KiB pages only here (transparent_hugepage/shmem_enabled): samples copy at "
+                   "about 0.6 of memcpy, about 0.9 with 'advise' (docs/operations.md)");
+    }
     return regions;
   }
   if (!automatic) return Status::error("--shared-memory-socket: " + regions.message());
