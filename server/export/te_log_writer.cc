@@ -50,18 +50,36 @@ te::TeConfig logged_config(const std::vector<PolicyLoggedStats>& logged) {
 
 }  // namespace
 
-void TeLogWriter::add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged) {
-  if (records.empty()) return;
+TeLogWriter::Block TeLogWriter::lines_of(const std::vector<history::HistoryRecord>& records,
+                                         const std::vector<PolicyLoggedStats>& logged, std::uint64_t policy_version) {
   Block b{records.front().job, records.front().rank, {}, 0};
-  // One sample: its tensor's LogTensorStats lines once.
-  te::NvdlfwLog log = logged.empty() ? te::NvdlfwLog() : te::NvdlfwLog(logged_config(logged));
+  std::lock_guard<std::mutex> lock(logs_mu_);
+  auto it = logs_.find(b.job);
+  if (it == logs_.end() || it->second.policy_version != policy_version) {
+    if (it == logs_.end() && logs_.size() >= kJobsRemembered) logs_.clear();
+    JobLog fresh{policy_version, logged.empty() ? te::NvdlfwLog() : te::NvdlfwLog(logged_config(logged)), {}};
+    it = logs_.insert_or_assign(b.job, std::move(fresh)).first;
+  }
+  JobLog& job = it->second;
   for (const history::HistoryRecord& r : records) {
-    for (const te::NvdlfwLine& line : log.lines(r)) {
+    for (const te::NvdlfwLine& line : job.log.lines(r)) {
       b.text += line.text;
       b.text += '\n';
       ++b.lines;
     }
+    std::uint64_t& newest = job.newest_step[r.rank];
+    if (r.step > newest) {
+      newest = r.step;
+      if (newest >= kStepsRemembered) job.log.forget_before(r.rank, newest - kStepsRemembered);
+    }
   }
+  return b;
+}
+
+void TeLogWriter::add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged,
+                      std::uint64_t policy_version) {
+  if (records.empty()) return;
+  Block b = lines_of(records, logged, policy_version);
   if (b.lines == 0) return;
   {
     std::lock_guard<std::mutex> lock(mu_);

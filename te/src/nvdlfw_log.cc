@@ -135,8 +135,14 @@ namespace {
 class RecordLines {
  public:
   RecordLines(const history::HistoryRecord& r, const std::string& layer, const char* tensor,
-              std::optional<std::vector<const TeLoggedStats*>> selected, std::vector<NvdlfwLine>& out)
-      : r_(r), selected_(std::move(selected)), name_(layer + "_" + tensor + "_"), time_(asctime_of(r.time)), out_(out) {
+              std::optional<std::vector<const TeLoggedStats*>> selected, std::set<std::string>& written,
+              std::vector<NvdlfwLine>& out)
+      : r_(r),
+        selected_(std::move(selected)),
+        name_(layer + "_" + tensor + "_"),
+        time_(asctime_of(r.time)),
+        written_(written),
+        out_(out) {
     std::snprintf(iteration_, sizeof iteration_, "%06llu", static_cast<unsigned long long>(r.step));
   }
 
@@ -148,7 +154,9 @@ class RecordLines {
     });
   }
 
+  // Once a name and step: the first record's (TE combines a step's feeds; see nvdlfw_log.h).
   void write(const std::string& stat, double value) {
+    if (!written_.insert(name_ + stat).second) return;
     out_.push_back({r_.rank, time_ + " - INFO - " + name_ + stat + " \t\t\t\t iteration=" + iteration_ +
                                  " \t\t\t\t value=" + python_4f(value)});
   }
@@ -194,6 +202,7 @@ class RecordLines {
   const std::optional<std::vector<const TeLoggedStats*>> selected_;
   const std::string name_, time_;
   char iteration_[32];
+  std::set<std::string>& written_;  // the names written at this record's rank and step
   std::vector<NvdlfwLine>& out_;
 };
 
@@ -204,8 +213,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (r.operand == Operand::kOut) {
     // A GEMM output: its LogTensorStats, row-wise only (log_tensor_stats.py:140), once a step.
     const char* tensor = logged_output(module_of_label(r.layer), r.gemm);
-    if (tensor == nullptr || !tensor_stats_written_.insert({r.rank, te_layer(r), tensor, r.step}).second) return out;
-    RecordLines(r, te_layer(r), tensor, selecting(r), out).tensor_stats(false);
+    if (tensor != nullptr) RecordLines(r, te_layer(r), tensor, selecting(r), written_[r.rank][r.step], out).tensor_stats(false);
     return out;
   }
   const TensorName& tensor = tensor_of(r.operand);
@@ -215,11 +223,9 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (!rowwise && r.gemm != tensor.columnwise_gemm) return out;
   const std::optional<StatNames> names = stat_names(r);
   if (!names || (!rowwise && !names->columnwise)) return out;
-  RecordLines lines(r, te_layer(r), tensor.name, selecting(r), out);
-  // LogTensorStats: the high-precision tensor's, once a tensor and step whatever the recipes.
-  if (rowwise && tensor_stats_written_.insert({r.rank, te_layer(r), tensor.name, r.step}).second) {
-    lines.tensor_stats(r.operand != Operand::kDy);
-  }
+  RecordLines lines(r, te_layer(r), tensor.name, selecting(r), written_[r.rank][r.step], out);
+  // LogTensorStats: the high-precision tensor's, whatever the recipes.
+  if (rowwise) lines.tensor_stats(r.operand != Operand::kDy);
   // The quantization's: LogNvfp4TensorStats names its stats bare in the config, prefixed in the log.
   const bool nvfp4 = names->feature == StatsFeature::kNvfp4;
   const FeatureRole feature = nvfp4 ? FeatureRole::kLogNvfp4TensorStats : FeatureRole::kLogFp8TensorStats;
@@ -239,6 +245,12 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
     line("scale_inv_max", 1.0 / r.scale);
   }
   return out;
+}
+
+void NvdlfwLog::forget_before(std::uint32_t rank, std::uint64_t step) {
+  const auto it = written_.find(rank);
+  if (it == written_.end()) return;
+  it->second.erase(it->second.begin(), it->second.lower_bound(step));
 }
 
 std::string NvdlfwLog::file_of(const std::string& dir, std::uint32_t rank) {

@@ -33,10 +33,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "fp8scope/history/records.h"
@@ -57,9 +57,14 @@ class NvdlfwLog {
   explicit NvdlfwLog(const TeConfig& config);
 
   // The lines of one record, in history order; none for a record TE would not log (a tensor's
-  // later GEMMs, recipes TE has no name for). A tensor's LogTensorStats lines come once a step:
-  // with its first record seen, so one NvdlfwLog reads one stream of records (or one sample's).
+  // later GEMMs, recipes TE has no name for). A name comes once a rank and step, from the first
+  // record seen that has it, so one NvdlfwLog reads one stream of records. TE combines a step's
+  // feeds of a tensor (microbatches) into that line (stats_buffer.py); fp8scope's is the first's.
   std::vector<NvdlfwLine> lines(const history::HistoryRecord& r);
+
+  // Forgets the names written at `rank` before `step`: a long-lived log (the daemon's) stays
+  // bounded; a record of such a step would write its lines again.
+  void forget_before(std::uint32_t rank, std::uint64_t step);
 
   // The file nvdlfw_inspect writes a rank's lines to, below `dir`.
   static std::string file_of(const std::string& dir, std::uint32_t rank);
@@ -75,8 +80,8 @@ class NvdlfwLog {
 
   bool filtered_ = false;
   std::vector<Selection> selections_;
-  // The tensors whose LogTensorStats lines are written: (rank, layer, tensor, step).
-  std::set<std::tuple<std::uint32_t, std::string, std::string, std::uint64_t>> tensor_stats_written_;
+  // The names written, by rank and step.
+  std::map<std::uint32_t, std::map<std::uint64_t, std::set<std::string>>> written_;
 };
 
 }  // namespace fp8scope::te

@@ -132,7 +132,8 @@ TEST_CASE("the daemon's TE log lines are history --format nvdlfw's, in the job's
 
 TEST_CASE("lines the writer cannot take are counted by reason, and writing resumes by itself", "[te_log_writer]") {
   fp8scope::testing::TempDir dir, outside;
-  const std::vector<history::HistoryRecord> records = sample_records(1);
+  // Two steps' samples of one tensor, with as many lines each.
+  const std::vector<history::HistoryRecord> records = sample_records(1), later = sample_records(2);
   te::NvdlfwLog log;
   std::uint64_t lines = 0;
   for (const history::HistoryRecord& r : records) lines += log.lines(r).size();
@@ -155,7 +156,7 @@ TEST_CASE("lines the writer cannot take are counted by reason, and writing resum
     REQUIRE(eventually_counted(*writer, lines));
     CHECK(dropped(writer->counts(), TeLogDrop::kWriteFailed) == lines);
     std::filesystem::remove(dir.path() + "/job");
-    writer->add(records);
+    writer->add(later);
     REQUIRE(eventually_counted(*writer, 2 * lines));
     CHECK(writer->counts().lines == lines);
     CHECK(std::filesystem::is_empty(outside.path()));
@@ -170,12 +171,12 @@ TEST_CASE("lines the writer cannot take are counted by reason, and writing resum
     small.max_bytes = one.size() + one.size() / 2;  // one sample's lines fit, two do not
     auto writer = open_writer(dir.path(), small);
     writer->add(records);
-    writer->add(records);
+    writer->add(later);
     writer.reset();
     CHECK(read(dir.path() + "/job/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log") == one);
     // What the files held counts against the limit after a restart too.
     auto reopened = open_writer(dir.path(), small);
-    reopened->add(records);
+    reopened->add(later);
     REQUIRE(eventually_counted(*reopened, lines));
     CHECK(dropped(reopened->counts(), TeLogDrop::kSizeLimit) == lines);
     CHECK(reopened->counts().bytes == one.size());
@@ -260,4 +261,29 @@ TEST_CASE("a GEMM's output is logged as TE names it: output, dgrad or wgrad, Log
   te::NvdlfwLog filtered(config.value());
   CHECK(names(filtered, "blocks.0.mlp.fc1#0", GemmRole::kDgrad) == std::set<std::string>{"blocks.0.mlp.fc1_dgrad_max"});
   CHECK(names(filtered, "blocks.0.mlp.fc1#0", GemmRole::kFprop).empty());
+}
+
+TEST_CASE("a name is written once a rank and step, however many samples of the step come", "[te_log_writer]") {
+  fp8scope::testing::TempDir dir;
+  const std::vector<history::HistoryRecord> first = sample_records(4), second = sample_records(4, {9.0f, 1.0f});
+  te::NvdlfwLog log;
+  std::uint64_t lines = 0;
+  for (const history::HistoryRecord& r : first) lines += log.lines(r).size();
+  // The export: a second microbatch of the step adds no line.
+  for (const history::HistoryRecord& r : second) CHECK(log.lines(r).empty());
+  auto writer = open_writer(dir.path());
+  writer->add(first);
+  writer->add(second);
+  REQUIRE(eventually_counted(*writer, lines));
+  // The live log remembers the newest steps only: a sample that old writes its lines again.
+  const std::uint64_t newest = 4 + TeLogWriter::kStepsRemembered + 1;
+  writer->add(sample_records(newest));
+  REQUIRE(eventually_counted(*writer, 2 * lines));
+  writer->add(sample_records(newest));
+  writer->add(second);
+  REQUIRE(eventually_counted(*writer, 3 * lines));
+  writer.reset();
+  const std::string written = read(dir.path() + "/job/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log");
+  CHECK(written.find("value=9.0000") != std::string::npos);  // the forgotten step's second sample, once
+  CHECK(static_cast<std::uint64_t>(std::count(written.begin(), written.end(), '\n')) == 3 * lines);
 }

@@ -22,6 +22,7 @@
 #include "fp8scope/analysis/policy_store.h"
 #include "fp8scope/history/records.h"
 #include "fp8scope/kernels/status.h"
+#include "fp8scope/te/nvdlfw_log.h"
 #include "fp8scope/te/nvdlfw_log_files.h"
 
 namespace fp8scope::server {
@@ -54,9 +55,16 @@ class TeLogWriter {
   TeLogWriter& operator=(const TeLogWriter&) = delete;
 
   // One sample's records (all of one job and rank): the lines the job's TE config logs
-  // (SamplingPolicy::te_logged), or every statistic when it names none.
-  void add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged = {});
+  // (SamplingPolicy::te_logged of policy `policy_version`), or every statistic when it names none.
+  // A name is written once a rank and step, as `history --format nvdlfw` writes it, for the
+  // newest kStepsRemembered steps of each rank.
+  void add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged = {},
+           std::uint64_t policy_version = 0);
+
   TeLogCounts counts() const;
+
+  static constexpr std::uint64_t kStepsRemembered = 16;
+  static constexpr std::size_t kJobsRemembered = 1024;  // past it, every job's log starts afresh
 
  private:
   struct Block {
@@ -65,6 +73,15 @@ class TeLogWriter {
     std::string text;
     std::uint64_t lines = 0;
   };
+  // A job's log: its config's filter, compiled once a policy version, and the names written.
+  struct JobLog {
+    std::uint64_t policy_version = 0;
+    te::NvdlfwLog log;
+    std::map<std::uint32_t, std::uint64_t> newest_step;  // by rank
+  };
+  // The lines of one sample's records, from its job's log.
+  Block lines_of(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged,
+                 std::uint64_t policy_version);
   TeLogWriter(std::unique_ptr<te::NvdlfwLogFiles> files, TeLogLimits limits);
   void run();
   void write(const Block& b);
@@ -83,6 +100,8 @@ class TeLogWriter {
   // said in the log.
   std::map<std::pair<std::string, std::uint32_t>, std::chrono::steady_clock::time_point> retry_at_;
   bool said_size_limit_ = false, said_too_many_files_ = false;
+  std::mutex logs_mu_;  // the analysis threads': taken before mu_, never while holding it
+  std::map<std::string, JobLog> logs_;
   std::thread thread_;
 };
 
