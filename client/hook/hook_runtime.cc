@@ -133,7 +133,8 @@ void HookRuntime::sample_output(const PendingOutput& output) {
   const SampleSpec spec{output.step, output.layer, output.role, Operand::kOut, output.source};
   std::optional<shm::DropReason> dropped;
   if (output.capture) {
-    dropped = capture_.record_operand(*output.capture, output.gemm, spec, output.view, GemmAlpha{}, false, output.stream);
+    dropped =
+        capture_.record_operand(*output.capture, output.gemm, spec, output.view, GemmAlpha{}, false, output.stream);
   } else if (capture_.capturing(output.stream)) {  // nothing may be enqueued on a capturing stream
     dropped = shm::DropReason::kGraphCapture;
   } else if (!sampler_.charge(output.step, output.view.payload_bytes())) {

@@ -213,7 +213,9 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (r.operand == Operand::kOut) {
     // A GEMM output: its LogTensorStats, row-wise only (log_tensor_stats.py:140), once a step.
     const char* tensor = logged_output(module_of_label(r.layer), r.gemm);
-    if (tensor != nullptr) RecordLines(r, te_layer(r), tensor, selecting(r), written_[r.rank][r.step], out).tensor_stats(false);
+    if (tensor != nullptr) {
+      RecordLines(r, te_layer(r), tensor, selecting(r), written_[r.rank][r.step], out).tensor_stats(false);
+    }
     return out;
   }
   const TensorName& tensor = tensor_of(r.operand);
