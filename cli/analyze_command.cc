@@ -146,7 +146,7 @@ int run_observed(const AnalyzeOptions& o, const TensorFile& file, const std::vec
     observed.scales = source.bytes;
     observed.compact_scales = o.scale_order == "compact";
     observed.scale_inv = static_cast<float>(o.scale_inv.value_or(1.0));
-    const bool relative = layout->encoding == ScaleEncoding::kUE4M3 && (!o.scale_inv || layout->row_scaled());
+    const bool relative = layout->relative_values(o.scale_inv.has_value());
     const auto start = std::chrono::steady_clock::now();
     Result<ObservedAnalysis> a = analyze_observed(observed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

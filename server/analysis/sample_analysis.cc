@@ -187,8 +187,7 @@ Result<SampleAnalysis> SampleAnalyzer::observed(const Sample& s) {
   a.te_amax = analyzed.value().te_amax;
   a.recipes.push_back(job_outcome(s, t, analyzed.value().stats));
   const ScaleLayoutTerm* layout = scale_layout_info(s.header.scale_layout);
-  a.relative_values = layout != nullptr && layout->encoding == ScaleEncoding::kUE4M3 &&
-                      (s.header.global_scale_inv <= 0.0f || layout->row_scaled());
+  a.relative_values = layout != nullptr && layout->relative_values(s.header.global_scale_inv > 0.0f);
   return a;
 }
 

@@ -45,6 +45,11 @@ struct ScaleLayoutTerm {
   int k_pad;
   ScaleLayout storage;  // the layout whose bytes these are: itself, or the one it is a reading of
   bool row_scaled() const { return storage != value; }
+  // Whether codes decoded with these scales are only relative to a per-tensor factor: UE4M3 block
+  // scales (NVFP4) multiply one, given or not (`factor_given`), and a row-scaled GEMM's are per row.
+  bool relative_values(bool factor_given) const {
+    return encoding == ScaleEncoding::kUE4M3 && (!factor_given || row_scaled());
+  }
 };
 
 inline constexpr ScaleLayoutTerm kScaleLayouts[] = {
