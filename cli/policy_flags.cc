@@ -61,11 +61,7 @@ Result<v1::Policy> apply_policy_flags(const PolicyFlags& f, v1::Policy p) {
     }
     p.clear_te_logged();
     for (const te::TeLoggedStats& l : config.value().logged) {
-      v1::LoggedStats* logged = p.add_te_logged();
-      *logged->mutable_rule() = wire::to_wire(l.rule);
-      logged->set_feature(te::feature_name(l.feature));
-      logged->set_operand(wire::to_wire(l.operand));
-      for (const std::string& s : l.stats) logged->add_stats(s);
+      wire::add_logged_stats(p, l.rule, te::feature_name(l.feature), l.operand, l.stats);
     }
     p.clear_block_ranges();
     for (const BlockRange& b : config.value().block_ranges) {

@@ -106,6 +106,15 @@ std::optional<SamplingRule> from_wire(const v1::SamplingRule& w, std::string* er
   return r;
 }
 
+void add_logged_stats(v1::Policy& policy, const SamplingRule& rule, const std::string& feature, Operand operand,
+                      const std::vector<std::string>& stats) {
+  v1::LoggedStats* logged = policy.add_te_logged();
+  *logged->mutable_rule() = to_wire(rule);
+  logged->set_feature(feature);
+  logged->set_operand(to_wire(operand));
+  for (const std::string& s : stats) logged->add_stats(s);
+}
+
 std::uint32_t required_protocol(const v1::TensorHeader& h) {
   const bool block_mode = h.scale_mode() != v1::SCALE_MODE_UNSPECIFIED && h.scale_mode() != to_wire(ScaleLayout::kNone) &&
                           h.scale_mode() != to_wire(ScaleLayout::kTensorScalar);

@@ -21,13 +21,7 @@ v1::Policy policy_to_wire(const SamplingPolicy& p) {
     *rule = wire::to_wire(r.rule);
     rule->set_source(r.source);
   }
-  for (const PolicyLoggedStats& l : p.te_logged) {
-    v1::LoggedStats* logged = w.add_te_logged();
-    *logged->mutable_rule() = wire::to_wire(l.rule);
-    logged->set_feature(l.feature);
-    logged->set_operand(wire::to_wire(l.operand));
-    for (const std::string& s : l.stats) logged->add_stats(s);
-  }
+  for (const PolicyLoggedStats& l : p.te_logged) wire::add_logged_stats(w, l.rule, l.feature, l.operand, l.stats);
   for (const BlockRange& b : p.block_ranges) {
     v1::BlockRange* range = w.add_block_ranges();
     range->set_block_size(b.block_size);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fp8scope/v1/fp8scope.pb.h"
 #include "fp8scope/vocabulary/cast_capture.h"
@@ -52,6 +53,10 @@ std::optional<Activation> from_wire(v1::Activation a);
 // unknown tensors, a pattern that does not compile).
 v1::SamplingRule to_wire(const SamplingRule& rule);
 std::optional<SamplingRule> from_wire(const v1::SamplingRule& rule, std::string* error);
+
+// What one feature of a TE config logs for one tensor (Policy.te_logged), added to `policy`.
+void add_logged_stats(v1::Policy& policy, const SamplingRule& rule, const std::string& feature, Operand operand,
+                      const std::vector<std::string>& stats);
 
 // The oldest protocol that can carry this sample: 4 for one with its cast, 3 for an expert's, 2 for
 // FP4 codes or a scale tensor, else 1.
