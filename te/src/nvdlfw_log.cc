@@ -186,8 +186,7 @@ class RecordLines {
     }
     // None where TE would raise (NaN: no such blocks).
     for (const BlockRangeValue& b : r_.block_ranges) {
-      const std::string stat = "max_blockwise_dynamic_range_block_size_" + std::to_string(b.spec.block_size) + "_dims_" +
-                               std::to_string(b.spec.dims);
+      const std::string stat = block_range_stat(b.spec);
       const double value = both_orientations ? std::max(b.rowwise, b.columnwise) : b.rowwise;
       if (std::isnan(b.rowwise) || (both_orientations && std::isnan(b.columnwise)) ||
           !logs(FeatureRole::kLogTensorStats, stat)) {

@@ -304,7 +304,7 @@ class Interpreter {
     std::vector<std::string> out;
     for (const ConfigNode& s : stats.items) {
       if (s.is_map() && role == FeatureRole::kLogTensorStats && s.find("max_blockwise_dynamic_range")) {
-        if (std::optional<std::string> name = block_range_stat(s, key)) out.push_back(*name);
+        if (std::optional<std::string> name = read_block_range(s, key)) out.push_back(*name);
         continue;
       }
       if (!s.is_scalar()) fail(s, key + ".stats", "expected a stat name");
@@ -328,7 +328,7 @@ class Interpreter {
   // LogTensorStats' dict stat {max_blockwise_dynamic_range: {block_size, dims}}, TE's defaults 32
   // and 1 (log_tensor_stats.py:108-145): its name as the log writes it before any orientation
   // suffix (stats_computation.py:18-26); the daemon computes each shape (TeConfig::block_ranges).
-  std::optional<std::string> block_range_stat(const ConfigNode& s, const std::string& key) {
+  std::optional<std::string> read_block_range(const ConfigNode& s, const std::string& key) {
     const ConfigNode& fields = *s.find("max_blockwise_dynamic_range");
     if (s.entries.size() != 1 || !(fields.is_map() || fields.is_null())) {
       fail(s, key + ".stats", "expected {max_blockwise_dynamic_range: {block_size: N, dims: 1|2}}");
@@ -346,8 +346,7 @@ class Interpreter {
     if (range.block_size == 0 || (range.dims != 1 && range.dims != 2)) {
       fail(s, key + ".stats", "max_blockwise_dynamic_range: expected block_size > 0 and dims 1 or 2 (log_tensor_stats.py:145)");
     }
-    const std::string name = "max_blockwise_dynamic_range_block_size_" + std::to_string(range.block_size) + "_dims_" +
-                             std::to_string(range.dims);
+    const std::string name = block_range_stat(range);
     if (range.block_size > kMaxRangeBlockSize) {
       note(s.line, key + ".stats", name + ": blocks over " + std::to_string(kMaxRangeBlockSize) + " a side: not computed");
       return std::nullopt;

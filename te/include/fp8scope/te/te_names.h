@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
+#include "fp8scope/kernels/block_dynamic_range.h"
 #include "fp8scope/vocabulary/gemm_role.h"
 #include "fp8scope/vocabulary/operand.h"
 #include "fp8scope/vocabulary/recipe_kind.h"
@@ -80,6 +82,12 @@ constexpr const char* logged_output(std::string_view module, GemmRole gemm) {
     if (o.gemm == gemm) return o.name;
   }
   return nullptr;  // a GEMM whose role is unknown
+}
+
+// LogTensorStats' max_blockwise_dynamic_range of one block shape as the log names it, before any
+// orientation suffix (stats_computation.py:18-26).
+inline std::string block_range_stat(const BlockRange& b) {
+  return "max_blockwise_dynamic_range_block_size_" + std::to_string(b.block_size) + "_dims_" + std::to_string(b.dims);
 }
 
 // The debug feature whose stats name a recipe's what-ifs.
