@@ -190,7 +190,7 @@ void SamplePublisher::publish(const Sample& s, const SampleAnalysis& a, const Sa
     labels["format"] = format_name(format);
     series_.set(scale_current_, labels, member, current);
   }
-  if (te_log_ != nullptr) te_log_->add(records, policy.te_logged, policy.version);
+  if (te_log_ != nullptr) te_log_->add(records, policy);
   history_.add_sample(std::move(records), s.journal);  // its ticket released once they are committed
   if (s.header.expert || !s.header.expert_tokens.empty()) publish_experts(s, a, tensor_labels);
   tensors_.update(std::move(summary));

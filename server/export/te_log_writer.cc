@@ -51,35 +51,30 @@ te::TeConfig logged_config(const std::vector<PolicyLoggedStats>& logged) {
 }  // namespace
 
 TeLogWriter::Block TeLogWriter::lines_of(const std::vector<history::HistoryRecord>& records,
-                                         const std::vector<PolicyLoggedStats>& logged, std::uint64_t policy_version) {
+                                         const SamplingPolicy& policy) {
   Block b{records.front().job, records.front().rank, {}, 0};
   std::lock_guard<std::mutex> lock(logs_mu_);
   auto it = logs_.find(b.job);
-  if (it == logs_.end() || it->second.policy_version != policy_version) {
+  if (it == logs_.end() || it->second.policy_version != policy.version) {
     if (it == logs_.end() && logs_.size() >= kJobsRemembered) logs_.clear();
-    JobLog fresh{policy_version, logged.empty() ? te::NvdlfwLog() : te::NvdlfwLog(logged_config(logged)), {}};
+    JobLog fresh{policy.version,
+                 policy.te_logged.empty() ? te::NvdlfwLog() : te::NvdlfwLog(logged_config(policy.te_logged))};
+    fresh.log.remember_steps(kStepsRemembered);
     it = logs_.insert_or_assign(b.job, std::move(fresh)).first;
   }
-  JobLog& job = it->second;
   for (const history::HistoryRecord& r : records) {
-    for (const te::NvdlfwLine& line : job.log.lines(r)) {
+    for (const te::NvdlfwLine& line : it->second.log.lines(r)) {
       b.text += line.text;
       b.text += '\n';
       ++b.lines;
-    }
-    std::uint64_t& newest = job.newest_step[r.rank];
-    if (r.step > newest) {
-      newest = r.step;
-      if (newest >= kStepsRemembered) job.log.forget_before(r.rank, newest - kStepsRemembered);
     }
   }
   return b;
 }
 
-void TeLogWriter::add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged,
-                      std::uint64_t policy_version) {
+void TeLogWriter::add(const std::vector<history::HistoryRecord>& records, const SamplingPolicy& policy) {
   if (records.empty()) return;
-  Block b = lines_of(records, logged, policy_version);
+  Block b = lines_of(records, policy);
   if (b.lines == 0) return;
   {
     std::lock_guard<std::mutex> lock(mu_);

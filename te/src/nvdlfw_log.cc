@@ -213,7 +213,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
     // A GEMM output: its LogTensorStats, row-wise only (log_tensor_stats.py:140), once a step.
     const char* tensor = logged_output(module_of_label(r.layer), r.gemm);
     if (tensor != nullptr) {
-      RecordLines(r, te_layer(r), tensor, selecting(r), written_[r.rank][r.step], out).tensor_stats(false);
+      RecordLines(r, te_layer(r), tensor, selecting(r), written_at(r), out).tensor_stats(false);
     }
     return out;
   }
@@ -224,7 +224,7 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   if (!rowwise && r.gemm != tensor.columnwise_gemm) return out;
   const std::optional<StatNames> names = stat_names(r);
   if (!names || (!rowwise && !names->columnwise)) return out;
-  RecordLines lines(r, te_layer(r), tensor.name, selecting(r), written_[r.rank][r.step], out);
+  RecordLines lines(r, te_layer(r), tensor.name, selecting(r), written_at(r), out);
   // LogTensorStats: the high-precision tensor's, whatever the recipes.
   if (rowwise) lines.tensor_stats(r.operand != Operand::kDy);
   // The quantization's: LogNvfp4TensorStats names its stats bare in the config, prefixed in the log.
@@ -248,10 +248,13 @@ std::vector<NvdlfwLine> NvdlfwLog::lines(const history::HistoryRecord& r) {
   return out;
 }
 
-void NvdlfwLog::forget_before(std::uint32_t rank, std::uint64_t step) {
-  const auto it = written_.find(rank);
-  if (it == written_.end()) return;
-  it->second.erase(it->second.begin(), it->second.lower_bound(step));
+std::set<std::string>& NvdlfwLog::written_at(const history::HistoryRecord& r) {
+  std::map<std::uint64_t, std::set<std::string>>& steps = written_[r.rank];
+  const bool newest = steps.empty() || r.step > steps.rbegin()->first;
+  if (steps_remembered_ != 0 && newest && r.step >= steps_remembered_) {
+    steps.erase(steps.begin(), steps.lower_bound(r.step - steps_remembered_));
+  }
+  return steps[r.step];
 }
 
 std::string NvdlfwLog::file_of(const std::string& dir, std::uint32_t rank) {

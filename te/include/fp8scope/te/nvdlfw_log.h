@@ -62,9 +62,10 @@ class NvdlfwLog {
   // feeds of a tensor (microbatches) into that line (stats_buffer.py); fp8scope's is the first's.
   std::vector<NvdlfwLine> lines(const history::HistoryRecord& r);
 
-  // Forgets the names written at `rank` before `step`: a long-lived log (the daemon's) stays
-  // bounded; a record of such a step would write its lines again.
-  void forget_before(std::uint32_t rank, std::uint64_t step);
+  // Remembers the names written in the newest `steps` steps of each rank only (0: every step), so
+  // a long-lived log (the daemon's) stays bounded; a record of a step forgotten writes its lines
+  // again.
+  void remember_steps(std::uint64_t steps) { steps_remembered_ = steps; }
 
   // The file nvdlfw_inspect writes a rank's lines to, below `dir`.
   static std::string file_of(const std::string& dir, std::uint32_t rank);
@@ -77,11 +78,15 @@ class NvdlfwLog {
   // The config's entries whose rule selects the record's layer, tensor and step; nothing when the
   // log is not filtered (every stat is written).
   std::optional<std::vector<const TeLoggedStats*>> selecting(const history::HistoryRecord& r) const;
+  // The names written at the record's rank and step; a newer step first forgets the steps past
+  // steps_remembered_.
+  std::set<std::string>& written_at(const history::HistoryRecord& r);
 
   bool filtered_ = false;
   std::vector<Selection> selections_;
   // The names written, by rank and step.
   std::map<std::uint32_t, std::map<std::uint64_t, std::set<std::string>>> written_;
+  std::uint64_t steps_remembered_ = 0;
 };
 
 }  // namespace fp8scope::te

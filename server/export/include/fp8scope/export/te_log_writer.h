@@ -55,11 +55,10 @@ class TeLogWriter {
   TeLogWriter& operator=(const TeLogWriter&) = delete;
 
   // One sample's records (all of one job and rank): the lines the job's TE config logs
-  // (SamplingPolicy::te_logged of policy `policy_version`), or every statistic when it names none.
-  // A name is written once a rank and step, as `history --format nvdlfw` writes it, for the
-  // newest kStepsRemembered steps of each rank.
-  void add(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged = {},
-           std::uint64_t policy_version = 0);
+  // (`policy`'s te_logged), or every statistic when it names none. A name is written once a rank
+  // and step, as `history --format nvdlfw` writes it, for the newest kStepsRemembered steps of
+  // each rank.
+  void add(const std::vector<history::HistoryRecord>& records, const SamplingPolicy& policy = {});
 
   TeLogCounts counts() const;
 
@@ -77,11 +76,9 @@ class TeLogWriter {
   struct JobLog {
     std::uint64_t policy_version = 0;
     te::NvdlfwLog log;
-    std::map<std::uint32_t, std::uint64_t> newest_step;  // by rank
   };
   // The lines of one sample's records, from its job's log.
-  Block lines_of(const std::vector<history::HistoryRecord>& records, const std::vector<PolicyLoggedStats>& logged,
-                 std::uint64_t policy_version);
+  Block lines_of(const std::vector<history::HistoryRecord>& records, const SamplingPolicy& policy);
   TeLogWriter(std::unique_ptr<te::NvdlfwLogFiles> files, TeLogLimits limits);
   void run();
   void write(const Block& b);
